@@ -1,0 +1,131 @@
+// GGUF (v2, v3) reader over a memory map.
+//
+// Everything the file claims (counts, lengths, offsets, dimensions) is checked
+// against the file's size before it is used, so a truncated, corrupt or
+// hostile file produces one precise Error(kCorruptFile) and never a crash or
+// an allocation larger than the file itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mmap_file.h"
+
+namespace tessera::gguf {
+
+enum class ValueType : uint32_t {
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
+};
+std::string_view value_type_name(ValueType t);
+
+struct Value;
+
+// A GGUF array. Numbers are kept widened (integers as int64/uint64, floats as
+// double) so one accessor serves every element width; strings and nested
+// arrays keep their own storage.
+struct Array {
+  ValueType elem_type = ValueType::kU8;
+  std::vector<int64_t> ints;    // kI8..kI64 and kBool
+  std::vector<uint64_t> uints;  // kU8..kU64
+  std::vector<double> floats;   // kF32, kF64
+  std::vector<std::string> strings;
+  std::vector<Array> arrays;    // nested arrays
+  size_t size() const;
+};
+
+struct Value {
+  ValueType type = ValueType::kU8;
+  int64_t i = 0;      // signed integers and bool
+  uint64_t u = 0;     // unsigned integers
+  double f = 0;       // floats
+  std::string s;      // string
+  std::shared_ptr<Array> array;  // array (shared: cheap to copy a Value)
+};
+
+struct TensorInfo {
+  std::string name;
+  DType type = DType::kF32;
+  int n_dims = 0;
+  int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous (innermost) dimension
+  uint64_t offset = 0;           // from the start of the data section
+  size_t n_bytes = 0;
+  const uint8_t* data = nullptr;  // into the mapping
+
+  int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  std::string shape_string() const;  // "[64, 512]"
+};
+
+class File {
+ public:
+  // Maps and parses `path`. Throws Error(kIo) or Error(kCorruptFile).
+  static File open(const std::string& path);
+  // Parses an in-memory image (used by tests and the fuzzer); `data` must
+  // outlive the File.
+  static File parse(const uint8_t* data, size_t size, std::string name = "<memory>");
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  const std::string& path() const { return path_; }
+
+  // Metadata, in file order.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  const Value* find(std::string_view key) const;
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+
+  // Typed getters. The *_or variants return `fallback` when the key is
+  // absent; all throw Error(kCorruptFile) naming the key when it is present
+  // with an incompatible type, and the plain ones when it is absent.
+  uint64_t get_uint(std::string_view key) const;
+  uint64_t get_uint_or(std::string_view key, uint64_t fallback) const;
+  int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;
+  double get_float_or(std::string_view key, double fallback) const;
+  bool get_bool_or(std::string_view key, bool fallback) const;
+  const std::string& get_string(std::string_view key) const;
+  std::string get_string_or(std::string_view key, std::string fallback) const;
+  const Array& get_array(std::string_view key) const;
+  const Array* find_array(std::string_view key) const;  // nullptr if absent
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find_tensor(std::string_view name) const;
+  // Throws Error(kCorruptFile) "missing tensor 'name'" when absent.
+  const TensorInfo& tensor(std::string_view name) const;
+
+ private:
+  File() = default;
+  std::string path_;
+  std::shared_ptr<MappedFile> mapping_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// Integer accessors over an Array whatever its element width; throw on a
+// non-integer array or values out of the target range.
+std::vector<int64_t> array_as_ints(const Array& a, std::string_view what);
+std::vector<float> array_as_floats(const Array& a, std::string_view what);
+
+}  // namespace tessera::gguf

@@ -1,0 +1,60 @@
+#include "util/test_util.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::testing {
+
+std::string shared_dir() {
+  if (const char* env = std::getenv("TESSERA_SHARED")) return env;
+  return std::string(TESSERA_SOURCE_DIR) + "/../shared";
+}
+
+std::string shared_path(const std::string& relative) { return shared_dir() + "/" + relative; }
+
+bool shared_exists(const std::string& relative) {
+  return std::filesystem::exists(shared_path(relative));
+}
+
+std::string stories260k_path() { return shared_path("models/stories260K/stories260K.gguf"); }
+
+namespace {
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/tessera-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+}  // namespace
+
+std::string temp_dir() {
+  static TempDir dir;
+  return dir.path;
+}
+
+std::string temp_path(const std::string& name) { return temp_dir() + "/" + name; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+}  // namespace tessera::testing

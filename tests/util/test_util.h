@@ -1,0 +1,31 @@
+// Helpers shared by the unit tests: where the shared test data lives, temp
+// files, and a skip for missing data.
+#pragma once
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace tessera::testing {
+
+// ../shared beside the repository (read-only in CI).
+std::string shared_dir();
+std::string shared_path(const std::string& relative);
+bool shared_exists(const std::string& relative);
+
+// The stories260K model, the project's golden reference.
+std::string stories260k_path();
+
+// A fresh directory under $TMPDIR, removed at process exit.
+std::string temp_dir();
+std::string temp_path(const std::string& name);
+
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& bytes);
+
+}  // namespace tessera::testing
+
+// Shared data is part of the contract (CI always has it); a test that needs a
+// file which is missing fails rather than skips, so nothing passes vacuously.
+#define TESSERA_REQUIRE_SHARED(rel) \
+  ASSERT_TRUE(::tessera::testing::shared_exists(rel)) << "missing shared test data: " << (rel)
