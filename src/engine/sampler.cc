@@ -1,0 +1,165 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include <fmt/format.h>
+
+namespace tessera::engine {
+
+std::string validate(const SamplingParams& p, int64_t n_vocab) {
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f) return fmt::format("temperature {} must be in [0, 100]", p.temperature);
+  if (p.top_k < 0) return fmt::format("top_k {} must be >= 0", p.top_k);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return fmt::format("top_p {} must be in (0, 1]", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return fmt::format("min_p {} must be in [0, 1]", p.min_p);
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f)) return fmt::format("repetition_penalty {} must be in (0, 10]", p.repetition_penalty);
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) return fmt::format("presence_penalty {} must be in [-2, 2]", p.presence_penalty);
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) return fmt::format("frequency_penalty {} must be in [-2, 2]", p.frequency_penalty);
+  if (p.max_tokens < 1) return fmt::format("max_tokens {} must be >= 1", p.max_tokens);
+  if (p.n < 1) return fmt::format("n {} must be >= 1", p.n);
+  if (p.top_logprobs < 0 || p.top_logprobs > 20) return fmt::format("top_logprobs {} must be in [0, 20]", p.top_logprobs);
+  for (int32_t t : p.stop_token_ids) {
+    if (t < 0 || t >= n_vocab) return fmt::format("stop token id {} is out of range", t);
+  }
+  return "";
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  for (uint64_t& s : s_) s = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+float Rng::uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
+
+float log_sum_exp(std::span<const float> logits) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v - mx));
+  return mx + static_cast<float>(std::log(sum));
+}
+
+SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& h,
+                             Rng& rng) {
+  const int32_t V = static_cast<int32_t>(logits.size());
+  SampleResult out;
+  // Logprobs describe the model's distribution, before any processing.
+  float lse = 0.0f;
+  if (p.logprobs || p.top_logprobs > 0) {
+    lse = log_sum_exp(logits);
+    if (p.top_logprobs > 0) {
+      idx_.resize(V);
+      std::iota(idx_.begin(), idx_.end(), 0);
+      const int32_t k = std::min(p.top_logprobs, V);
+      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
+      for (int32_t i = 0; i < k; ++i) out.top.push_back({idx_[i], logits[idx_[i]] - lse});
+    }
+  }
+  // The chosen token's logprob is read from the logits before processing.
+  std::vector<float> raw;
+  if (p.logprobs) raw.assign(logits.begin(), logits.end());
+
+  if (p.repetition_penalty != 1.0f) {
+    auto penalise = [&](int32_t t) {
+      float& l = logits[t];
+      l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    };
+    for (const auto& [t, c] : h.prompt) penalise(t);
+    for (const auto& [t, c] : h.output) {
+      if (!h.prompt.count(t)) penalise(t);
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    for (const auto& [t, c] : h.output) {
+      logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+    }
+  }
+
+  if (p.greedy()) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    out.token = best;
+  } else {
+    // Candidates sorted by logit (descending, ties by id for determinism).
+    idx_.resize(V);
+    std::iota(idx_.begin(), idx_.end(), 0);
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    int32_t n = V;
+    if (p.top_k > 0 && p.top_k < V) {
+      n = p.top_k;
+      std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
+    } else {
+      std::sort(idx_.begin(), idx_.end(), by_logit);
+    }
+    probs_.resize(n);
+    const float inv_t = 1.0f / p.temperature;
+    const float mx = logits[idx_[0]] * inv_t;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+      probs_[i] = std::exp(logits[idx_[i]] * inv_t - mx);
+      sum += probs_[i];
+    }
+    for (int32_t i = 0; i < n; ++i) probs_[i] = static_cast<float>(probs_[i] / sum);
+    if (p.top_p < 1.0f) {
+      double cum = 0.0;
+      int32_t keep = n;
+      for (int32_t i = 0; i < n; ++i) {
+        cum += probs_[i];
+        if (cum >= p.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      n = keep;
+    }
+    if (p.min_p > 0.0f) {
+      const float floor = p.min_p * probs_[0];
+      int32_t keep = 1;
+      while (keep < n && probs_[keep] >= floor) ++keep;
+      n = keep;
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < n; ++i) total += probs_[i];
+    const double r = static_cast<double>(rng.uniform()) * total;
+    double cum = 0.0;
+    out.token = idx_[n - 1];
+    for (int32_t i = 0; i < n; ++i) {
+      cum += probs_[i];
+      if (r < cum) {
+        out.token = idx_[i];
+        break;
+      }
+    }
+  }
+  if (p.logprobs) out.logprob = raw[out.token] - lse;
+  return out;
+}
+
+}  // namespace tessera::engine

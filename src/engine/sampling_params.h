@@ -1,0 +1,42 @@
+// Everything that decides how one request turns logits into tokens and when
+// it stops. One struct, shared by the CLI, the batch mode and the server.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::engine {
+
+struct SamplingParams {
+  // Decoding. temperature 0 means greedy.
+  float temperature = 1.0f;
+  int32_t top_k = 0;        // 0: off
+  float top_p = 1.0f;       // 1: off
+  float min_p = 0.0f;       // 0: off; keep tokens with p >= min_p * p_max
+  // Penalties. repetition: HF/llama.cpp style over prompt and output;
+  // presence/frequency: OpenAI style over output tokens so far.
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;  // unset: drawn from the engine's seed source
+
+  // Stopping.
+  int32_t max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;         // stop strings (not emitted)
+  std::vector<int32_t> stop_token_ids;   // extra end tokens
+
+  // Outputs.
+  int32_t n = 1;               // parallel samples sharing the prompt
+  bool logprobs = false;       // logprob of each chosen token
+  int32_t top_logprobs = 0;    // and of the top alternatives
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// Returns an empty string if `p` is valid, else what is wrong (for a 400).
+std::string validate(const SamplingParams& p, int64_t n_vocab);
+
+}  // namespace tessera::engine

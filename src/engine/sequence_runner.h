@@ -1,0 +1,54 @@
+// Runs one sequence through a model without the scheduler: the path used by
+// `tessera perplexity`, by tests that need logits of a single sequence, and
+// by anything that wants "evaluate these tokens" without batching. Uses the
+// same paged KV cache and forward pass as the engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kv/kv_manager.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace tessera::engine {
+
+struct SequenceRunnerOptions {
+  int64_t n_ctx = 0;           // 0: the model's training context
+  int32_t block_size = 16;
+  DType kv_type = DType::kF32;
+  int64_t max_batch_tokens = 512;  // tokens per forward pass when appending many
+};
+
+class SequenceRunner {
+ public:
+  SequenceRunner(const Model& model, const SequenceRunnerOptions& options, ThreadPool& pool);
+
+  int64_t n_past() const { return table_.num_tokens; }
+  int64_t n_ctx() const { return n_ctx_; }
+  const Model& model() const { return model_; }
+
+  // Drops the sequence (frees its blocks).
+  void reset();
+
+  // Appends tokens and computes them. Returns the logits of the last token
+  // ([n_vocab]), or of every appended token ([n, n_vocab]) when all_logits.
+  // Throws Error(kOutOfRange) if the context would overflow.
+  std::span<const float> append(std::span<const int32_t> tokens, bool all_logits = false);
+
+  ForwardState& state() { return state_; }
+
+ private:
+  const Model& model_;
+  SequenceRunnerOptions opt_;
+  int64_t n_ctx_;
+  kv::KvManager kv_manager_;
+  KvCache kv_cache_;
+  kv::BlockTable table_;
+  ForwardState state_;
+  ForwardBatch batch_;
+  AlignedBuffer<float> all_logits_;
+};
+
+}  // namespace tessera::engine

@@ -1,0 +1,68 @@
+// Attention over a paged KV cache, FlashAttention-style: keys and values are
+// read block by block through each sequence's block table, scores are
+// reduced with an online softmax (running max and sum, rescaled as new
+// blocks arrive), and the full score matrix is never materialised. Memory is
+// O(block) per worker whatever the context length.
+//
+// KV layout, per layer, for K and for V alike:
+//   [num_blocks][n_kv_heads][block_size][head_dim]
+// so one (block, kv head) tile of keys is block_size * head_dim contiguous
+// values: loaded once and used by every query head of its GQA group and by
+// every query token of the sequence in the step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+#include "kernels/kernel_context.h"
+
+namespace tessera::kernels {
+
+struct KvLayerView {
+  DType type = DType::kF32;  // F32, F16 or BF16
+  uint8_t* k = nullptr;      // [num_blocks][n_kv_heads][block_size][head_dim]
+  uint8_t* v = nullptr;      // same layout as k
+  int32_t block_size = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+
+  size_t elem_bytes() const { return type == DType::kF32 ? 4 : 2; }
+  size_t tile_elems() const { return static_cast<size_t>(block_size) * head_dim; }
+  size_t block_bytes() const { return tile_elems() * n_kv_heads * elem_bytes(); }
+};
+
+bool kv_type_supported(DType type);
+
+// One sequence's share of a step. Its query rows are q[q_begin, q_begin +
+// q_len); query i sits at position kv_len - q_len + i and attends causally to
+// keys at positions [0, that position]. block_table covers kv_len tokens.
+struct AttentionSeq {
+  int32_t q_begin = 0;
+  int32_t q_len = 0;
+  int32_t kv_len = 0;
+  const int32_t* block_table = nullptr;
+};
+
+struct AttentionShape {
+  int32_t n_heads = 0;     // query heads; a multiple of kv.n_kv_heads (GQA)
+  float scale = 1.0f;      // usually 1/sqrt(head_dim)
+};
+
+// Writes the K and V rows of n_tokens new tokens into their slots
+// (slot = block * block_size + offset). k, v: [n_tokens, stride] f32 with
+// n_kv_heads * head_dim values used per row.
+void store_kv(const KvLayerView& kv, const float* k, const float* v, int64_t stride,
+              const int64_t* slots, int64_t n_tokens, Isa isa);
+
+// out[row, h * head_dim + d] = softmax(q_row_h . K^T * scale) V, per
+// sequence. q, out: [total query rows, stride] f32, n_heads * head_dim used.
+void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out,
+                     int64_t out_stride, std::span<const AttentionSeq> seqs,
+                     const AttentionShape& shape, const KernelContext& ctx);
+
+// Copies every layer's K and V of block src to block dst.
+void copy_block(const KvLayerView& kv, int32_t src, int32_t dst);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,59 @@
+// Block layouts of the quantized GGUF types, byte for byte as ggml defines
+// them (the file is the contract). Plain structs, no code: safe to include
+// from every per-ISA translation unit.
+#pragma once
+
+#include <cstdint>
+
+#include "core/fp16.h"
+
+namespace tessera::kernels {
+
+constexpr int kQK = 32;    // elements per block of the *_0 types
+constexpr int kQK_K = 256; // elements per super-block of the K types
+
+// 32 weights = d * (q - 8), q in 0..15; element j in the low nibble of
+// qs[j], element j+16 in the high nibble.
+struct BlockQ4_0 {
+  fp16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// 32 weights = d * q, q in -127..127.
+struct BlockQ8_0 {
+  fp16_t d;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// 256 weights in 8 sub-blocks of 32: w = d * sc[s] * q - dmin * m[s], with
+// 6-bit sc and m packed into `scales` and 4-bit q.
+struct BlockQ4_K {
+  fp16_t d;
+  fp16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// 256 weights in 16 sub-blocks of 16: w = d * scales[s] * (q - 32), q 6-bit:
+// low 4 bits in ql, high 2 bits in qh.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  fp16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Activation format for dot products with K-type weights: 256 int8 values,
+// one float scale, and the sums of each group of 16 (for the min terms).
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+static_assert(sizeof(BlockQ8_K) == 292);
+
+}  // namespace tessera::kernels

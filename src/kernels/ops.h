@@ -1,0 +1,33 @@
+// Element-wise and row-wise operations of a transformer layer, on f32
+// activations. Each dispatches on ctx-free `isa` to a scalar reference or a
+// vector version; results match the reference within float rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu.h"
+
+namespace tessera::kernels {
+
+// y = x / sqrt(mean(x^2) + eps) * weight, over one row of n.
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps, Isa isa);
+
+// Rotary position embedding, in place, on n_heads heads of head_dim for one
+// token at position `pos`. Only the first n_rot dims of each head rotate.
+// Normal (GPT-J / llama) ordering rotates pairs (2i, 2i+1); NeoX ordering
+// rotates (i, i + n_rot/2). theta_i = pos * freq_scale * base^(-2i/n_rot).
+struct RopeParams {
+  int64_t n_rot = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  bool neox = false;
+};
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n, Isa isa);
+
+// y[i] += x[i]
+void add_inplace(float* y, const float* x, int64_t n, Isa isa);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,31 @@
+// Per-step input to a model's forward pass: the flattened ragged batch the
+// scheduler built. Passed explicitly to forward(); nothing lives in globals.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+
+namespace tessera {
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [n_tokens] token ids, sequences back to back
+  std::vector<int32_t> positions;  // [n_tokens] RoPE position of each token
+  std::vector<int64_t> slots;      // [n_tokens] KV slot each token's K/V is written to
+  // One entry per sequence: its query rows and block table (the pointers
+  // refer to block tables owned by the caller and must outlive forward()).
+  std::vector<kernels::AttentionSeq> seqs;
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    slots.clear();
+    seqs.clear();
+    logit_rows.clear();
+  }
+};
+
+}  // namespace tessera

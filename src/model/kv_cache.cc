@@ -1,0 +1,46 @@
+#include "model/kv_cache.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessera {
+
+size_t KvCache::bytes_per_block(const ModelConfig& c, int32_t block_size, DType type) {
+  const size_t eb = type == DType::kF32 ? 4 : 2;
+  return 2 * static_cast<size_t>(c.n_layer) * static_cast<size_t>(c.kv_dim()) * block_size * eb;
+}
+
+int32_t KvCache::blocks_for_memory(const ModelConfig& c, int32_t block_size, DType type, size_t bytes) {
+  const size_t per = bytes_per_block(c, block_size, type);
+  const size_t n = bytes / per;
+  return static_cast<int32_t>(std::clamp<size_t>(n, 2, size_t{1} << 24));
+}
+
+KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape) {
+  TESSERA_CHECK(kernels::kv_type_supported(shape.type), kInvalidArgument,
+                "KV cache type {} is not supported (f32, f16, bf16)", dtype_name(shape.type));
+  TESSERA_CHECK(shape.num_blocks >= 2, kInvalidArgument, "KV cache needs at least 2 blocks");
+  kernels::KvLayerView proto;
+  proto.type = shape.type;
+  proto.block_size = shape.block_size;
+  proto.n_kv_heads = static_cast<int32_t>(c.n_head_kv);
+  proto.head_dim = static_cast<int32_t>(c.head_dim);
+  const size_t layer_bytes = proto.block_bytes() * static_cast<size_t>(shape.num_blocks);
+  k_.resize(layer_bytes * c.n_layer);
+  v_.resize(layer_bytes * c.n_layer);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    kernels::KvLayerView v = proto;
+    v.k = k_.data() + layer_bytes * l;
+    v.v = v_.data() + layer_bytes * l;
+    views_.push_back(v);
+  }
+}
+
+void KvCache::apply(std::span<const kv::CopyOp> copies) {
+  for (const kv::CopyOp& op : copies) {
+    for (const kernels::KvLayerView& v : views_) kernels::copy_block(v, op.src, op.dst);
+  }
+}
+
+}  // namespace tessera

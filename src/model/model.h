@@ -1,0 +1,68 @@
+// The interface every architecture implements, and loading a model file.
+//
+// A model file (llama.cc, ...) describes topology only: which kernels run in
+// which order on which weights. Memory for activations lives in
+// ForwardState, KV memory in KvCache, and the step's metadata in
+// ForwardBatch, all passed in explicitly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/aligned_buffer.h"
+#include "kernels/kernel_context.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/gguf.h"
+#include "model/kv_cache.h"
+
+namespace tessera {
+
+// A debug tap: called with named intermediates ("attn_norm", layer 3, ...)
+// so tests can compare any of them with a reference. `data` is
+// [rows, cols] with row stride `stride` floats.
+using ForwardTap = std::function<void(std::string_view name, int64_t layer, const float* data,
+                                      int64_t rows, int64_t cols, int64_t stride)>;
+
+// Scratch and outputs of forward(). Buffers grow to the largest batch seen.
+struct ForwardState {
+  kernels::KernelContext ctx;
+  kernels::Workspace ws;
+  ForwardTap tap;                  // optional
+  AlignedBuffer<float> logits;     // [n_logit_rows, n_vocab] after forward()
+  // Activations, [n_tokens, width] each.
+  AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+
+  // Runs one step: writes the K/V of batch tokens into `kv`, and the logits
+  // of batch.logit_rows into state.logits.
+  virtual void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const = 0;
+
+  // Bytes of weights one decode step reads (all matrices, one embedding
+  // row): the numerator of the decode roofline.
+  virtual size_t bytes_per_token() const = 0;
+};
+
+// A model file, mapped, with its model built from it. The GGUF mapping stays
+// alive as long as this does (weights are used in place).
+struct LoadedModel {
+  std::shared_ptr<gguf::File> file;
+  std::unique_ptr<Model> model;
+};
+
+// Opens a GGUF file and builds the model its general.architecture names.
+// Throws Error with a precise message for anything missing or unsupported.
+LoadedModel load_model(const std::string& path);
+
+// The architectures load_model() knows, by general.architecture name.
+bool architecture_supported(std::string_view arch);
+
+}  // namespace tessera

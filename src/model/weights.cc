@@ -1,0 +1,50 @@
+#include "model/weights.h"
+
+#include "core/error.h"
+#include "kernels/quant.h"
+
+namespace tessera {
+namespace {
+
+const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, int n_dims, const int64_t* ne) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  bool ok = true;
+  for (int d = 0; d < 4; ++d) ok = ok && t.ne[d] == (d < n_dims ? ne[d] : 1);
+  if (!ok) {
+    std::string want = "[";
+    for (int d = 0; d < n_dims; ++d) want += fmt::format("{}{}", d ? ", " : "", ne[d]);
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has shape {}, expected {}]", f.path(), name,
+         t.shape_string(), want);
+  }
+  return t;
+}
+
+}  // namespace
+
+kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
+  const int64_t ne[2] = {cols, rows};
+  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+  if (!kernels::matmul_supports(t.type)) {
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has type {}, which Tessera cannot multiply "
+         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", f.path(), name, dtype_name(t.type));
+  }
+  kernels::WeightView w;
+  w.type = t.type;
+  w.data = t.data;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = row_bytes(t.type, cols);
+  return w;
+}
+
+std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = checked(f, name, 1, &n);
+  if (!kernels::can_dequantize(t.type)) {
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has unsupported type {}", f.path(), name, dtype_name(t.type));
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  kernels::dequantize_row(t.type, t.data, out.data(), n);
+  return out;
+}
+
+}  // namespace tessera

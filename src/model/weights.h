@@ -1,0 +1,25 @@
+// Fetching weights from a GGUF file by name with their shapes checked, so a
+// model file that does not match its architecture fails at load with the
+// tensor's name, expected and actual shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/gguf.h"
+
+namespace tessera {
+
+// A matrix of `rows` output features by `cols` inputs, in GGUF order
+// (ne = [cols, rows]). Must be a type the matmul kernels handle.
+kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
+
+// A vector of n values (norm weights, biases), converted to f32.
+std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);
+
+// Bytes of a matrix (for the roofline).
+inline size_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * static_cast<size_t>(w.rows); }
+
+}  // namespace tessera
