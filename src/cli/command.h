@@ -32,6 +32,7 @@ struct CommandRegistrar {
 
 #define TESSERA_CONCAT_INNER(a, b) a##b
 #define TESSERA_CONCAT(a, b) TESSERA_CONCAT_INNER(a, b)
-#define TESSERA_COMMAND(name, help, setup)                                                  \
+// The setup lambda is variadic so commas inside it need no parentheses.
+#define TESSERA_COMMAND(name, help, ...)                                                    \
   static const ::tessera::cli::CommandRegistrar TESSERA_CONCAT(tessera_command_, __LINE__)( \
-      ::tessera::cli::Command{name, help, setup})
+      ::tessera::cli::Command{name, help, __VA_ARGS__})

@@ -1,0 +1,190 @@
+#include "model/synthetic.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "kernels/quant.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+
+namespace tessera {
+namespace {
+
+// llama.cpp's general.file_type numbering, for display in its loader.
+uint32_t file_type_of(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Each row draws from its own stream (seed, tensor, row), so the weights do
+// not depend on the thread count.
+void fill_gaussian_rows(float* out, int64_t cols, uint64_t stream, float stddev) {
+  engine::Rng rng(stream);
+  for (int64_t i = 0; i < cols; i += 2) {
+    // Box-Muller
+    const float u1 = std::max(rng.uniform(), 1e-7f);
+    const float u2 = rng.uniform();
+    const float r = std::sqrt(-2.0f * std::log(u1)) * stddev;
+    out[i] = r * std::cos(6.2831853f * u2);
+    if (i + 1 < cols) out[i + 1] = r * std::sin(6.2831853f * u2);
+  }
+}
+
+struct TensorPlan {
+  std::string name;
+  DType type;
+  int64_t cols, rows;
+  float stddev;  // 0: a norm vector near 1
+};
+
+}  // namespace
+
+SyntheticModelSpec preset_spec(const std::string& name) {
+  SyntheticModelSpec s;
+  if (name == "tiny") {
+    s.n_embd = 64; s.n_layer = 2; s.n_head = 4; s.n_head_kv = 2; s.n_ff = 128; s.n_ctx = 2048;
+  } else if (name == "110m") {
+    s.n_embd = 768; s.n_layer = 12; s.n_head = 12; s.n_head_kv = 12; s.n_ff = 2048; s.n_ctx = 4096;
+  } else if (name == "1b") {
+    s.n_embd = 2048; s.n_layer = 16; s.n_head = 32; s.n_head_kv = 8; s.n_ff = 8192; s.n_ctx = 4096;
+  } else {
+    fail(ErrorCode::kInvalidArgument, "unknown preset '{}' (tiny, 110m, 1b)", name);
+  }
+  return s;
+}
+
+void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {
+  SyntheticModelSpec s = spec;
+  TESSERA_CHECK(s.arch == "llama" || s.arch == "qwen2", kInvalidArgument, "arch '{}' must be llama or qwen2", s.arch);
+  TESSERA_CHECK(s.n_embd > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_head_kv > 0 && s.n_ff > 0, kInvalidArgument,
+                "model dimensions must be positive");
+  TESSERA_CHECK(s.n_head % s.n_head_kv == 0, kInvalidArgument, "heads {} not a multiple of kv heads {}", s.n_head, s.n_head_kv);
+  if (s.head_dim == 0) {
+    TESSERA_CHECK(s.n_embd % s.n_head == 0, kInvalidArgument, "dim {} not a multiple of heads {}", s.n_embd, s.n_head);
+    s.head_dim = s.n_embd / s.n_head;
+  }
+  if (s.n_rot == 0) s.n_rot = s.head_dim;
+  TESSERA_CHECK(s.n_rot % 2 == 0 && s.n_rot <= s.head_dim, kInvalidArgument, "rope dims {} must be even and <= head dim {}", s.n_rot, s.head_dim);
+  TESSERA_CHECK(kernels::can_quantize(s.type), kInvalidArgument, "cannot write weights of type {}", dtype_name(s.type));
+  const DType out_type = s.output_type.value_or(s.type);
+  TESSERA_CHECK(kernels::can_quantize(out_type), kInvalidArgument, "cannot write weights of type {}", dtype_name(out_type));
+
+  gguf::Writer w;
+  const std::string a = s.arch + ".";
+  w.set_string("general.architecture", s.arch);
+  w.set_string("general.name", fmt::format("tessera-synthetic-{}x{}", s.n_layer, s.n_embd));
+  w.set_u32("general.file_type", file_type_of(s.type));
+  w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  if (s.head_dim != s.n_embd / s.n_head) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
+  }
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
+  w.set_f32(a + "rope.freq_base", s.rope_freq_base);
+
+  int64_t n_vocab = s.n_vocab;
+  if (!s.vocab_from.empty()) {
+    const gguf::File vocab = gguf::File::open(s.vocab_from);
+    for (const auto& [k, v] : vocab.metadata()) {
+      if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);
+    }
+    n_vocab = static_cast<int64_t>(vocab.get_array("tokenizer.ggml.tokens").size());
+  } else {
+    TESSERA_CHECK(n_vocab > 0, kInvalidArgument, "give --vocab-from FILE or a vocabulary size");
+    // A minimal SentencePiece-style vocabulary: <unk>, <s>, </s>, then pieces.
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("tok{}", i));
+      scores.push_back(-static_cast<float>(i));
+      types.push_back(i == 0 ? 2 : i < 3 ? 3 : 1);
+    }
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_strings("tokenizer.ggml.tokens", tokens);
+    w.set_f32s("tokenizer.ggml.scores", scores);
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  }
+
+  const int64_t E = s.n_embd, Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, F = s.n_ff;
+  // Scaled like common initialisations (std 0.02, output projections shrunk
+  // by depth) so activations stay in a realistic range through the layers.
+  const float std_in = 0.02f;
+  const float std_out = 0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer));
+  std::vector<TensorPlan> plan;
+  plan.push_back({"token_embd.weight", s.type, E, n_vocab, std_in});
+  plan.push_back({"output_norm.weight", DType::kF32, E, 1, 0.0f});
+  if (!s.tied_output) plan.push_back({"output.weight", out_type, E, n_vocab, std_in});
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    auto n = [&](const char* t) { return fmt::format("blk.{}.{}", il, t); };
+    plan.push_back({n("attn_norm.weight"), DType::kF32, E, 1, 0.0f});
+    plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
+    plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
+    plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
+    if (s.arch == "qwen2") {
+      plan.push_back({n("attn_q.bias"), DType::kF32, Q, 1, std_in});
+      plan.push_back({n("attn_k.bias"), DType::kF32, KV, 1, std_in});
+      plan.push_back({n("attn_v.bias"), DType::kF32, KV, 1, std_in});
+    }
+    plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
+    plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
+    plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
+    plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
+    plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
+  }
+
+  ThreadPool pool(n_threads);
+  for (const TensorPlan& t : plan) {
+    const DTypeTraits tr = dtype_traits(t.type);
+    TESSERA_CHECK(t.cols % tr.block_size == 0, kInvalidArgument,
+                  "tensor '{}': {} columns is not a multiple of the {} block size {}; choose dims "
+                  "that are multiples of {}", t.name, t.cols, tr.name, tr.block_size, tr.block_size);
+    const bool is_norm = t.stddev == 0.0f;
+    std::vector<int64_t> ne = t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows};
+    const uint64_t stream = s.seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
+    w.add_tensor(t.name, t.type, ne, [t, stream, is_norm, &pool](uint8_t* out, size_t) {
+      const size_t rb = row_bytes(t.type, t.cols);
+      pool.parallel_for(t.rows, 1, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(static_cast<size_t>(t.cols));
+        for (int64_t r = r0; r < r1; ++r) {
+          if (is_norm) {
+            // Norm weights near 1 with some spread, so a reference that
+            // ignored them would not match.
+            fill_gaussian_rows(row.data(), t.cols, stream + static_cast<uint64_t>(r), 0.1f);
+            for (float& v : row) v += 1.0f;
+          } else {
+            fill_gaussian_rows(row.data(), t.cols, stream + static_cast<uint64_t>(r), t.stddev);
+          }
+          kernels::quantize_row(t.type, row.data(), out + rb * static_cast<size_t>(r), t.cols);
+        }
+      });
+    });
+  }
+  w.write(path);
+}
+
+}  // namespace tessera
