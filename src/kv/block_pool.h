@@ -62,6 +62,8 @@ class BlockPool {
   std::optional<BlockId> lookup_and_retain(uint64_t hash);
   // Whether a block with these contents exists (no side effects).
   bool contains_hash(uint64_t hash) const { return by_hash_.count(hash) != 0; }
+  // Forgets the contents hash of one block (its contents are about to change).
+  void clear_hash(BlockId id) { drop_hash(id); }
   // Drops every cached hash (e.g. on adapter change); used blocks unaffected.
   void clear_hashes();
 

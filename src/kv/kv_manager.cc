@@ -64,6 +64,9 @@ void KvManager::truncate(BlockTable& t, int64_t num_tokens) {
   }
   t.num_tokens = num_tokens;
   if (num_tokens % block_size_ != 0 && pool_.ref_count(t.blocks.back()) == 1) {
+    // The block is partial again and will be written: its cached identity
+    // no longer describes it.
+    pool_.clear_hash(t.blocks.back());
     fill_[t.blocks.back()] = static_cast<int32_t>(num_tokens % block_size_);
   }
 }

@@ -1,0 +1,309 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+#include "engine/stop_checker.h"
+#include "model/tokenizer.h"
+
+namespace tessera::engine {
+namespace {
+
+constexpr size_t kDefaultKvBytesCap = size_t{1} << 30;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int32_t choose_num_blocks(const Model& m, const EngineConfig& c, int64_t max_model_len) {
+  if (c.num_kv_blocks > 0) return c.num_kv_blocks + 1;  // + the null block
+  const size_t per_block = KvCache::bytes_per_block(m.config(), c.block_size, c.kv_type);
+  size_t bytes = c.kv_memory_bytes;
+  if (bytes == 0) {
+    const int64_t tokens = static_cast<int64_t>(c.max_num_seqs) * max_model_len;
+    const size_t want = per_block * static_cast<size_t>((tokens + c.block_size - 1) / c.block_size + 1);
+    bytes = std::min(want, kDefaultKvBytesCap);
+  }
+  return KvCache::blocks_for_memory(m.config(), c.block_size, c.kv_type, bytes);
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfig& config)
+    : model_(model), tokenizer_(tokenizer), config_(config) {
+  if (config_.max_model_len <= 0) config_.max_model_len = model.config().n_ctx_train;
+  TESSERA_CHECK(config_.block_size >= 1 && config_.block_size <= 1024, kInvalidArgument,
+                "block size {} must be in 1..1024", config_.block_size);
+  pool_ = std::make_unique<ThreadPool>(config_.threads);
+  const int32_t n_blocks = choose_num_blocks(model, config_, config_.max_model_len);
+  kv_manager_ = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, n_blocks});
+  kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type});
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.max_model_len = config_.max_model_len;
+  sc.enable_prefix_caching = config_.enable_prefix_caching;
+  scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
+  runner_ = std::make_unique<ModelRunner>(model, *kv_cache_, *pool_);
+  seed_source_ = Rng(config_.seed != 0 ? config_.seed : std::random_device{}());
+  update_stats();
+}
+
+Engine::~Engine() = default;
+
+namespace {
+// Sample i of a request draws from its own stream of the request's seed, so
+// seeded requests are reproducible and parallel samples differ.
+Rng sample_rng(uint64_t seed, int32_t index) { return Rng(seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index)); }
+}  // namespace
+
+RequestId Engine::add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb) {
+  TESSERA_CHECK(tokenizer_ != nullptr, kInvalidArgument, "this engine has no tokenizer; send token ids");
+  return add_request(tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/true), params, std::move(cb));
+}
+
+RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb) {
+  const int64_t V = model_.config().n_vocab;
+  const std::string bad = validate(params, V);
+  TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
+  for (int32_t t : prompt) {
+    TESSERA_CHECK(t >= 0 && t < V, kInvalidArgument, "prompt token id {} is out of range (vocabulary of {})", t, V);
+  }
+  TESSERA_CHECK(params.n <= config_.max_num_seqs, kInvalidArgument, "n = {} exceeds the engine's {} sequences",
+                params.n, config_.max_num_seqs);
+  const std::string why = scheduler_->check_admissible(static_cast<int64_t>(prompt.size()), params.max_tokens);
+  TESSERA_CHECK(why.empty(), kOutOfRange, "{}", why);
+
+  auto r = std::make_unique<Request>();
+  r->num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  r->tokens = std::move(prompt);
+  r->params = params;
+  for (int32_t t : r->tokens) ++r->history.prompt[t];
+  if (tokenizer_ != nullptr) r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+  r->arrival = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  r->id = r->group = next_id_++;
+  r->seed = params.seed ? *params.seed : seed_source_.next();
+  r->rng = sample_rng(r->seed, 0);
+  const RequestId id = r->id;
+  inbox_.push_back({std::move(r), std::move(cb)});
+  unfinished_.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborts_.push_back(id);
+}
+
+bool Engine::has_unfinished() const { return unfinished_.load(std::memory_order_relaxed) > 0; }
+
+void Engine::drain_inbox(std::vector<RequestOutput>& outputs) {
+  std::vector<Pending> adds;
+  std::vector<RequestId> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adds.swap(inbox_);
+    aborts.swap(aborts_);
+  }
+  for (Pending& p : adds) {
+    const RequestId id = p.req->id;
+    prompt_tokens_total_ += p.req->num_prompt_tokens;
+    if (p.cb) callbacks_[id] = std::move(p.cb);
+    groups_[id] = {id};
+    scheduler_->add(std::move(p.req));
+  }
+  for (RequestId id : aborts) {
+    std::vector<RequestId> members;
+    if (auto g = groups_.find(id); g != groups_.end()) {
+      members = g->second;
+    } else {
+      members = {id};
+    }
+    for (RequestId m : members) {
+      Request* r = scheduler_->find(m);
+      if (r == nullptr || r->finished()) continue;
+      RequestOutput out = make_output(*r);
+      finish(r, FinishReason::kAbort, /*flush=*/false, out);
+      emit(outputs, std::move(out));
+    }
+  }
+}
+
+RequestOutput Engine::make_output(const Request& r) const {
+  RequestOutput o;
+  o.id = r.id;
+  o.group = r.group;
+  o.index = r.index;
+  o.num_prompt_tokens = r.num_prompt_tokens;
+  o.num_cached_tokens = r.num_cached_tokens;
+  return o;
+}
+
+void Engine::finish(Request* r, FinishReason reason, bool flush, RequestOutput& out) {
+  // Text held back for a possible stop string, or still in the UTF-8
+  // decoder, is real output when the request ends for another reason.
+  if (flush) {
+    std::string rest = r->decoder ? r->decoder->flush() : std::string();
+    StopMatch m = check_stop_strings(r->held_text, rest, r->params.stop);
+    out.text += m.emit;
+    if (m.stopped) {
+      reason = FinishReason::kStop;
+    } else {
+      out.text += r->held_text;
+    }
+    r->held_text.clear();
+  }
+  scheduler_->finish(r, reason);
+  out.finished = true;
+  out.finish_reason = reason;
+  out.num_output_tokens = r->num_output_tokens();
+  const auto now = Clock::now();
+  out.elapsed = seconds(now - r->arrival);
+  if (r->first_token_time) out.time_to_first_token = seconds(*r->first_token_time - r->arrival);
+  ++finished_total_;
+  unfinished_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Engine::emit(std::vector<RequestOutput>& outputs, RequestOutput out) {
+  if (auto it = callbacks_.find(out.id); it != callbacks_.end()) it->second(out);
+  outputs.push_back(std::move(out));
+}
+
+void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out) {
+  const int32_t tok = s.token;
+  const auto now = Clock::now();
+  r->tokens.push_back(tok);
+  r->history.add_output(tok);
+  if (!r->first_token_time) r->first_token_time = now;
+  r->last_token_time = now;
+  ++generation_tokens_total_;
+  out.new_tokens.push_back(tok);
+  if (r->params.logprobs) out.logprobs.push_back(s.logprob);
+  if (r->params.top_logprobs > 0) out.top_logprobs.push_back(s.top);
+  out.num_output_tokens = r->num_output_tokens();
+  if (r->first_token_time) out.time_to_first_token = seconds(*r->first_token_time - r->arrival);
+  out.elapsed = seconds(now - r->arrival);
+
+  const SamplingParams& p = r->params;
+  const bool eos = !p.ignore_eos && tokenizer_ != nullptr && tokenizer_->is_eog(tok);
+  const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+  std::string delta;
+  if (r->decoder && !eos && !stop_token) delta = r->decoder->push(tok);
+  StopMatch m = check_stop_strings(r->held_text, delta, p.stop);
+  out.text += m.emit;
+  FinishReason reason = FinishReason::kNone;
+  if (m.stopped || eos || stop_token) {
+    reason = FinishReason::kStop;
+  } else if (r->num_output_tokens() >= p.max_tokens || r->num_tokens() >= config_.max_model_len) {
+    reason = FinishReason::kLength;
+  }
+  if (reason != FinishReason::kNone) finish(r, reason, /*flush=*/!m.stopped, out);
+}
+
+void Engine::fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs) {
+  const Request* after = parent;
+  for (int32_t i = 1; i < parent->params.n; ++i) {
+    auto c = std::make_unique<Request>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c->id = next_id_++;
+    }
+    c->group = parent->group;
+    c->index = i;
+    c->tokens = parent->tokens;
+    c->num_prompt_tokens = parent->num_prompt_tokens;
+    c->num_computed_tokens = parent->num_computed_tokens;
+    c->num_cached_tokens = parent->num_cached_tokens;
+    c->params = parent->params;
+    c->blocks = kv_manager_->fork(parent->blocks);  // shared, copy-on-write
+    c->block_hashes = parent->block_hashes;
+    c->num_registered_blocks = parent->num_registered_blocks;
+    c->seed = parent->seed;
+    c->rng = sample_rng(parent->seed, i);
+    c->history = parent->history;
+    if (tokenizer_ != nullptr) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+    c->arrival = parent->arrival;
+    Request* child = scheduler_->add_running_after(std::move(c), after);
+    after = child;
+    groups_[parent->group].push_back(child->id);
+    if (auto it = callbacks_.find(parent->id); it != callbacks_.end()) callbacks_[child->id] = it->second;
+    unfinished_.fetch_add(1, std::memory_order_relaxed);
+    logits_copy_.assign(logits.begin(), logits.end());
+    const SampleResult s = sampler_.sample(logits_copy_, child->params, child->history, child->rng);
+    RequestOutput out = make_output(*child);
+    append_token(child, s, out);
+    emit(outputs, std::move(out));
+  }
+}
+
+void Engine::process_sample(Request* r, std::span<float> logits, std::vector<RequestOutput>& outputs) {
+  if (r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0) fork_samples(r, logits, outputs);
+  const SampleResult s = sampler_.sample(logits, r->params, r->history, r->rng);
+  RequestOutput out = make_output(*r);
+  append_token(r, s, out);
+  emit(outputs, std::move(out));
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  drain_inbox(outputs);
+  const SchedulerOutput sched = scheduler_->schedule();
+  if (!sched.empty()) {
+    std::span<float> logits = runner_->execute(sched);
+    scheduler_->on_step_computed(sched);
+    const size_t V = static_cast<size_t>(model_.config().n_vocab);
+    size_t row = 0;
+    for (const ScheduledRequest& s : sched.scheduled) {
+      if (!s.sample) continue;
+      process_sample(s.req, logits.subspan(row * V, V), outputs);
+      ++row;
+    }
+    ++steps_total_;
+  }
+  // Finished requests are forgotten once their last output is out.
+  for (const RequestOutput& o : outputs) {
+    if (!o.finished) continue;
+    scheduler_->release(o.id);
+    callbacks_.erase(o.id);
+    auto g = groups_.find(o.group);
+    if (g != groups_.end()) {
+      bool all_done = true;
+      for (RequestId m : g->second) {
+        if (scheduler_->find(m) != nullptr) all_done = false;
+      }
+      if (all_done) groups_.erase(g);
+    }
+  }
+  update_stats();
+  return outputs;
+}
+
+void Engine::update_stats() {
+  EngineStats s;
+  s.num_running = static_cast<int64_t>(scheduler_->num_running());
+  s.num_waiting = static_cast<int64_t>(scheduler_->num_waiting());
+  const kv::BlockPoolStats ps = kv_manager_->pool().stats();
+  s.kv_blocks_used = ps.used;
+  s.kv_blocks_total = ps.total;
+  s.kv_utilization = kv_manager_->usage().utilization();
+  s.prefix_cached_blocks = ps.cached;
+  s.prefix_evictions_total = ps.evictions;
+  s.prompt_tokens_total = prompt_tokens_total_;
+  s.generation_tokens_total = generation_tokens_total_;
+  s.prefix_query_tokens_total = scheduler_->stats().prefix_query_tokens;
+  s.prefix_hit_tokens_total = scheduler_->stats().prefix_hit_tokens;
+  s.preemptions_total = scheduler_->stats().preemptions;
+  s.steps_total = steps_total_;
+  s.requests_finished_total = finished_total_;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = s;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = stats_;
+  s.num_waiting += static_cast<int64_t>(inbox_.size());
+  return s;
+}
+
+}  // namespace tessera::engine

@@ -1,0 +1,136 @@
+// The engine: requests in, tokens out, one iteration at a time.
+//
+//   step():  schedule -> execute (one forward pass) -> sample -> update
+//
+// add_request() and abort() may be called from any thread (a server's
+// handlers); step() runs on one thread (the engine loop). Outputs are
+// returned by step() and, when a callback was given, also handed to it on
+// the engine thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "kv/kv_manager.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace tessera {
+class Tokenizer;
+}
+
+namespace tessera::engine {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 512;
+  int64_t max_model_len = 0;      // 0: the model's training context
+  int32_t block_size = 16;
+  int32_t num_kv_blocks = 0;      // 0: from kv_memory_bytes
+  size_t kv_memory_bytes = 0;     // 0: enough for max_num_seqs full contexts, at most 1 GiB
+  DType kv_type = DType::kF16;
+  bool enable_prefix_caching = true;
+  int threads = 0;                // 0: all cores
+  uint64_t seed = 0;              // for requests without a seed; 0: random
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_total = 0;
+  double kv_utilization = 1.0;     // live token slots / allocated token slots
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t prefix_query_tokens_total = 0;
+  int64_t prefix_hit_tokens_total = 0;
+  int64_t prefix_cached_blocks = 0;
+  int64_t prefix_evictions_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t steps_total = 0;
+  int64_t requests_finished_total = 0;
+};
+
+class Engine {
+ public:
+  // `tokenizer` may be null (then outputs carry no text and text prompts
+  // are rejected). Model and tokenizer must outlive the engine.
+  Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfig& config);
+  ~Engine();
+
+  // Validates and queues a request; returns its id (for n > 1, the id of the
+  // first sample; the others are reported with the same group id). Throws
+  // Error(kInvalidArgument / kOutOfRange) with a message fit for a client.
+  RequestId add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb = {});
+  RequestId add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb = {});
+
+  // Aborts a request (or every sample of a group); its blocks are freed at
+  // the start of the next step. Unknown ids are ignored.
+  void abort(RequestId id);
+
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const;
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return model_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+
+  // For tests: the KV manager's pool (call only from the engine thread).
+  const kv::KvManager& kv_manager() const { return *kv_manager_; }
+
+ private:
+  struct Pending {
+    std::unique_ptr<Request> req;
+    OutputCallback cb;
+  };
+  void drain_inbox(std::vector<RequestOutput>& outputs);
+  void process_sample(Request* r, std::span<float> logits, std::vector<RequestOutput>& outputs);
+  void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);
+  void append_token(Request* r, const SampleResult& s, RequestOutput& out);
+  RequestOutput make_output(const Request& r) const;
+  // flush: emit text still held back (not after a matched stop string or an abort).
+  void finish(Request* r, FinishReason reason, bool flush, RequestOutput& out);
+  void emit(std::vector<RequestOutput>& outputs, RequestOutput out);
+  void update_stats();
+
+  const Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<kv::KvManager> kv_manager_;
+  std::unique_ptr<KvCache> kv_cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  Sampler sampler_;
+  Rng seed_source_;
+  std::vector<float> logits_copy_;
+
+  std::unordered_map<RequestId, OutputCallback> callbacks_;      // engine thread only
+  std::unordered_map<RequestId, std::vector<RequestId>> groups_; // group -> members
+
+  mutable std::mutex mu_;  // guards the inbox, next_id_ and stats_
+  std::vector<Pending> inbox_;
+  std::vector<RequestId> aborts_;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  int64_t steps_total_ = 0;
+  int64_t finished_total_ = 0;
+  std::atomic<int64_t> unfinished_{0};
+};
+
+}  // namespace tessera::engine

@@ -1,0 +1,97 @@
+// A request's state as the engine sees it. vLLM v1's rule: there is no
+// prefill or decode phase; a request has num_tokens (prompt + output so far)
+// and num_computed_tokens (those whose KV is in the cache), and each step
+// computes some of the difference.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "kv/kv_manager.h"
+
+namespace tessera {
+class StreamingDecoder;
+}
+
+namespace tessera::engine {
+
+using RequestId = uint64_t;
+using Clock = std::chrono::steady_clock;
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+
+// OpenAI's finish_reason vocabulary, plus the engine's own.
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct Request {
+  RequestId id = 0;
+  int32_t index = 0;            // which of the n samples of its prompt (0..n-1)
+  RequestId group = 0;          // id of the first sample; shared by all n
+  std::vector<int32_t> tokens;  // prompt followed by output
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;
+  SamplingParams params;
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;            // for kError
+
+  kv::BlockTable blocks;
+  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int32_t num_preemptions = 0;
+  // Block hashes of this request's full blocks so far (prefix caching), and
+  // how many of its blocks are registered in the cache under them.
+  std::vector<uint64_t> block_hashes;
+  int64_t num_registered_blocks = 0;
+
+  uint64_t seed = 0;  // the request's seed (sample i draws from stream i of it)
+  Rng rng;
+  TokenHistory history;
+  std::vector<TokenLogprob> pending_top;  // top logprobs of the latest token
+
+  // Output text state: decoded so far, and the tail withheld because it
+  // could be the start of a stop string.
+  std::unique_ptr<StreamingDecoder> decoder;
+  std::string held_text;
+
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_token_time;
+  Clock::time_point last_token_time;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool finished() const { return status == RequestStatus::kFinished; }
+
+  Request();
+  ~Request();
+  Request(Request&&) noexcept;
+  Request& operator=(Request&&) noexcept;
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  RequestId id = 0;
+  RequestId group = 0;
+  int32_t index = 0;
+  std::vector<int32_t> new_tokens;
+  std::string text;  // detokenized delta (stop-string text withheld)
+  std::vector<float> logprobs;                   // per new token, when asked
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  int64_t num_cached_tokens = 0;
+  // Seconds since arrival, for metrics and the batch mode's timings.
+  double time_to_first_token = 0.0;
+  double elapsed = 0.0;
+};
+
+}  // namespace tessera::engine

@@ -1,0 +1,190 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "kv/prefix_hash.h"
+
+namespace tessera::engine {
+
+Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager& kv) : config_(config), kv_(kv) {
+  TESSERA_CHECK(config.max_num_seqs >= 1, kInvalidArgument, "max_num_seqs must be >= 1");
+  TESSERA_CHECK(config.max_num_batched_tokens >= 1, kInvalidArgument, "max_num_batched_tokens must be >= 1");
+}
+
+std::string Scheduler::check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const {
+  if (num_prompt_tokens <= 0) return "the prompt is empty";
+  if (num_prompt_tokens >= config_.max_model_len) {
+    return fmt::format("the prompt has {} tokens but this model's maximum context length is {} tokens",
+                       num_prompt_tokens, config_.max_model_len);
+  }
+  if (num_prompt_tokens + max_tokens > config_.max_model_len) {
+    return fmt::format("this model's maximum context length is {} tokens; the request needs {} "
+                       "({} in the prompt, {} for the completion)",
+                       config_.max_model_len, num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens);
+  }
+  const int64_t bs = kv_.block_size();
+  const int64_t blocks = (num_prompt_tokens + max_tokens + bs - 1) / bs;
+  const int64_t total = kv_.pool().num_blocks() - 1;
+  if (blocks > total) {
+    return fmt::format("the request needs {} KV blocks ({} tokens) but the whole cache has {}; "
+                       "lower max_tokens or give the server more --kv-memory",
+                       blocks, num_prompt_tokens + max_tokens, total);
+  }
+  return "";
+}
+
+Request* Scheduler::add(std::unique_ptr<Request> req) {
+  Request* r = req.get();
+  r->status = RequestStatus::kWaiting;
+  requests_.emplace(r->id, std::move(req));
+  waiting_.push_back(r);
+  return r;
+}
+
+Request* Scheduler::add_running_after(std::unique_ptr<Request> req, const Request* after) {
+  Request* r = req.get();
+  r->status = RequestStatus::kRunning;
+  requests_.emplace(r->id, std::move(req));
+  auto it = std::find(running_.begin(), running_.end(), after);
+  running_.insert(it == running_.end() ? it : it + 1, r);
+  return r;
+}
+
+void Scheduler::take_cached_prefix(Request* r) {
+  const int32_t bs = kv_.block_size();
+  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key);
+  for (uint64_t h : r->block_hashes) {
+    auto id = kv_.pool().lookup_and_retain(h);
+    if (!id) break;
+    r->blocks.blocks.push_back(*id);
+  }
+  // The last token is always computed so that its logits exist: if the
+  // whole sequence is cached, recompute its last block into a fresh one.
+  if (!r->blocks.blocks.empty() && static_cast<int64_t>(r->blocks.blocks.size()) * bs >= r->num_tokens()) {
+    kv_.pool().release(r->blocks.blocks.back());
+    r->blocks.blocks.pop_back();
+  }
+  const int64_t cached = static_cast<int64_t>(r->blocks.blocks.size()) * bs;
+  r->blocks.num_tokens = cached;
+  r->num_computed_tokens = cached;
+  r->num_registered_blocks = static_cast<int64_t>(r->blocks.blocks.size());
+  if (r->num_preemptions == 0) {
+    r->num_cached_tokens = cached;
+    stats_.prefix_query_tokens += r->num_prompt_tokens;
+    stats_.prefix_hit_tokens += cached;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    bool ok = false;
+    for (;;) {
+      ok = kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies);
+      if (ok) break;
+      // The newest running request gives its blocks back. Requests before
+      // index i are already scheduled this step, and the newest is always at
+      // index >= i, so a scheduled request is never preempted.
+      Request* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == r) break;
+    }
+    if (!ok) break;
+    out.scheduled.push_back({r, n, r->num_computed_tokens + n == r->num_tokens()});
+    out.num_tokens += n;
+    budget -= n;
+    ++i;
+  }
+
+  // New requests only when nobody had to give way this step: otherwise
+  // they would take the blocks the preempted request needs to come back.
+  while (!preempted && !waiting_.empty() && budget > 0) {
+    Request* r = waiting_.front();
+    const bool forks_later = r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0;
+    const int64_t seats = forks_later ? r->params.n : 1;
+    if (static_cast<int64_t>(running_.size()) + seats > config_.max_num_seqs) break;
+    if (config_.enable_prefix_caching && r->blocks.blocks.empty()) take_cached_prefix(r);
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (!kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies)) {
+      kv_.free(r->blocks);  // give back any cached prefix it took
+      r->num_computed_tokens = 0;
+      r->num_registered_blocks = 0;
+      break;
+    }
+    waiting_.pop_front();
+    r->status = RequestStatus::kRunning;
+    running_.push_back(r);
+    out.scheduled.push_back({r, n, r->num_computed_tokens + n == r->num_tokens()});
+    out.num_tokens += n;
+    budget -= n;
+  }
+  return out;
+}
+
+void Scheduler::register_full_blocks(Request* r) {
+  const int32_t bs = kv_.block_size();
+  const int64_t full = r->num_computed_tokens / bs;
+  if (full <= r->num_registered_blocks) return;
+  kv::extend_block_hashes(r->block_hashes, std::span<const int32_t>(r->tokens.data(), full * bs), bs,
+                          config_.cache_key);
+  for (int64_t b = r->num_registered_blocks; b < full; ++b) {
+    kv_.pool().set_hash(r->blocks.blocks[b], r->block_hashes[b]);
+  }
+  r->num_registered_blocks = full;
+}
+
+void Scheduler::on_step_computed(const SchedulerOutput& out) {
+  for (const ScheduledRequest& s : out.scheduled) {
+    if (s.req->finished()) continue;
+    s.req->num_computed_tokens += s.num_new_tokens;
+    if (config_.enable_prefix_caching) register_full_blocks(s.req);
+  }
+}
+
+void Scheduler::preempt(Request* r) {
+  kv_.free(r->blocks);
+  r->num_computed_tokens = 0;
+  r->num_registered_blocks = 0;
+  r->status = RequestStatus::kWaiting;
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+  ++r->num_preemptions;
+  ++stats_.preemptions;
+}
+
+void Scheduler::finish(Request* r, FinishReason reason) {
+  if (r->finished()) return;
+  kv_.free(r->blocks);
+  if (r->status == RequestStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), r));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+  }
+  r->status = RequestStatus::kFinished;
+  r->finish = reason;
+}
+
+void Scheduler::release(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  TESSERA_ASSERT(it->second->finished());
+  requests_.erase(it);
+}
+
+Request* Scheduler::find(RequestId id) {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace tessera::engine

@@ -1,0 +1,104 @@
+// The iteration-level scheduler. Knows requests and KV blocks, not tensors:
+// tested with synthetic requests in milliseconds.
+//
+// One rule (after vLLM v1): each step spends a token budget
+// (max_num_batched_tokens) and a sequence budget (max_num_seqs) on running
+// requests first, in admission order, then on waiting ones in arrival order.
+// A request is scheduled for min(num_tokens - num_computed_tokens, budget
+// left) tokens, so a long prompt is computed in chunks over several steps
+// (chunked prefill) in the same forward pass as other requests' decode
+// tokens. When the pool cannot give a running request its next block, the
+// most recently admitted running request is preempted: its blocks are freed
+// and it goes back to the head of the waiting queue to be recomputed.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "kv/kv_manager.h"
+
+namespace tessera::engine {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 512;
+  int64_t max_model_len = 2048;
+  bool enable_prefix_caching = true;
+  uint64_t cache_key = 0;  // identity of the model (and adapter) in block hashes
+};
+
+struct ScheduledRequest {
+  Request* req = nullptr;
+  int64_t num_new_tokens = 0;  // tokens [num_computed, num_computed + num_new) computed this step
+  bool sample = false;         // the step reaches num_tokens: a new token is sampled
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  std::vector<kv::CopyOp> copies;  // copy-on-write, before the forward pass
+  int64_t num_tokens = 0;
+  bool empty() const { return scheduled.empty(); }
+};
+
+struct SchedulerStats {
+  int64_t preemptions = 0;
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;    // of which found
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, kv::KvManager& kv);
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // "" if the request can ever run (fits the context and the pool on its
+  // own), else why not.
+  std::string check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const;
+
+  // Takes ownership; the request waits until schedule() admits it.
+  Request* add(std::unique_ptr<Request> req);
+  // A request created running (a fork of `after`), placed right after it.
+  Request* add_running_after(std::unique_ptr<Request> req, const Request* after);
+
+  SchedulerOutput schedule();
+
+  // After the forward pass: marks the scheduled tokens computed and
+  // registers newly full blocks in the prefix cache.
+  void on_step_computed(const SchedulerOutput& out);
+
+  // Finishes a request (any state): frees its blocks, keeps it until
+  // release() so its final output can be read.
+  void finish(Request* req, FinishReason reason);
+  // Forgets a finished request.
+  void release(RequestId id);
+
+  Request* find(RequestId id);
+  size_t num_running() const { return running_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  const std::vector<Request*>& running() const { return running_; }
+  const SchedulerStats& stats() const { return stats_; }
+  kv::KvManager& kv() { return kv_; }
+
+ private:
+  void preempt(Request* req);
+  // Prefix-cache lookup for a request about to be admitted with nothing
+  // computed: takes the cached blocks of its longest cached prefix.
+  void take_cached_prefix(Request* req);
+  void register_full_blocks(Request* req);
+
+  SchedulerConfig config_;
+  kv::KvManager& kv_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;  // admission order
+  std::deque<Request*> waiting_;   // arrival order (preempted ones at the head)
+  SchedulerStats stats_;
+};
+
+}  // namespace tessera::engine
