@@ -1,11 +1,15 @@
 // Block layouts of the quantized GGUF types, byte for byte as ggml defines
 // them (the file is the contract). Plain structs, no code: safe to include
-// from every per-ISA translation unit.
+// from every per-ISA translation unit (it deliberately does not include
+// core/fp16.h, whose inline functions must not be emitted from ISA files;
+// see docs/KERNELS.md, "ODR rule").
 #pragma once
 
 #include <cstdint>
 
-#include "core/fp16.h"
+namespace tessera {
+using fp16_t = uint16_t;  // raw IEEE binary16 bits (same alias as core/fp16.h)
+}  // namespace tessera
 
 namespace tessera::kernels {
 

@@ -1,31 +1,138 @@
+// matmul(): argument checks, the choice of kernel table, activation
+// quantization into the workspace and the split of work across threads.
+// The kernels themselves are in matmul_ref.cc and matmul_<isa>.cc.
 #include "kernels/matmul.h"
 
 #include "core/error.h"
-#include "kernels/quant.h"
+#include "kernels/matmul_kernels.h"
 
 namespace tessera::kernels {
+namespace {
 
-bool matmul_supports(DType type) { return can_dequantize(type); }
+struct TypeInfo {
+  WType wtype;
+  int block;  // activation quantization block (0: float activations)
+  int group;  // activation sum group
+};
 
-// Reference path: dequantize each weight row once, dot it with every token.
-// The dot is a plain left-to-right float sum, so it does not depend on the
-// batch or the thread count.
+bool type_info(DType t, TypeInfo* out) {
+  switch (t) {
+    case DType::kF32: *out = {WType::kF32, 0, 0}; return true;
+    case DType::kF16: *out = {WType::kF16, 0, 0}; return true;
+    case DType::kBF16: *out = {WType::kBF16, 0, 0}; return true;
+    case DType::kQ8_0: *out = {WType::kQ8_0, 32, 32}; return true;
+    case DType::kQ4_0: *out = {WType::kQ4_0, 32, 32}; return true;
+    case DType::kQ4_K: *out = {WType::kQ4_K, 256, 32}; return true;
+    case DType::kQ6_K: *out = {WType::kQ6_K, 256, 16}; return true;
+    default: return false;
+  }
+}
+
+ActLayout act_layout(int64_t k, int block, int group) {
+  ActLayout l;
+  l.k = k;
+  l.block = block;
+  l.group = group;
+  l.d_offset = static_cast<size_t>(k);  // k is a multiple of 32: floats stay aligned
+  l.sum_offset = l.d_offset + 4 * static_cast<size_t>(k / block);
+  l.row_bytes = (l.sum_offset + 2 * static_cast<size_t>(k / group) + 63) / 64 * 64;
+  return l;
+}
+
+// Below this many multiply-adds a call runs on the calling thread: waking
+// the pool costs more than it saves (tiny test models, small heads).
+constexpr int64_t kMinParallelWork = 64 * 1024;
+
+}  // namespace
+
+bool matmul_supports(DType type) {
+  TypeInfo info;
+  return type_info(type, &info);
+}
+
+const MatmulKernels& matmul_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return matmul_kernels_avx2();
+    case Isa::kAvx512: return matmul_kernels_avx512();
+    case Isa::kScalar: break;
+  }
+  return matmul_kernels_ref();
+}
+
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx) {
-  TESSERA_CHECK(matmul_supports(w.type), kInvalidArgument, "matmul: unsupported weight type {}",
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  matmul_with(matmul_kernels(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
+}
+
+void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+  TypeInfo info;
+  TESSERA_CHECK(type_info(w.type, &info), kInvalidArgument, "matmul: unsupported weight type {}",
                 dtype_name(w.type));
-  const int64_t K = w.cols;
-  ctx.pool->run([&](int tid, int nth) {
-    const int64_t r0 = w.rows * tid / nth, r1 = w.rows * (tid + 1) / nth;
-    AlignedBuffer<float> row(static_cast<size_t>(K));
-    for (int64_t r = r0; r < r1; ++r) {
-      dequantize_row(w.type, w.data + static_cast<size_t>(r) * w.row_bytes, row.data(), K);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * x_stride;
-        float acc = 0.0f;
-        for (int64_t k = 0; k < K; ++k) acc += row[k] * xt[k];
-        y[t * y_stride + r] = acc;
-      }
+  const int64_t bs = dtype_traits(w.type).block_size;
+  TESSERA_CHECK(w.rows >= 0 && w.cols > 0 && w.cols % bs == 0, kInvalidArgument,
+                "matmul: {} weight of {} x {}: columns must be a positive multiple of {}", dtype_name(w.type),
+                w.rows, w.cols, bs);
+  TESSERA_CHECK(w.row_bytes >= row_bytes(w.type, w.cols), kInvalidArgument,
+                "matmul: row stride {} bytes is less than a {} row of {} ({} bytes)", w.row_bytes,
+                dtype_name(w.type), w.cols, row_bytes(w.type, w.cols));
+  TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.cols && y_stride >= w.rows)),
+                kInvalidArgument, "matmul: {} tokens with x stride {} (< {} columns) or y stride {} (< {} rows)",
+                n_tokens, x_stride, w.cols, y_stride, w.rows);
+  if (n_tokens == 0 || w.rows == 0) return;
+
+  MatmulArgs a;
+  a.w = w.data;
+  a.rows = w.rows;
+  a.cols = w.cols;
+  a.row_bytes = w.row_bytes;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.y = y;
+  a.y_stride = y_stride;
+
+  Workspace local;  // only used when the caller gave none
+  const bool quantized = info.block != 0;
+  uint8_t* act = nullptr;
+  if (quantized) {
+    a.act_layout = act_layout(w.cols, info.block, info.group);
+    Workspace* ws = ctx.ws != nullptr ? ctx.ws : &local;
+    ws->act.ensure(static_cast<size_t>(n_tokens) * a.act_layout.row_bytes);
+    act = ws->act.data();
+    a.act = act;
+  }
+  const MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  const QuantizeActFn quantize = kernels.quantize_act;
+  // Rows are split in whole tiles so a tile never straddles two threads.
+  const int64_t tile = quantized ? kRowTile : 4;
+  const int64_t row_units = (w.rows + tile - 1) / tile;
+
+  int nth = ctx.pool != nullptr ? ctx.pool->size() : 1;
+  if (w.rows * w.cols * n_tokens < kMinParallelWork) nth = 1;
+  if (nth == 1) {
+    if (quantized) quantize(x, x_stride, 0, n_tokens, act, a.act_layout);
+    range(a, 0, w.rows, 0, n_tokens);
+    return;
+  }
+  // One token's quantization is too short to share; more are split.
+  const bool quantize_inside = quantized && n_tokens > 1;
+  if (quantized && !quantize_inside) quantize(x, x_stride, 0, n_tokens, act, a.act_layout);
+  ThreadPool* pool = ctx.pool;
+  pool->run([&](int tid, int n) {
+    if (quantize_inside) {
+      quantize(x, x_stride, n_tokens * tid / n, n_tokens * (tid + 1) / n, act, a.act_layout);
+      pool->barrier();
+    }
+    if (row_units >= n) {
+      const int64_t r0 = row_units * tid / n * tile;
+      const int64_t r1 = row_units * (tid + 1) / n * tile;
+      if (r0 < w.rows) range(a, r0, r1 < w.rows ? r1 : w.rows, 0, n_tokens);
+    } else {
+      // Fewer row tiles than threads: split the tokens instead.
+      const int64_t t0 = n_tokens * tid / n, t1 = n_tokens * (tid + 1) / n;
+      if (t0 < t1) range(a, 0, w.rows, t0, t1);
     }
   });
 }

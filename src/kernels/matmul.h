@@ -7,7 +7,9 @@
 // the same whatever n_tokens is, whatever the other rows of x hold, and
 // whatever the thread count: work is split across output rows and tokens,
 // never across k. The engine's guarantee that a request's output does not
-// depend on its batch rests on this.
+// depend on its batch rests on this. For the quantized weight types the
+// result is moreover the same on every ISA (see kernels/matmul_kernels.h for
+// the exact arithmetic); docs/KERNELS.md describes the kernels.
 #pragma once
 
 #include <cstddef>
@@ -26,12 +28,23 @@ struct WeightView {
   size_t row_bytes = 0;  // stride between rows
 };
 
-// Whether matmul() handles weights of this type.
+// Whether matmul() handles weights of this type: F32, F16, BF16, Q8_0, Q4_0,
+// Q4_K, Q6_K.
 bool matmul_supports(DType type);
 
 // x: [n_tokens, x_stride] f32 (first W.cols used); y: [n_tokens, y_stride]
-// f32 (first W.rows written).
+// f32 (first W.rows written). Runs on ctx.pool (null: the calling thread)
+// with ctx.isa's kernels; quantized types quantize x into ctx.ws (which then
+// only grows: no allocation once it has reached the largest call; null: a
+// temporary is allocated per call).
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);
+
+// The same with an explicit kernel table (tests and benchmarks use this to
+// run a table that is not the one of an Isa, e.g. the emulated-VNNI one).
+struct MatmulKernels;
+const MatmulKernels& matmul_kernels(Isa isa);
+void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
 
 }  // namespace tessera::kernels

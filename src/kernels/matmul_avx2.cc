@@ -1,0 +1,31 @@
+// AVX2 + FMA + F16C matmul kernels (compiled with those flags by the
+// *_avx2.cc rule). Only called after CPUID reports AVX2 (see matmul.cc).
+#include "kernels/matmul_impl.h"
+#include "kernels/simd_avx2.h"
+
+namespace tessera::kernels {
+namespace {
+
+// 16 ymm registers: 8 rows x 2 tokens keeps the quantized tile's partial
+// trees in registers; 4 rows x 3 tokens of float accumulators (12) plus a
+// weight and the token vectors. Chosen by measurement (docs/KERNELS.md).
+struct Avx2Cfg {
+  static constexpr const char* kName = "avx2";
+  static constexpr int kMaxT = 2;
+  static constexpr int kFloatRows = 4;
+  static constexpr size_t kActChunkBytes = 128 * 1024;
+};
+
+struct Avx2VnniEmulatedCfg : Avx2Cfg {
+  static constexpr const char* kName = "avx2-vnni-emulated";
+};
+
+}  // namespace
+
+const MatmulKernels& matmul_kernels_avx2() { return KernelSet<Avx2F, Avx2Dot, Avx2Cfg>::table; }
+
+const MatmulKernels& matmul_kernels_avx2_vnni_emulated() {
+  return KernelSet<Avx2F, Avx2VnniEmulatedDot, Avx2VnniEmulatedCfg>::table;
+}
+
+}  // namespace tessera::kernels

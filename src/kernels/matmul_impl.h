@@ -1,0 +1,457 @@
+// The matmul kernels, written once as templates over vector traits and
+// instantiated by each ISA file (matmul_avx2.cc, matmul_avx512.cc) after
+// including its traits. Everything has internal linkage (ODR rule, see
+// docs/KERNELS.md). Implements the arithmetic contract of matmul_kernels.h.
+//
+// Quantized types: a tile is 8 weight rows x T tokens. For each block the
+// exact int32 dot of every (row, token) pair is formed as 8 lanes whose sum
+// is the block's integer dot; an exact hadd tree turns the 8 rows' vectors
+// into one vector with one lane per row, which is converted to float and
+// accumulated with the block scales (d_w of 8 rows times d_x of the token).
+// So the per-element arithmetic is the scalar contract, whatever T, the
+// row grouping or the thread split. Integer work uses 256-bit vectors on
+// every ISA (one Q8_0/Q4_0 block is 32 bytes); the AVX-512 file swaps in
+// vpdpbusd through the dot strategy D.
+//
+// Float types: a tile is R rows x T tokens, one accumulator vector per
+// element with k spread over the lanes, reduced by F::hsum at the end.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/blocks.h"
+#include "kernels/matmul_kernels.h"
+#include "kernels/simd_avx2.h"
+
+namespace tessera::kernels {
+namespace {
+
+inline constexpr int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+static inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+static inline uint16_t load_u16(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// The fp16 at byte offset `off` of each of 8 rows, as 8 floats (lane = row).
+static inline __m256 gather_f16x8(const uint8_t* const* rows, size_t off) {
+  const __m128i h = _mm_setr_epi16(
+      static_cast<short>(load_u16(rows[0] + off)), static_cast<short>(load_u16(rows[1] + off)),
+      static_cast<short>(load_u16(rows[2] + off)), static_cast<short>(load_u16(rows[3] + off)),
+      static_cast<short>(load_u16(rows[4] + off)), static_cast<short>(load_u16(rows[5] + off)),
+      static_cast<short>(load_u16(rows[6] + off)), static_cast<short>(load_u16(rows[7] + off)));
+  return _mm256_cvtph_ps(h);
+}
+
+// ---- quantized formats ------------------------------------------------------
+// Each format: kBlock values in kBytes; kSums integer sums per block (1, or
+// 2 for Q4_K's min term) with fp16 scales at kScaleOffset[s]; prep() reads
+// one row's block once (shared by all tokens); dot() yields, per sum, int32
+// lanes whose total is exact; post() adds the per-token correction that is
+// the same for every row (after the lane reduction).
+
+template <class D>
+struct FmtQ8_0 {
+  static constexpr int kBlock = 32, kBytes = 34, kSums = 1;
+  static constexpr size_t kScaleOffset[1] = {0};
+  using Prep = typename D::Q8;
+  static Prep prep(const uint8_t* blk) { return D::q8_prep(loadu256(blk + 2)); }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t*, __m256i* out) {
+    out[0] = D::q8_dot(p, loadu256(xq));
+  }
+  static __m256i post(__m256i s, const int16_t* xs) {
+    if constexpr (D::kQ8Offset == 0) {
+      return s;
+    } else {
+      return _mm256_sub_epi32(s, _mm256_set1_epi32(D::kQ8Offset * xs[0]));
+    }
+  }
+};
+
+template <class D>
+struct FmtQ4_0 {
+  static constexpr int kBlock = 32, kBytes = 18, kSums = 1;
+  static constexpr size_t kScaleOffset[1] = {0};
+  // Values 0..15 (stored q, the -8 is applied through the token's sum):
+  // bytes 0..15 the low nibbles (values 0..15), bytes 16..31 the high ones.
+  using Prep = __m256i;
+  static Prep prep(const uint8_t* blk) {
+    const __m128i v = loadu128(blk + 2);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+  }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t*, __m256i* out) {
+    out[0] = D::u4_dot(p, loadu256(xq));
+  }
+  static __m256i post(__m256i s, const int16_t* xs) { return _mm256_sub_epi32(s, _mm256_set1_epi32(8 * xs[0])); }
+};
+
+// Q4_K: w = d * sc[s] * q - dmin * m[s] per sub-block s of 32. Sum 0 is
+// sum_s sc[s] * dot(q_s, x_s); sum 1 is sum_s m[s] * sum(x_s) (activation
+// groups of 32).
+struct FmtQ4_K {
+  static constexpr int kBlock = 256, kBytes = 144, kSums = 2;
+  static constexpr size_t kScaleOffset[2] = {0, 2};
+  struct Prep {
+    const uint8_t* qs;
+    alignas(16) int16_t sc[8];
+    alignas(16) int16_t m[8];
+  };
+  static Prep prep(const uint8_t* blk) {
+    Prep p;
+    const uint8_t* s = blk + 4;
+    for (int j = 0; j < 4; ++j) {
+      p.sc[j] = static_cast<int16_t>(s[j] & 63);
+      p.m[j] = static_cast<int16_t>(s[j + 4] & 63);
+      p.sc[j + 4] = static_cast<int16_t>((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
+      p.m[j + 4] = static_cast<int16_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+    p.qs = blk + 16;
+    return p;
+  }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i q = loadu256(p.qs + 32 * j);
+      const __m256i lo = _mm256_and_si256(q, mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const __m256i plo = _mm256_maddubs_epi16(lo, loadu256(xq + 64 * j));
+      const __m256i phi = _mm256_maddubs_epi16(hi, loadu256(xq + 64 * j + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_set1_epi16(p.sc[2 * j])));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, _mm256_set1_epi16(p.sc[2 * j + 1])));
+    }
+    out[0] = acc;
+    const __m128i m = _mm_load_si128(reinterpret_cast<const __m128i*>(p.m));
+    out[1] = _mm256_zextsi128_si256(_mm_madd_epi16(m, loadu128(xs)));
+  }
+  static __m256i post(__m256i s, const int16_t*) { return s; }
+};
+
+// Q6_K: w = d * sc[s] * (q - 32) per sub-block s of 16, q 6-bit. Sum 0 is
+// sum_s sc[s] * (dot(q_s, x_s) - 32 * sum(x_s)) (activation groups of 16).
+struct FmtQ6_K {
+  static constexpr int kBlock = 256, kBytes = 210, kSums = 1;
+  static constexpr size_t kScaleOffset[1] = {208};
+  struct Prep {
+    const uint8_t* q;  // block start: ql[128], qh[64], scales[16]
+    __m256i sc16;      // the 16 scales as int16
+    __m256i scv[8];    // for value vector v: [sc[2v] x 8 | sc[2v+1] x 8]
+  };
+  static Prep prep(const uint8_t* blk) {
+    Prep p;
+    p.q = blk;
+    const __m128i s8 = loadu128(blk + 192);
+    p.sc16 = _mm256_cvtepi8_epi16(s8);
+    // Word 2j of the low lane / word 2j+1 of the high lane, broadcast.
+    const __m256i lo_words = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(p.sc16));
+    const __m256i hi_words = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(p.sc16, 1));
+    for (int j = 0; j < 4; ++j) {
+      const char a = static_cast<char>(4 * j), b = static_cast<char>(4 * j + 2);
+      const __m256i ctrl = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
+                                            a, a + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,
+                                            b, b + 1, b, b + 1);
+      p.scv[j] = _mm256_shuffle_epi8(lo_words, ctrl);
+      p.scv[4 + j] = _mm256_shuffle_epi8(hi_words, ctrl);
+    }
+    return p;
+  }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = loadu256(p.q + 64 * h);
+      const __m256i ql1 = loadu256(p.q + 64 * h + 32);
+      const __m256i qh = loadu256(p.q + 128 + 32 * h);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                             _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                             _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(0xc0))), 2));
+      for (int i = 0; i < 4; ++i) {
+        const __m256i pr = _mm256_maddubs_epi16(q[i], loadu256(xq + 128 * h + 32 * i));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, p.scv[4 * h + i]));
+      }
+    }
+    const __m256i corr = _mm256_madd_epi16(p.sc16, loadu256(xs));  // sum_s sc[s] * sum(x_s)
+    out[0] = _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));
+  }
+  static __m256i post(__m256i s, const int16_t*) { return s; }
+};
+
+// ---- quantized tile: 8 rows x T tokens ------------------------------------------
+
+struct ActPtrs {
+  const int8_t* q;
+  const float* d;
+  const int16_t* sum;
+};
+
+static inline ActPtrs act_ptrs(const MatmulArgs& a, int64_t t) {
+  const uint8_t* row = a.act + static_cast<size_t>(t) * a.act_layout.row_bytes;
+  return {reinterpret_cast<const int8_t*>(row), reinterpret_cast<const float*>(row + a.act_layout.d_offset),
+          reinterpret_cast<const int16_t*>(row + a.act_layout.sum_offset)};
+}
+
+// [a0..a7], [b0..b7] (per 128-bit lane) -> pairwise sums, exact.
+static inline __m256i hadd32(__m256i a, __m256i b) { return _mm256_hadd_epi32(a, b); }
+
+template <class Fmt, int T>
+static inline void qtile8(const uint8_t* const* rows, int64_t nb, const ActPtrs* x, int group,
+                          float* const* y, int nvalid) {
+  constexpr int S = Fmt::kSums;
+  const int sums_per_block = Fmt::kBlock / group;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t off = static_cast<size_t>(b) * Fmt::kBytes;
+    // quad[h][s][t]: lanes 0-3 = rows 4h..4h+3 (low 128 bits of the k
+    // range), lanes 4-7 the same rows' high halves (see the final step).
+    __m256i quad[2][S][T];
+    for (int h = 0; h < 2; ++h) {
+      __m256i pair[2][S][T];
+      for (int p = 0; p < 2; ++p) {
+        const int r = 4 * h + 2 * p;
+        const typename Fmt::Prep pa = Fmt::prep(rows[r] + off);
+        const typename Fmt::Prep pb = Fmt::prep(rows[r + 1] + off);
+        for (int t = 0; t < T; ++t) {
+          __m256i va[S], vb[S];
+          const int8_t* xq = x[t].q + b * Fmt::kBlock;
+          const int16_t* xs = x[t].sum + b * sums_per_block;
+          Fmt::dot(pa, xq, xs, va);
+          Fmt::dot(pb, xq, xs, vb);
+          for (int s = 0; s < S; ++s) pair[p][s][t] = hadd32(va[s], vb[s]);
+        }
+      }
+      for (int s = 0; s < S; ++s)
+        for (int t = 0; t < T; ++t) quad[h][s][t] = hadd32(pair[0][s][t], pair[1][s][t]);
+    }
+    __m256 wscale[S];
+    for (int s = 0; s < S; ++s) wscale[s] = gather_f16x8(rows, off + Fmt::kScaleOffset[s]);
+    for (int t = 0; t < T; ++t) {
+      const __m256 dx = _mm256_set1_ps(x[t].d[b]);
+      for (int s = 0; s < S; ++s) {
+        // quad[0] = rows 0-3 in each 128-bit half, quad[1] = rows 4-7:
+        // adding the low halves' and high halves' lanes gives rows 0..7.
+        __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(quad[0][s][t], quad[1][s][t], 0x20),
+                                     _mm256_permute2x128_si256(quad[0][s][t], quad[1][s][t], 0x31));
+        if (s == 0) v = Fmt::post(v, x[t].sum + b * sums_per_block);
+        const __m256 scale = _mm256_mul_ps(wscale[s], dx);
+        acc[t] = s == 0 ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), scale, acc[t])
+                        : _mm256_fnmadd_ps(_mm256_cvtepi32_ps(v), scale, acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (nvalid == 8) {
+      _mm256_storeu_ps(y[t], acc[t]);
+    } else {
+      Avx2F::store_tail(y[t], acc[t], nvalid);
+    }
+  }
+}
+
+// Tokens per tile (up to kMaxT) and tokens per cache chunk come from Cfg.
+template <class Fmt, class Cfg>
+static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = a.cols / Fmt::kBlock;
+  const int group = a.act_layout.group;
+  // Keep one chunk of tokens' activations in L2 while a row tile sweeps it.
+  const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
+  for (int64_t tc = t0; tc < t1; tc += chunk) {
+    const int64_t tc1 = imin(t1, tc + chunk);
+    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
+      const uint8_t* rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = a.w + static_cast<size_t>(imin(rt + i, r1 - 1)) * a.row_bytes;
+      const int nvalid = static_cast<int>(imin(8, r1 - rt));
+      for (int64_t t = tc; t < tc1;) {
+        const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
+        ActPtrs x[4];
+        float* y[4];
+        for (int i = 0; i < n; ++i) {
+          x[i] = act_ptrs(a, t + i);
+          y[i] = a.y + (t + i) * a.y_stride + rt;
+        }
+        switch (n) {
+          case 1: qtile8<Fmt, 1>(rows, nb, x, group, y, nvalid); break;
+          case 2: qtile8<Fmt, 2>(rows, nb, x, group, y, nvalid); break;
+          case 3: qtile8<Fmt, 3>(rows, nb, x, group, y, nvalid); break;
+          default: qtile8<Fmt, 4>(rows, nb, x, group, y, nvalid); break;
+        }
+        t += n;
+      }
+    }
+  }
+}
+
+// ---- activation quantization (256-bit; same result on every ISA) ---------------
+
+static inline void quantize_act_impl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, uint8_t* act,
+                                     const ActLayout& lay) {
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* xr = x + t * x_stride;
+    uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
+    auto* d = reinterpret_cast<float*>(row + lay.d_offset);
+    auto* sum = reinterpret_cast<int16_t*>(row + lay.sum_offset);
+    for (int64_t b = 0; b < lay.k / lay.block; ++b) {
+      const float* xb = xr + b * lay.block;
+      __m256 m = _mm256_setzero_ps();
+      // max_ps returns its second operand when either is NaN: NaNs are skipped.
+      for (int j = 0; j < lay.block; j += 8) m = _mm256_max_ps(Avx2F::abs(_mm256_loadu_ps(xb + j)), m);
+      const float amax = Avx2F::hmax(m);
+      const float db = amax / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      d[b] = db;
+      const __m256 vid = _mm256_set1_ps(id);
+      for (int j = 0; j < lay.block; j += 32) {
+        __m256i q[4];
+        for (int i = 0; i < 4; ++i) {
+          const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * i), vid);
+          q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, lo), hi));  // NaN -> -127
+        }
+        const __m256i p16 = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16, p16b), perm);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + b * lay.block + j), p8);
+        const __m256i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+        auto hsum_i = [](__m256i v) {
+          __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+          s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+          s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+          return _mm_cvtsi128_si32(s);
+        };
+        const int64_t g = (b * lay.block + j) / lay.group;
+        if (lay.group == 16) {
+          sum[g] = static_cast<int16_t>(hsum_i(s01));
+          sum[g + 1] = static_cast<int16_t>(hsum_i(s23));
+        } else {
+          sum[g] = static_cast<int16_t>(hsum_i(_mm256_add_epi32(s01, s23)));
+        }
+      }
+    }
+  }
+}
+
+// ---- float weights -------------------------------------------------------------
+
+template <class F>
+struct LoadF32 {
+  static constexpr int kBytes = 4;
+  static typename F::V load(const uint8_t* p) { return F::load(reinterpret_cast<const float*>(p)); }
+  static typename F::V load_tail(const uint8_t* p, int n) { return F::load_tail(reinterpret_cast<const float*>(p), n); }
+};
+template <class F>
+struct LoadF16 {
+  static constexpr int kBytes = 2;
+  static typename F::V load(const uint8_t* p) { return F::load_f16(p); }
+  static typename F::V load_tail(const uint8_t* p, int n) { return F::load_f16_tail(p, n); }
+};
+template <class F>
+struct LoadBF16 {
+  static constexpr int kBytes = 2;
+  static typename F::V load(const uint8_t* p) { return F::load_bf16(p); }
+  static typename F::V load_tail(const uint8_t* p, int n) { return F::load_bf16_tail(p, n); }
+};
+
+template <class F, class L, int R, int T>
+static inline void ftile(const uint8_t* w, size_t row_bytes, const float* x, int64_t x_stride, int64_t k_total,
+                         float* y, int64_t y_stride) {
+  using V = typename F::V;
+  constexpr int W = F::kW;
+  V acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = F::zero();
+  int64_t k = 0;
+  for (; k + W <= k_total; k += W) {
+    V xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = F::load(x + t * x_stride + k);
+    for (int r = 0; r < R; ++r) {
+      const V wv = L::load(w + r * row_bytes + k * L::kBytes);
+      for (int t = 0; t < T; ++t) acc[r][t] = F::fmadd(wv, xv[t], acc[r][t]);
+    }
+  }
+  if (k < k_total) {
+    const int n = static_cast<int>(k_total - k);
+    V xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = F::load_tail(x + t * x_stride + k, n);
+    for (int r = 0; r < R; ++r) {
+      const V wv = L::load_tail(w + r * row_bytes + k * L::kBytes, n);
+      for (int t = 0; t < T; ++t) acc[r][t] = F::fmadd(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = F::hsum(acc[r][t]);
+}
+
+template <class F, class L, int R>
+static inline void ftile_rows(const MatmulArgs& a, int64_t r, int64_t t, int n, int64_t rows) {
+  const uint8_t* w = a.w + static_cast<size_t>(r) * a.row_bytes;
+  const float* x = a.x + t * a.x_stride;
+  float* y = a.y + t * a.y_stride + r;
+  if (rows == R) {
+    switch (n) {
+      case 1: ftile<F, L, R, 1>(w, a.row_bytes, x, a.x_stride, a.cols, y, a.y_stride); break;
+      case 2: ftile<F, L, R, 2>(w, a.row_bytes, x, a.x_stride, a.cols, y, a.y_stride); break;
+      default: ftile<F, L, R, 3>(w, a.row_bytes, x, a.x_stride, a.cols, y, a.y_stride); break;
+    }
+  } else {
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint8_t* wi = w + static_cast<size_t>(i) * a.row_bytes;
+      switch (n) {
+        case 1: ftile<F, L, 1, 1>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+        case 2: ftile<F, L, 1, 2>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+        default: ftile<F, L, 1, 3>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+      }
+    }
+  }
+}
+
+template <class F, class L, class Cfg>
+static void frange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  constexpr int R = Cfg::kFloatRows;
+  const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / (4 * a.cols)) + 1);
+  for (int64_t tc = t0; tc < t1; tc += chunk) {
+    const int64_t tc1 = imin(t1, tc + chunk);
+    for (int64_t r = r0; r < r1; r += R) {
+      const int64_t rows = imin(R, r1 - r);
+      for (int64_t t = tc; t < tc1;) {
+        const int n = static_cast<int>(imin(3, tc1 - t));
+        ftile_rows<F, L, R>(a, r, t, n, rows);
+        t += n;
+      }
+    }
+  }
+}
+
+// The kernel table of one ISA: F = float vector traits, D = integer dot
+// strategy, Cfg = tile sizes.
+template <class F, class D, class Cfg>
+struct KernelSet {
+  static constexpr MatmulKernels table = {
+      Cfg::kName,
+      {
+          frange<F, LoadF32<F>, Cfg>,
+          frange<F, LoadF16<F>, Cfg>,
+          frange<F, LoadBF16<F>, Cfg>,
+          qrange<FmtQ8_0<D>, Cfg>,
+          qrange<FmtQ4_0<D>, Cfg>,
+          qrange<FmtQ4_K, Cfg>,
+          qrange<FmtQ6_K, Cfg>,
+      },
+      quantize_act_impl,
+  };
+};
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -1,0 +1,92 @@
+// The interface between matmul.cc (argument checks, threads, workspace) and
+// the kernel implementations: the scalar reference (matmul_ref.cc) and one
+// file per ISA (matmul_avx2.cc, matmul_avx512.cc). Plain data and function
+// pointers only, so the per-ISA files can include it without emitting any
+// inline function (see docs/KERNELS.md, "ODR rule").
+//
+// Arithmetic contract, shared by every implementation so that results are
+// bit-identical across ISAs for the quantized types and identical across
+// batch sizes and thread counts for all types:
+//
+//  * Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply int8 activations.
+//    Each token's row is quantized per block of `act.block` values
+//    (32 for Q8_0/Q4_0, 256 for the K types): d = amax / 127,
+//    q = round_half_even(clamp(x * (1 / d), -127, 127)) (NaN -> -127), and
+//    the sum of q over each group of `act.group` values is stored beside it.
+//    For each weight block b the exact integer dot product isum_b (and for
+//    Q4_K the exact min term msum_b) is formed, then, for b in order,
+//        acc = fma(float(isum_b), fl(dw_b * dx_b), acc)
+//        acc = fma(-float(msum_b), fl(dmin_b * dx_b), acc)      (Q4_K only)
+//    starting from acc = +0. y = acc.
+//  * Float weights (F32, F16, BF16) multiply the f32 activations directly:
+//    lane l of one accumulator per output sums w[k] * x[k] for k = l mod W
+//    by fused multiply-add in increasing k (W = the ISA's vector width in
+//    floats), then a fixed horizontal sum. The scalar reference sums
+//    w[k] * x[k] in increasing k with a separate multiply and add. So float
+//    results agree across ISAs only within rounding, but never depend on
+//    the batch or the threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// Weight types with kernels, in table order.
+enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+constexpr int kNumWTypes = 7;
+
+// Quantized activations for one call, one row of `row_bytes` per token:
+//   int8_t  q[k]                at offset 0
+//   float   d[k / block]        at d_offset     (x ~ d * q)
+//   int16_t sum[k / group]      at sum_offset   (sum of q over each group)
+struct ActLayout {
+  int64_t k = 0;
+  int32_t block = 32;
+  int32_t group = 32;
+  size_t d_offset = 0;
+  size_t sum_offset = 0;
+  size_t row_bytes = 0;
+};
+
+// One matmul call as the kernels see it: y[t, r] = sum_k x[t, k] * W[r, k].
+struct MatmulArgs {
+  const uint8_t* w = nullptr;  // [rows, row_bytes]
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+  const float* x = nullptr;  // [n_tokens, x_stride], float weight types
+  int64_t x_stride = 0;
+  const uint8_t* act = nullptr;  // [n_tokens, act.row_bytes], quantized types
+  ActLayout act_layout;
+  float* y = nullptr;  // [n_tokens, y_stride]
+  int64_t y_stride = 0;
+};
+
+// Computes y for rows [r0, r1) and tokens [t0, t1). r0 is a multiple of
+// kRowTile (except that any r0 works for float types).
+using MatmulRangeFn = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+// Quantizes tokens [t0, t1) of x ([n, x_stride] f32) into act.
+using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int64_t t1, uint8_t* act,
+                               const ActLayout& layout);
+
+// Rows per tile of the quantized kernels (one output lane per row).
+constexpr int64_t kRowTile = 8;
+
+struct MatmulKernels {
+  const char* name;
+  MatmulRangeFn range[kNumWTypes];
+  QuantizeActFn quantize_act;
+};
+
+// Each is defined in its own file; call the ISA ones only where the CPU has
+// the ISA. matmul_kernels_avx2_vnni_emulated() runs the AVX-512 kernels'
+// integer-dot strategy (unsigned-offset, as vpdpbusd needs) with AVX2
+// instructions, so that logic is tested on machines without AVX-512.
+const MatmulKernels& matmul_kernels_ref();
+const MatmulKernels& matmul_kernels_avx2();
+const MatmulKernels& matmul_kernels_avx2_vnni_emulated();
+const MatmulKernels& matmul_kernels_avx512();
+
+}  // namespace tessera::kernels

@@ -1,0 +1,114 @@
+// 256-bit vector traits for the kernel templates, and the integer-dot
+// strategies of the quantized kernels. Include only from *_avx2.cc and
+// *_avx512.cc files (it needs AVX2/FMA/F16C code generation).
+//
+// ODR rule: everything here has internal linkage (anonymous namespace), so
+// code compiled for one ISA can never be picked by the linker for another.
+// Only intrinsics, raw pointers and POD are used; no std:: templates.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tessera::kernels {
+namespace {
+
+alignas(32) constexpr int32_t kTailMask32[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+// Float vectors of 8 lanes.
+struct Avx2F {
+  using V = __m256;
+  static constexpr int kW = 8;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float v) { return _mm256_set1_ps(v); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  // First n (0 < n < kW) values, the rest zero; reads only those n.
+  static __m256i tail_mask(int n) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMask32 + 8 - n));
+  }
+  static V load_tail(const float* p, int n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store_tail(float* p, V v, int n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+  static V load_f16(const void* p) { return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
+  static V load_f16_tail(const void* p, int n) {
+    alignas(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(h, p, static_cast<size_t>(n) * 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+  }
+  static V bf16_widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+  static V load_bf16(const void* p) { return bf16_widen(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
+  static V load_bf16_tail(const void* p, int n) {
+    alignas(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(h, p, static_cast<size_t>(n) * 2);
+    return bf16_widen(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+  }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V abs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  // Fixed reduction tree: (lo half + hi half), then pairs, then the last two.
+  static float hsum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float hmax(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
+// Integer dot strategies. Each returns int32 lanes whose *sum* is the exact
+// dot product of 32 bytes (only the lane total is used, so lane order is
+// free); the quantized kernels reduce lanes with an exact integer tree.
+//
+// Avx2Dot: vpmaddubsw needs an unsigned operand and saturates its int16
+// pair sums, so signed Q8_0 weights use the sign trick (|w| times x with
+// w's sign), which keeps every pair within 2 * 128 * 127 < 32767.
+struct Avx2Dot {
+  static constexpr int kQ8Offset = 0;  // q8_dot returns sum(w * x) itself
+  struct Q8 {
+    __m256i abs_w, w;
+  };
+  static Q8 q8_prep(__m256i w) { return {_mm256_abs_epi8(w), w}; }
+  static __m256i q8_dot(const Q8& p, __m256i x) {
+    const __m256i pairs = _mm256_maddubs_epi16(p.abs_w, _mm256_sign_epi8(x, p.w));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  }
+  // u in 0..15: pair sums stay within 2 * 15 * 127.
+  static __m256i u4_dot(__m256i u, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+  }
+};
+
+// The strategy vpdpbusd (unsigned x signed bytes, int32 sums, no
+// saturation) allows: Q8_0 weights offset to unsigned (w ^ 0x80 = w + 128),
+// corrected by -128 * sum(x) per block. Here emulated with AVX2 widening
+// multiplies so the offset logic runs (and is tested) without AVX-512.
+struct Avx2VnniEmulatedDot {
+  static constexpr int kQ8Offset = 128;  // q8_dot returns sum((w + 128) * x)
+  struct Q8 {
+    __m256i u;
+  };
+  static Q8 q8_prep(__m256i w) { return {_mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)))}; }
+  static __m256i dpbusd(__m256i u, __m256i s) {
+    const __m256i lo = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)),
+                                         _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s)));
+    const __m256i hi = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1)),
+                                         _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1)));
+    return _mm256_add_epi32(lo, hi);
+  }
+  static __m256i q8_dot(const Q8& p, __m256i x) { return dpbusd(p.u, x); }
+  static __m256i u4_dot(__m256i u, __m256i x) { return dpbusd(u, x); }
+};
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -1,0 +1,317 @@
+// matmul kernels against references, for every weight type x kernel table:
+//  * the scalar table against a float64 dot of dequantize_row() values, with
+//    an error bound derived from the inputs (formulas below);
+//  * every vector table against the scalar table: bit-identical for the
+//    quantized types (the integer dots are exact, see matmul_kernels.h), and
+//    within a float bound for the float types;
+//  * batch invariance: each token's output, computed in batches of 1..67
+//    tokens at different batch positions and with 1, 2, 3 threads, equals
+//    (memcmp) the single-token result.
+// Odd shapes (K one block, K not a multiple of the vector width, N odd or
+// below one tile per thread), misaligned x / y / weights, padded strides.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
+
+namespace tessera::kernels {
+namespace {
+
+constexpr double kEps = 0x1p-24;  // unit roundoff of f32
+
+struct Table {
+  std::string name;
+  const MatmulKernels* kernels;
+  int lanes;  // float lanes per accumulator (for the float bound)
+  bool available;
+};
+
+std::vector<Table> all_tables() {
+  const bool avx2 = isa_supported(Isa::kAvx2);
+  return {
+      {"scalar", &matmul_kernels_ref(), 1, true},
+      {"avx2", &matmul_kernels_avx2(), 8, avx2},
+      {"avx2_vnni_emulated", &matmul_kernels_avx2_vnni_emulated(), 8, avx2},
+      {"avx512", &matmul_kernels_avx512(), 16, isa_supported(Isa::kAvx512)},
+  };
+}
+
+const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                        DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// A weight matrix in its own buffer, rows `stride` bytes apart, starting
+// `misalign` bytes into the allocation.
+struct Matrix {
+  DType type;
+  int64_t rows, cols;
+  size_t stride;
+  std::vector<uint8_t> storage;
+  size_t misalign;
+  WeightView view() const {
+    return {type, storage.data() + misalign, rows, cols, stride};
+  }
+};
+
+uint16_t random_scale_f16(std::mt19937& rng, bool allow_negative) {
+  std::uniform_real_distribution<float> u(0.002f, 0.03f);
+  float v = u(rng);
+  if (allow_negative && (rng() & 1)) v = -v;
+  return f32_to_fp16(v);
+}
+
+// Random weights: float types from random values (every representable
+// pattern class: the kernels must convert exactly); quantized types from
+// random bytes (every q pattern, including Q8_0's -128 and Q6_K's -128
+// scales), with random but moderate fp16 scales.
+Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng, size_t misalign, size_t pad) {
+  Matrix m{type, rows, cols, row_bytes(type, cols) + pad, {}, misalign};
+  m.storage.assign(misalign + m.stride * static_cast<size_t>(rows), 0);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = m.storage.data() + misalign + m.stride * static_cast<size_t>(r);
+    if (is_float(type)) {
+      std::vector<float> v(static_cast<size_t>(cols));
+      for (auto& x : v) x = u(rng);
+      quantize_row(type, v.data(), row, cols);
+      continue;
+    }
+    const size_t n = row_bytes(type, cols);
+    for (size_t i = 0; i < n; ++i) row[i] = static_cast<uint8_t>(byte(rng));
+    const DTypeTraits tr = dtype_traits(type);
+    for (int64_t b = 0; b < cols / tr.block_size; ++b) {
+      uint8_t* blk = row + b * tr.type_size;
+      auto put = [&](size_t off, uint16_t h) { std::memcpy(blk + off, &h, 2); };
+      switch (type) {
+        case DType::kQ8_0: case DType::kQ4_0: put(0, random_scale_f16(rng, true)); break;
+        case DType::kQ4_K:
+          put(0, random_scale_f16(rng, false));
+          put(2, random_scale_f16(rng, false));
+          break;
+        case DType::kQ6_K: put(208, random_scale_f16(rng, true)); break;
+        default: break;
+      }
+    }
+  }
+  return m;
+}
+
+std::vector<float> random_activations(int64_t n, int64_t stride, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(n * stride) + 1, 0.0f);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& v : x) v = g(rng);
+  // A few outliers, as real activations have.
+  for (int64_t i = 0; i < n * stride / 50; ++i) x[rng() % x.size()] *= 20.0f;
+  return x;
+}
+
+// y[t, r] for tokens [0, n) with the given table and pool.
+std::vector<float> run(const Table& tab, const Matrix& m, const float* x, int64_t x_stride, int64_t n,
+                       int64_t y_stride, ThreadPool* pool, Workspace* ws) {
+  std::vector<float> y(static_cast<size_t>(n * y_stride) + 1, -777.0f);
+  KernelContext ctx{pool, Isa::kScalar, ws};
+  matmul_with(*tab.kernels, m.view(), x, x_stride, n, y.data() + 1, y_stride, ctx);  // y misaligned by 1 float
+  y.erase(y.begin());
+  return y;
+}
+
+// The activation quantization step of element k of token row x: the
+// contract's d of its block (amax / 127); zero for float weights.
+std::vector<double> act_steps(DType type, const float* x, int64_t k) {
+  std::vector<double> step(static_cast<size_t>(k), 0.0);
+  if (is_float(type)) return step;
+  const int64_t block = (type == DType::kQ8_0 || type == DType::kQ4_0) ? 32 : 256;
+  for (int64_t b = 0; b < k / block; ++b) {
+    float amax = 0.0f;
+    for (int64_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b * block + j]));
+    for (int64_t j = 0; j < block; ++j) step[static_cast<size_t>(b * block + j)] = amax / 127.0f;
+  }
+  return step;
+}
+
+// Per element magnitude of the terms the kernel rounds: |w|, except for
+// Q4_K whose w = d*sc*q - dmin*m can cancel: there |d*sc*q| + |dmin*m|.
+std::vector<float> magnitudes(const Matrix& m, const uint8_t* row, const std::vector<float>& w) {
+  std::vector<float> mag(w.size());
+  for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i]);
+  if (m.type != DType::kQ4_K) return mag;
+  std::vector<uint8_t> zero_q(row, row + row_bytes(m.type, m.cols));
+  for (int64_t b = 0; b < m.cols / 256; ++b) std::memset(zero_q.data() + b * 144 + 16, 0, 128);
+  std::vector<float> mins(w.size());
+  dequantize_row(m.type, zero_q.data(), mins.data(), m.cols);  // = -dmin * m per element
+  for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i] - mins[i]) + std::fabs(mins[i]);
+  return mag;
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+std::vector<Shape> shapes_for(DType t) {
+  if (is_float(t)) return {{1, 1}, {5, 7}, {9, 8}, {13, 33}, {37, 100}, {17, 515}};
+  if (t == DType::kQ8_0 || t == DType::kQ4_0) return {{1, 32}, {9, 32}, {13, 96}, {37, 288}, {8, 1024}};
+  return {{1, 256}, {9, 256}, {37, 512}, {16, 1024}};
+}
+
+class MatmulTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    tab_ = all_tables()[static_cast<size_t>(GetParam())];
+    if (!tab_.available) GTEST_SKIP() << "this CPU cannot run the " << tab_.name << " kernels";
+  }
+  Table tab_;
+  Workspace ws_;
+};
+
+// The scalar table against float64 dot products of the dequantized weights.
+//   float types:  |y - ref| <= (K / lanes + log2(lanes) + 2) * eps * sum_k |w_k x_k|
+//                 (each lane sums ceil(K / lanes) products, then a tree)
+//   quantized:    |y - ref| <= sum_k |w_k| * step_k / 2                      (x rounded to the step)
+//                            + (nb + 6) * eps * sum_k mag_k * (|x_k| + step_k) (fp32 accumulation of nb
+//                              blocks, the scale product, int->float, and the reference's own
+//                              dequantization roundings)
+// Vector tables: quantized bit-identical to scalar; float types checked with
+// the same bound at their lane count.
+TEST_P(MatmulTest, MatchesReference) {
+  std::mt19937 rng(1234 + GetParam());
+  const Table ref = all_tables()[0];
+  for (DType type : kTypes) {
+    for (const Shape& s : shapes_for(type)) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols));
+      const size_t misalign = is_float(type) ? dtype_traits(type).type_size : 2;
+      const Matrix m = random_matrix(type, s.rows, s.cols, rng, misalign, /*pad=*/6);
+      const int64_t n = 5, x_stride = s.cols + 3, y_stride = s.rows + 2;
+      std::vector<float> xbuf = random_activations(n, x_stride, rng);
+      const float* x = xbuf.data() + 1;  // misaligned by one float
+      const std::vector<float> y = run(tab_, m, x, x_stride, n, y_stride, nullptr, &ws_);
+      if (!is_float(type) && tab_.kernels != ref.kernels) {
+        const std::vector<float> yr = run(ref, m, x, x_stride, n, y_stride, nullptr, &ws_);
+        for (int64_t t = 0; t < n; ++t) {
+          ASSERT_EQ(0, std::memcmp(&y[t * y_stride], &yr[t * y_stride], s.rows * sizeof(float)))
+              << "token " << t << " differs from the scalar kernels";
+        }
+        continue;
+      }
+      std::vector<float> w(static_cast<size_t>(s.cols));
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const uint8_t* row = m.view().data + m.stride * static_cast<size_t>(r);
+        dequantize_row(type, row, w.data(), s.cols);
+        const std::vector<float> mag = magnitudes(m, row, w);
+        for (int64_t t = 0; t < n; ++t) {
+          const float* xt = x + t * x_stride;
+          const std::vector<double> step = act_steps(type, xt, s.cols);
+          double exact = 0, sum_wx = 0, quant_err = 0, mag_sum = 0;
+          for (int64_t k = 0; k < s.cols; ++k) {
+            exact += static_cast<double>(w[k]) * xt[k];
+            sum_wx += std::fabs(static_cast<double>(w[k]) * xt[k]);
+            quant_err += std::fabs(w[k]) * step[k] / 2;
+            mag_sum += mag[k] * (std::fabs(xt[k]) + step[k]);
+          }
+          double tol;
+          if (is_float(type)) {
+            tol = (static_cast<double>((s.cols + tab_.lanes - 1) / tab_.lanes) + std::log2(tab_.lanes) + 2) * kEps *
+                  sum_wx;
+          } else {
+            const double nb = static_cast<double>(s.cols / dtype_traits(type).block_size);
+            tol = quant_err + (nb + 6) * kEps * mag_sum;
+          }
+          ASSERT_NEAR(y[t * y_stride + r], exact, tol) << "row " << r << " token " << t;
+        }
+      }
+      // The stride padding of y must be untouched.
+      for (int64_t t = 0; t + 1 < n; ++t) ASSERT_EQ(y[t * y_stride + s.rows], -777.0f);
+    }
+  }
+}
+
+// Every token's output in a batch equals its single-token output, bit for
+// bit, for batches of 1..67 at varying offsets and 1, 2, 3 threads.
+TEST_P(MatmulTest, BatchInvariant) {
+  std::mt19937 rng(99 + GetParam());
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  const bool slow = tab_.lanes == 1;  // the scalar table: fewer batch sizes
+  for (DType type : kTypes) {
+    const int64_t cols = is_float(type) ? 75 : (type == DType::kQ8_0 || type == DType::kQ4_0 ? 160 : 256);
+    for (int64_t rows : {int64_t{37}, int64_t{9}}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " rows " + std::to_string(rows));
+      const Matrix m = random_matrix(type, rows, cols, rng, 0, 0);
+      const int64_t n_max = 67 + 11;
+      std::vector<float> x = random_activations(n_max, cols, rng);
+      std::vector<float> single(static_cast<size_t>(n_max * rows));
+      for (int64_t t = 0; t < n_max; ++t) {
+        const std::vector<float> y = run(tab_, m, x.data() + t * cols, cols, 1, rows, nullptr, &ws_);
+        std::memcpy(&single[t * rows], y.data(), rows * sizeof(float));
+      }
+      for (int64_t n = 1; n <= 67; n += (slow && n > 4 ? 9 : 1)) {
+        const int64_t offset = (n * 7) % 12;  // different neighbours for each n
+        for (ThreadPool* pool : pools) {
+          const std::vector<float> y = run(tab_, m, x.data() + offset * cols, cols, n, rows, pool, &ws_);
+          for (int64_t t = 0; t < n; ++t) {
+            ASSERT_EQ(0, std::memcmp(&y[t * rows], &single[(offset + t) * rows], rows * sizeof(float)))
+                << "batch of " << n << ", token " << t << ", threads " << (pool ? pool->size() : 1);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The activation quantization of every table is the scalar one, byte for
+// byte, including NaN and infinite inputs (clamped, never undefined).
+TEST_P(MatmulTest, ActivationQuantizationMatchesScalar) {
+  std::mt19937 rng(7);
+  for (int block : {32, 256}) {
+    for (int group : {16, 32}) {
+      const int64_t k = 512, n = 3;
+      ActLayout lay;
+      lay.k = k;
+      lay.block = block;
+      lay.group = group;
+      lay.d_offset = k;
+      lay.sum_offset = k + 4 * (k / block);
+      lay.row_bytes = lay.sum_offset + 2 * (k / group) + 10;
+      std::vector<float> x = random_activations(n, k, rng);
+      x[5] = std::nanf("");
+      x[700] = INFINITY;
+      for (int j = 64; j < 96; ++j) x[j] = 0.0f;  // an all-zero block
+      std::vector<uint8_t> a(n * lay.row_bytes, 0), b(n * lay.row_bytes, 0);
+      tab_.kernels->quantize_act(x.data(), k, 0, n, a.data(), lay);
+      matmul_kernels_ref().quantize_act(x.data(), k, 0, n, b.data(), lay);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << "block " << block << " group " << group;
+    }
+  }
+}
+
+TEST(MatmulApi, RejectsBadArguments) {
+  std::vector<uint8_t> w(34 * 4);
+  std::vector<float> x(64), y(64);
+  KernelContext ctx{nullptr, Isa::kScalar, nullptr};
+  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 48, 34 * 2}, x.data(), 48, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul({DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
+  EXPECT_FALSE(matmul_supports(DType::kQ5_K));
+  EXPECT_TRUE(matmul_supports(DType::kQ6_K));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, MatmulTest, ::testing::Range(0, 4), [](const auto& info) {
+  return all_tables()[static_cast<size_t>(info.param)].name;
+});
+
+}  // namespace
+}  // namespace tessera::kernels
