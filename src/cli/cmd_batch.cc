@@ -1,0 +1,37 @@
+// tessera batch: offline JSONL in, JSONL out (see server/batch_job.h).
+#include "cli/command.h"
+#include "cli/common_options.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "server/batch_job.h"
+
+namespace tessera::cli {
+namespace {
+
+struct BatchArgs {
+  RunOptions run;
+  server::BatchJobOptions job;
+};
+
+TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](CLI::App& sub) {
+  auto a = std::make_shared<BatchArgs>();
+  a->run.add_to(sub);
+  sub.add_option("-i,--input", a->job.input_path, "Requests, one JSON object per line")->required();
+  sub.add_option("-o,--output", a->job.output_path, "Results, one JSON object per line, in input order")->required();
+  sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();
+  return [a]() {
+    const LoadedModel lm = load_model(a->run.model);
+    const auto tok = Tokenizer::from_gguf(*lm.file);
+    engine::Engine eng(*lm.model, tok.get(), a->run.engine_config());
+    const server::BatchJobResult r = server::run_batch_job(eng, a->job);
+    TESSERA_LOG_INFO("batch: {} requests, {} skipped (already done), {} computed, {} rejected; {} output tokens in "
+                     "{:.2f} s ({:.1f} tokens/s)",
+                     r.total, r.skipped, r.completed, r.failed, r.output_tokens, r.seconds,
+                     r.output_tokens / std::max(r.seconds, 1e-9));
+    return r.failed > 0 ? 2 : 0;
+  };
+});
+
+}  // namespace
+}  // namespace tessera::cli

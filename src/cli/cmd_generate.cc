@@ -1,0 +1,63 @@
+// tessera generate: continue a prompt. Only the continuation goes to stdout,
+// streamed as it is produced; logs and timings go to stderr.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "cli/common_options.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace tessera::cli {
+namespace {
+
+struct GenerateArgs {
+  RunOptions run;
+  SamplingOptions sampling;
+  std::string prompt;
+};
+
+TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& sub) {
+  auto a = std::make_shared<GenerateArgs>();
+  a->run.max_num_seqs = 1;
+  a->run.add_to(sub, /*engine_options=*/false);
+  a->sampling.add_to(sub);
+  sub.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  return [a]() {
+    const auto t0 = engine::Clock::now();
+    const LoadedModel lm = load_model(a->run.model);
+    const auto tok = Tokenizer::from_gguf(*lm.file);
+    engine::EngineConfig ec = a->run.engine_config();
+    engine::Engine eng(*lm.model, tok.get(), ec);
+    const std::vector<int32_t> prompt = tok->encode(a->prompt, /*add_special=*/true, /*parse_special=*/true);
+    const int64_t ctx = eng.config().max_model_len;
+    engine::SamplingParams p = a->sampling.params(ctx - static_cast<int64_t>(prompt.size()));
+    int64_t n_out = 0;
+    double ttft = 0;
+    std::string finish;
+    eng.add_request(prompt, p, [&](const engine::RequestOutput& o) {
+      if (!o.text.empty()) {
+        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+        std::fflush(stdout);
+      }
+      n_out = o.num_output_tokens;
+      ttft = o.time_to_first_token;
+      if (o.finished) finish = engine::finish_reason_name(o.finish_reason);
+    });
+    const auto t1 = engine::Clock::now();
+    while (eng.has_unfinished()) eng.step();
+    const auto t2 = engine::Clock::now();
+    std::printf("\n");
+    const double load = std::chrono::duration<double>(t1 - t0).count();
+    const double total = std::chrono::duration<double>(t2 - t1).count();
+    const double gen = total - ttft;
+    TESSERA_LOG_INFO("load {:.2f} s; prompt {} tokens in {:.3f} s ({:.1f} t/s); generated {} tokens in {:.3f} s "
+                     "({:.1f} t/s); finish: {}; isa {}",
+                     load, prompt.size(), ttft, prompt.size() / std::max(ttft, 1e-9), n_out, gen,
+                     n_out > 1 ? (n_out - 1) / std::max(gen, 1e-9) : 0.0, finish, isa_name(active_isa()));
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace tessera::cli

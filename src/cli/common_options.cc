@@ -1,0 +1,93 @@
+#include "cli/common_options.h"
+
+#include <cctype>
+
+namespace tessera::cli {
+
+size_t parse_bytes(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    fail(ErrorCode::kInvalidArgument, "'{}' is not a size (e.g. 512M, 2G)", s);
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B") fail(ErrorCode::kInvalidArgument, "unknown size unit in '{}'", s);
+  TESSERA_CHECK(v > 0, kInvalidArgument, "size '{}' must be positive", s);
+  return static_cast<size_t>(v * mul);
+}
+
+void RunOptions::add_to(CLI::App& app, bool engine_options) {
+  app.add_option("-m,--model", model, "GGUF model file")->required();
+  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
+  app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
+  app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
+  if (!engine_options) return;
+  app.add_option_function<std::string>("--kv-memory", [this](const std::string& s) {
+    kv_memory = static_cast<int64_t>(parse_bytes(s));
+  }, "KV cache memory (e.g. 512M, 2G)");
+  app.add_option("--kv-blocks", kv_blocks, "KV cache size in blocks (instead of --kv-memory)");
+  app.add_option("--max-num-seqs", max_num_seqs, "Sequences per step")->capture_default_str();
+  app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens per step (chunked prefill budget)")->capture_default_str();
+  app.add_flag("--no-prefix-cache", no_prefix_cache, "Disable automatic prefix caching");
+}
+
+DType RunOptions::kv_dtype() const {
+  auto t = parse_dtype(kv_type);
+  TESSERA_CHECK(t && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kBF16), kInvalidArgument,
+                "--kv-type '{}' must be f32, f16 or bf16", kv_type);
+  return *t;
+}
+
+engine::EngineConfig RunOptions::engine_config() const {
+  engine::EngineConfig c;
+  c.threads = threads;
+  c.max_model_len = ctx;
+  c.kv_type = kv_dtype();
+  c.block_size = block_size;
+  c.kv_memory_bytes = static_cast<size_t>(kv_memory);
+  c.num_kv_blocks = kv_blocks;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = max_batch_tokens;
+  c.enable_prefix_caching = !no_prefix_cache;
+  return c;
+}
+
+void SamplingOptions::add_to(CLI::App& app) {
+  app.add_option("-n,--n-predict", n_predict, "Tokens to generate (-1: until end of text or context)")->capture_default_str();
+  app.add_option("--temp", temperature, "Temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", top_k, "Top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", top_p, "Top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", min_p, "Min-p (0: off)")->capture_default_str();
+  app.add_option("--repeat-penalty", repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  app.add_option("--presence-penalty", presence_penalty, "Presence penalty")->capture_default_str();
+  app.add_option("--frequency-penalty", frequency_penalty, "Frequency penalty")->capture_default_str();
+  app.add_option("--seed", seed, "Random seed (-1: random)")->capture_default_str();
+  app.add_flag("--ignore-eos", ignore_eos, "Do not stop at end-of-text tokens");
+  app.add_option("--stop", stop, "Stop string (repeatable)");
+}
+
+engine::SamplingParams SamplingOptions::params(int64_t remaining_context) const {
+  engine::SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repeat_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
+  p.max_tokens = n_predict < 0 ? static_cast<int32_t>(remaining_context) : n_predict;
+  p.ignore_eos = ignore_eos;
+  p.stop = stop;
+  return p;
+}
+
+}  // namespace tessera::cli

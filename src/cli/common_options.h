@@ -1,0 +1,54 @@
+// Options shared by the subcommands that run a model: one struct, one place
+// that registers them, so -t, --ctx, --kv-type mean the same everywhere.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/sampling_params.h"
+
+namespace tessera::cli {
+
+struct RunOptions {
+  std::string model;
+  int threads = 0;
+  int64_t ctx = 0;           // 0: the model's training context
+  std::string kv_type = "f16";
+  int32_t block_size = 16;
+  int64_t kv_memory = 0;     // bytes; 0: sized for the sequences and context
+  int32_t kv_blocks = 0;
+  int32_t max_num_seqs = 64;
+  int32_t max_batch_tokens = 512;
+  bool no_prefix_cache = false;
+
+  void add_to(CLI::App& app, bool engine_options = true);
+  DType kv_dtype() const;
+  engine::EngineConfig engine_config() const;
+};
+
+// --temp, --top-k, ... ; defaults as llama.cpp's CLI uses.
+struct SamplingOptions {
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;
+  int32_t n_predict = 64;
+  bool ignore_eos = false;
+  std::vector<std::string> stop;
+
+  void add_to(CLI::App& app);
+  engine::SamplingParams params(int64_t remaining_context) const;
+};
+
+// Parses "512", "64M", "2G" (binary units).
+size_t parse_bytes(const std::string& s);
+
+}  // namespace tessera::cli

@@ -1,0 +1,99 @@
+#include "server/sampling_json.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace tessera::server {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& field, const std::string& msg) { throw FieldError(field, msg); }
+
+const json* get(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number(const json& body, const char* field, double lo, double hi) {
+  const json* v = get(body, field);
+  if (!v->is_number()) bad(field, fmt::format("'{}' must be a number", field));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi));
+  return d;
+}
+
+int64_t integer(const json& body, const char* field, int64_t lo, int64_t hi) {
+  const json* v = get(body, field);
+  if (!v->is_number_integer() && !(v->is_number_float() && std::floor(v->get<double>()) == v->get<double>())) {
+    bad(field, fmt::format("'{}' must be an integer", field));
+  }
+  const double d = v->get<double>();
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
+    bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi));
+  }
+  return v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), static_cast<uint64_t>(hi)))
+                                 : static_cast<int64_t>(d);
+}
+
+}  // namespace
+
+engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& defaults) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  engine::SamplingParams p;
+  p.temperature = defaults.temperature;
+  p.max_tokens = defaults.max_tokens;
+  if (get(body, "temperature")) p.temperature = static_cast<float>(number(body, "temperature", 0.0, 2.0));
+  if (get(body, "top_p")) p.top_p = static_cast<float>(number(body, "top_p", 0.0, 1.0));
+  if (p.top_p <= 0.0f) bad("top_p", "'top_p' must be greater than 0");
+  if (get(body, "top_k")) {
+    const int64_t k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max());
+    p.top_k = k < 0 ? 0 : static_cast<int32_t>(k);  // -1 means off, as in vLLM
+  }
+  if (get(body, "min_p")) p.min_p = static_cast<float>(number(body, "min_p", 0.0, 1.0));
+  if (get(body, "presence_penalty")) p.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2.0, 2.0));
+  if (get(body, "frequency_penalty")) p.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2.0, 2.0));
+  if (get(body, "repetition_penalty")) {
+    p.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 0.0, 10.0));
+    if (p.repetition_penalty <= 0.0f) bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
+  }
+  if (get(body, "seed")) p.seed = static_cast<uint64_t>(integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  // max_completion_tokens is the chat API's newer name for max_tokens.
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (get(body, f)) p.max_tokens = static_cast<int32_t>(integer(body, f, 1, std::numeric_limits<int32_t>::max()));
+  }
+  if (get(body, "n")) p.n = static_cast<int32_t>(integer(body, "n", 1, 128));
+  if (get(body, "ignore_eos")) {
+    if (!body["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");
+    p.ignore_eos = body["ignore_eos"].get<bool>();
+  }
+  if (const json* s = get(body, "stop")) {
+    if (s->is_string()) {
+      p.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > 4) bad("stop", "'stop' holds at most 4 sequences");
+      for (const json& e : *s) {
+        if (!e.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+        p.stop.push_back(e.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or an array of strings");
+    }
+    for (const std::string& st : p.stop) {
+      if (st.empty()) bad("stop", "stop strings must not be empty");
+    }
+  }
+  if (const json* s = get(body, "stop_token_ids")) {
+    if (!s->is_array()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
+    for (const json& e : *s) {
+      if (!e.is_number_integer()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
+      p.stop_token_ids.push_back(e.get<int32_t>());
+    }
+  }
+  return p;
+}
+
+}  // namespace tessera::server

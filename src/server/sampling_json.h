@@ -1,0 +1,33 @@
+// OpenAI-style sampling fields of a JSON request body -> SamplingParams.
+// Shared by the HTTP server and the offline batch mode. Wrong types and
+// out-of-range values throw Error(kInvalidArgument) naming the field;
+// unknown fields are ignored, as OpenAI does.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "engine/sampling_params.h"
+
+namespace tessera::server {
+
+struct SamplingDefaults {
+  float temperature = 1.0f;
+  int32_t max_tokens = 16;
+};
+
+// The field a value came from, for error messages: param() of the Error.
+class FieldError : public std::runtime_error {
+ public:
+  FieldError(std::string field, const std::string& message)
+      : std::runtime_error(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+engine::SamplingParams parse_sampling(const nlohmann::json& body, const SamplingDefaults& defaults);
+
+}  // namespace tessera::server
