@@ -1,0 +1,293 @@
+// The engine end to end on the real stories260K model: golden continuation,
+// batch invariance, preemption, abort, parallel sampling, stop strings,
+// prefix caching.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/sequence_runner.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "util/test_util.h"
+
+namespace tessera::engine {
+namespace {
+
+struct Loaded {
+  LoadedModel lm;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+const Loaded& stories() {
+  static const Loaded* l = [] {
+    auto* p = new Loaded{load_model(testing::stories260k_path()), nullptr};
+    p->tok = Tokenizer::from_gguf(*p->lm.file);
+    return p;
+  }();
+  return *l;
+}
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  bool finished = false;
+};
+
+// Runs the engine until every request is done, collecting outputs by id.
+std::map<RequestId, Collected> run_all(Engine& e) {
+  std::map<RequestId, Collected> out;
+  int64_t guard = 0;
+  while (e.has_unfinished()) {
+    for (const RequestOutput& o : e.step()) {
+      Collected& c = out[o.id];
+      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      c.logprobs.insert(c.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      c.text += o.text;
+      if (o.finished) {
+        EXPECT_FALSE(c.finished) << "request " << o.id << " finished twice";
+        c.finished = true;
+        c.finish = o.finish_reason;
+      }
+    }
+    EXPECT_LT(++guard, 100000);
+  }
+  return out;
+}
+
+EngineConfig small_config() {
+  EngineConfig c;
+  c.max_model_len = 512;
+  c.threads = 2;
+  c.kv_type = DType::kF32;
+  c.seed = 42;
+  return c;
+}
+
+SamplingParams greedy(int32_t n) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+TEST(Engine, GreedyContinuationMatchesLlamaCpp) {
+  const Loaded& s = stories();
+  Engine e(*s.lm.model, s.tok.get(), small_config());
+  const RequestId id = e.add_request(std::string_view("Once upon a time"), greedy(10));
+  auto out = run_all(e);
+  EXPECT_EQ(out[id].text.rfind(", there was a little girl named Lily", 0), 0u) << out[id].text;
+  EXPECT_EQ(out[id].finish, FinishReason::kLength);
+}
+
+// The target request's tokens and logprobs alone, and among `others` random
+// requests of mixed lengths started at different times.
+TEST(Engine, BatchInvariance) {
+  const Loaded& s = stories();
+  std::mt19937 rng(7);
+  auto random_prompt = [&](int n) {
+    std::uniform_int_distribution<int32_t> t(3, 511);
+    std::vector<int32_t> p{1};
+    for (int i = 1; i < n; ++i) p.push_back(t(rng));
+    return p;
+  };
+  const std::vector<int32_t> target_prompt = random_prompt(37);
+  for (bool sampled : {false, true}) {
+    SamplingParams tp = sampled ? SamplingParams{} : greedy(60);
+    if (sampled) {
+      tp.temperature = 0.9f;
+      tp.top_p = 0.9f;
+      tp.seed = 1234;
+      tp.max_tokens = 60;
+      tp.ignore_eos = true;
+    }
+    tp.logprobs = true;
+    Engine alone(*s.lm.model, s.tok.get(), small_config());
+    const RequestId a = alone.add_request(target_prompt, tp);
+    const Collected ref = run_all(alone)[a];
+    ASSERT_EQ(ref.tokens.size(), 60u);
+
+    EngineConfig cfg = small_config();
+    cfg.max_num_batched_tokens = 97;  // odd budget: chunks cut prompts at varied points
+    Engine busy(*s.lm.model, s.tok.get(), cfg);
+    std::uniform_int_distribution<int> len(1, 200), out(1, 120);
+    for (int i = 0; i < 16; ++i) busy.add_request(random_prompt(len(rng)), greedy(out(rng)));
+    for (int i = 0; i < 3; ++i) busy.step();
+    const RequestId b = busy.add_request(target_prompt, tp);
+    for (int i = 0; i < 15; ++i) {
+      SamplingParams op = greedy(out(rng));
+      op.temperature = 0.7f;
+      busy.add_request(random_prompt(len(rng)), op);
+    }
+    const Collected got = run_all(busy)[b];
+    EXPECT_EQ(got.tokens, ref.tokens) << (sampled ? "sampled" : "greedy");
+    ASSERT_EQ(got.logprobs.size(), ref.logprobs.size());
+    for (size_t i = 0; i < ref.logprobs.size(); ++i) {
+      EXPECT_EQ(got.logprobs[i], ref.logprobs[i]) << "logprob " << i << " differs in a batch (bitwise)";
+    }
+  }
+}
+
+TEST(Engine, PreemptionUnderTinyPoolKeepsOutputs) {
+  const Loaded& s = stories();
+  std::mt19937 rng(11);
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> reqs;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> p{1};
+    for (int j = 0; j < 5 + i * 3; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    SamplingParams sp = greedy(20 + i % 7 * 5);
+    if (i % 2) {
+      sp.temperature = 1.0f;
+      sp.seed = 100 + i;
+    }
+    reqs.emplace_back(p, sp);
+  }
+  std::vector<Collected> alone;
+  for (auto& [p, sp] : reqs) {
+    Engine e(*s.lm.model, s.tok.get(), small_config());
+    const RequestId id = e.add_request(p, sp);
+    alone.push_back(run_all(e)[id]);
+  }
+  EngineConfig cfg = small_config();
+  cfg.num_kv_blocks = 12;  // 192 token slots for 24 requests of up to ~110 tokens
+  cfg.block_size = 16;
+  cfg.max_num_seqs = 8;
+  Engine e(*s.lm.model, s.tok.get(), cfg);
+  std::vector<RequestId> ids;
+  for (auto& [p, sp] : reqs) ids.push_back(e.add_request(p, sp));
+  auto out = run_all(e);
+  EXPECT_GT(e.stats().preemptions_total, 0);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(out[ids[i]].tokens, alone[i].tokens) << "request " << i;
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+}
+
+TEST(Engine, AbortFreesBlocksAtNextStep) {
+  const Loaded& s = stories();
+  Engine e(*s.lm.model, s.tok.get(), small_config());
+  const RequestId id = e.add_request(std::string_view("Once upon a time"), greedy(200));
+  const RequestId other = e.add_request(std::string_view("The dog"), greedy(30));
+  size_t other_tokens = 0;
+  for (int i = 0; i < 5; ++i) {
+    for (const RequestOutput& o : e.step()) other_tokens += o.id == other ? o.new_tokens.size() : 0;
+  }
+  EXPECT_GT(e.stats().kv_blocks_used, 0);
+  e.abort(id);
+  bool saw_abort = false;
+  for (const RequestOutput& o : e.step()) {
+    if (o.id == other) other_tokens += o.new_tokens.size();
+    if (o.id == id) {
+      EXPECT_TRUE(o.finished);
+      EXPECT_EQ(o.finish_reason, FinishReason::kAbort);
+      saw_abort = true;
+    }
+  }
+  EXPECT_TRUE(saw_abort);
+  auto rest = run_all(e);
+  EXPECT_EQ(rest[other].tokens.size() + other_tokens, 30u) << "the other request is unaffected";
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  EXPECT_FALSE(e.has_unfinished());
+}
+
+TEST(Engine, StopStringIsNotEmittedAndSpansTokens) {
+  const Loaded& s = stories();
+  Engine e(*s.lm.model, s.tok.get(), small_config());
+  SamplingParams p = greedy(40);
+  p.stop = {"girl na"};  // ends inside the token " named"
+  const RequestId id = e.add_request(std::string_view("Once upon a time"), p);
+  auto out = run_all(e);
+  EXPECT_EQ(out[id].text, ", there was a little ");
+  EXPECT_EQ(out[id].finish, FinishReason::kStop);
+}
+
+TEST(Engine, ParallelSamplingForksPromptBlocks) {
+  const Loaded& s = stories();
+  EngineConfig cfg = small_config();
+  cfg.enable_prefix_caching = false;
+  Engine e(*s.lm.model, s.tok.get(), cfg);
+  std::vector<int32_t> prompt{1};
+  for (int i = 0; i < 99; ++i) prompt.push_back(3 + i * 5 % 500);  // 100 tokens: 6 full blocks + 4
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.n = 4;
+  p.seed = 9;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  const RequestId id = e.add_request(prompt, p);
+  // Step 1: prefill (one 512-token budget) computes the prompt and forks.
+  auto first = e.step();
+  EXPECT_EQ(first.size(), 4u);
+  EXPECT_EQ(e.stats().kv_blocks_used, 7) << "children share the prompt's blocks";
+  // Step 2: every child appends into the shared partial block: 3 copies,
+  // the last writer keeps the original.
+  e.step();
+  EXPECT_EQ(e.stats().kv_blocks_used, 7 + 3);
+  std::map<int32_t, std::vector<int32_t>> by_index;
+  for (const RequestOutput& o : first) by_index[o.index] = o.new_tokens;
+  for (auto& [rid, c] : run_all(e)) (void)rid, (void)c;
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  // The same seed reproduces the same four samples.
+  Engine e2(*s.lm.model, s.tok.get(), cfg);
+  const RequestId id2 = e2.add_request(prompt, p);
+  auto again = e2.step();
+  std::map<int32_t, std::vector<int32_t>> by_index2;
+  for (const RequestOutput& o : again) {
+    EXPECT_EQ(o.group, id2);
+    by_index2[o.index] = o.new_tokens;
+  }
+  EXPECT_EQ(by_index, by_index2);
+  (void)id;
+}
+
+TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
+  const Loaded& s = stories();
+  std::vector<int32_t> prefix{1};
+  for (int i = 0; i < 70; ++i) prefix.push_back(3 + (i * 37) % 500);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    auto p = prefix;
+    for (int j = 0; j <= i; ++j) p.push_back(10 + i * 7 + j);
+    prompts.push_back(p);
+  }
+  auto run = [&](bool cache) {
+    EngineConfig cfg = small_config();
+    cfg.enable_prefix_caching = cache;
+    Engine e(*s.lm.model, s.tok.get(), cfg);
+    std::vector<Collected> outs;
+    for (const auto& p : prompts) {  // one after another, so later ones hit
+      SamplingParams sp = greedy(15);
+      sp.logprobs = true;
+      const RequestId id = e.add_request(p, sp);
+      outs.push_back(run_all(e)[id]);
+    }
+    return std::make_pair(outs, e.stats());
+  };
+  auto [cold, cold_stats] = run(false);
+  auto [warm, warm_stats] = run(true);
+  EXPECT_EQ(cold_stats.prefix_hit_tokens_total, 0);
+  EXPECT_GE(warm_stats.prefix_hit_tokens_total, 5 * 64);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(warm[i].tokens, cold[i].tokens);
+    EXPECT_EQ(warm[i].logprobs, cold[i].logprobs) << "bit-identical with cached prefix";
+  }
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  const Loaded& s = stories();
+  Engine e(*s.lm.model, s.tok.get(), small_config());
+  SamplingParams p = greedy(10);
+  std::vector<int32_t> long_prompt(600, 5);
+  EXPECT_THROW(e.add_request(long_prompt, p), tessera::Error);
+  EXPECT_THROW(e.add_request(std::vector<int32_t>{1, 99999}, p), tessera::Error);
+  SamplingParams bad = p;
+  bad.top_p = 0.0f;
+  EXPECT_THROW(e.add_request(std::vector<int32_t>{1, 5}, bad), tessera::Error);
+  EXPECT_FALSE(e.has_unfinished());
+}
+
+}  // namespace
+}  // namespace tessera::engine
