@@ -1,0 +1,182 @@
+"""A float64 numpy forward pass of Llama-family models read from GGUF.
+
+Deliberately written differently from the C++ engine (src/model/llama.cc and
+the kernels): the whole sequence is processed as matrices, causal attention is
+materialised as a [heads, T, T] score matrix with an exact softmax, RoPE is a
+multiplication of complex numbers, and grouped-query attention repeats each
+KV head for its group of query heads. Hyperparameters come from the GGUF
+metadata ("<arch>.embedding_length", ...) as the engine reads them.
+
+Every arithmetic step goes through a `numerics` object (see error_model.py):
+`Exact` is plain float64; `Perturbed` adds, at each step, an error of the
+size the engine's float32 / int8 arithmetic is allowed to make there, which is
+how the comparison derives its tolerance.
+"""
+
+import numpy as np
+
+from gguf_ref import GGUFError, GGUFFile
+from error_model import Exact
+
+# Architectures this reference knows, and how they differ from "llama".
+# qwen2 adds biases to the Q, K and V projections and rotates NeoX-style.
+ARCHS = {
+    "llama": {"qkv_bias": False, "neox": False},
+    "mistral": {"qkv_bias": False, "neox": False},
+    "qwen2": {"qkv_bias": True, "neox": True},
+}
+
+
+class Config:
+    def __init__(self, g):
+        self.arch = g.get("general.architecture")
+        if self.arch not in ARCHS:
+            raise GGUFError(f"architecture {self.arch!r} not supported by the reference")
+        a = self.arch + "."
+        self.n_embd = int(g.get(a + "embedding_length"))
+        self.n_layer = int(g.get(a + "block_count"))
+        self.n_ff = int(g.get(a + "feed_forward_length"))
+        self.n_head = int(g.get(a + "attention.head_count"))
+        self.n_head_kv = int(g.get(a + "attention.head_count_kv", self.n_head))
+        self.head_dim = int(g.get(a + "attention.key_length", self.n_embd // self.n_head))
+        self.n_rot = int(g.get(a + "rope.dimension_count", self.head_dim))
+        self.rope_base = float(g.get(a + "rope.freq_base", 10000.0))
+        scale = 1.0
+        if g.get(a + "rope.scaling.type", "none") == "linear":
+            scale = 1.0 / float(g.get(a + "rope.scaling.factor", 1.0))
+        self.rope_scale = scale
+        self.rms_eps = float(g.get(a + "attention.layer_norm_rms_epsilon", 1e-5))
+        self.qkv_bias = ARCHS[self.arch]["qkv_bias"]
+        self.neox = ARCHS[self.arch]["neox"]
+        assert self.n_head % self.n_head_kv == 0
+        assert self.n_rot % 2 == 0 and self.n_rot <= self.head_dim
+
+
+class Matrix:
+    """A weight matrix as float64 [rows = out features, cols = in features]
+    with the GGUF type it is stored in (which decides the engine's
+    activation format, see error_model.py)."""
+
+    def __init__(self, g, name):
+        self.w = g.tensor(name)
+        self.ggml_type = g.tensors[name].ggml_type
+
+
+class LlamaRef:
+    def __init__(self, path):
+        g = GGUFFile(path)
+        self.cfg = c = Config(g)
+        self.tok_embd = Matrix(g, "token_embd.weight")
+        self.n_vocab = self.tok_embd.w.shape[0]
+        self.output_norm = g.tensor("output_norm.weight")
+        self.output = Matrix(g, "output.weight") if "output.weight" in g.tensors else self.tok_embd
+        self.layers = []
+        for il in range(c.n_layer):
+            p = f"blk.{il}."
+            L = {
+                "attn_norm": g.tensor(p + "attn_norm.weight"),
+                "ffn_norm": g.tensor(p + "ffn_norm.weight"),
+            }
+            for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+                L[m] = Matrix(g, p + m + ".weight")
+            if c.qkv_bias:
+                for m in ("attn_q", "attn_k", "attn_v"):
+                    L[m + ".bias"] = g.tensor(p + m + ".bias")
+            self.layers.append(L)
+
+    # -- building blocks ---------------------------------------------------
+
+    def rmsnorm(self, x, w, num):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        y = x / np.sqrt(ms + self.cfg.rms_eps) * w
+        return num.reduction_op(y, x.shape[-1])
+
+    def rope(self, x, positions, num):
+        """x: [T, heads, head_dim]. Pairs (2i, 2i+1) (normal) or (i, i + n_rot/2)
+        (NeoX) of the first n_rot dims rotate by pos * base^(-2i / n_rot)."""
+        c = self.cfg
+        half = c.n_rot // 2
+        inv_freq = c.rope_base ** (-2.0 * np.arange(half) / c.n_rot)
+        angle = np.outer(positions * c.rope_scale, inv_freq)       # [T, half]
+        rot = np.exp(1j * angle)[:, None, :]                        # [T, 1, half]
+        if c.neox:
+            re_idx, im_idx = np.arange(half), np.arange(half) + half
+        else:
+            re_idx, im_idx = np.arange(0, c.n_rot, 2), np.arange(1, c.n_rot, 2)
+        z = (x[..., re_idx] + 1j * x[..., im_idx]) * rot
+        y = x.copy()
+        y[..., re_idx] = z.real
+        y[..., im_idx] = z.imag
+        return num.rope_op(y, x, positions, re_idx, im_idx)
+
+    def attention(self, q, k, v, num):
+        """q: [T, H, d]; k, v: [T, H_kv, d]. Causal, materialised."""
+        c = self.cfg
+        group = c.n_head // c.n_head_kv
+        k = np.repeat(k, group, axis=1)  # query head h reads KV head h // group
+        v = np.repeat(v, group, axis=1)
+        T = q.shape[0]
+        scale = 1.0 / np.sqrt(c.head_dim)
+        scores = np.einsum("thd,shd->hts", q, k) * scale
+        scores = num.float_dot(scores, np.einsum("thd,shd->hts", np.abs(q), np.abs(k)) * scale, c.head_dim)
+        future = np.triu(np.ones((T, T), dtype=bool), k=1)
+        scores = np.where(future[None], -np.inf, scores)
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        p = p / p.sum(axis=-1, keepdims=True)
+        p = num.softmax_op(p, T)
+        out = np.einsum("hts,shd->thd", p, v)
+        return num.float_dot(out, np.einsum("hts,shd->thd", p, np.abs(v)), T)
+
+    # -- the model ---------------------------------------------------------
+
+    def forward(self, tokens, num=None):
+        """Logits [T, n_vocab] (float64) for every position of `tokens`."""
+        num = num or Exact()
+        c = self.cfg
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+            raise ValueError("token id out of range")
+        T = len(tokens)
+        positions = np.arange(T, dtype=np.float64)
+        x = self.tok_embd.w[tokens]  # [T, n_embd]
+        for L in self.layers:
+            h = self.rmsnorm(x, L["attn_norm"], num)
+            q = num.matmul(h, L["attn_q"])
+            k = num.matmul(h, L["attn_k"])
+            v = num.matmul(h, L["attn_v"])
+            if c.qkv_bias:
+                q = num.pointwise(q + L["attn_q.bias"])
+                k = num.pointwise(k + L["attn_k.bias"])
+                v = num.pointwise(v + L["attn_v.bias"])
+            q = self.rope(q.reshape(T, c.n_head, c.head_dim), positions, num)
+            k = self.rope(k.reshape(T, c.n_head_kv, c.head_dim), positions, num)
+            v = v.reshape(T, c.n_head_kv, c.head_dim)
+            att = self.attention(q, k, v, num).reshape(T, c.n_head * c.head_dim)
+            x = num.pointwise(x + num.matmul(att, L["attn_output"]))
+            h = self.rmsnorm(x, L["ffn_norm"], num)
+            gate = num.matmul(h, L["ffn_gate"])
+            up = num.matmul(h, L["ffn_up"])
+            act = num.transcendental(gate / (1.0 + np.exp(-gate)) * up)
+            x = num.pointwise(x + num.matmul(act, L["ffn_down"]))
+        h = self.rmsnorm(x, self.output_norm, num)
+        return num.matmul(h, self.output)
+
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description="float64 logits of a GGUF Llama/Qwen2 model")
+    ap.add_argument("model")
+    ap.add_argument("--tokens", required=True, help="comma-separated token ids")
+    ap.add_argument("-o", "--out", help="write float64 [T, n_vocab] here; else print argmax per row")
+    args = ap.parse_args()
+    ref = LlamaRef(args.model)
+    logits = ref.forward([int(t) for t in args.tokens.split(",")])
+    if args.out:
+        logits.astype("<f8").tofile(args.out)
+    else:
+        print(",".join(str(int(i)) for i in logits.argmax(axis=1)))
+
+
+if __name__ == "__main__":
+    main()
