@@ -4,11 +4,15 @@
 // blocks arrive), and the full score matrix is never materialised. Memory is
 // O(block) per worker whatever the context length.
 //
-// KV layout, per layer, for K and for V alike:
-//   [num_blocks][n_kv_heads][block_size][head_dim]
-// so one (block, kv head) tile of keys is block_size * head_dim contiguous
-// values: loaded once and used by every query head of its GQA group and by
-// every query token of the sequence in the step.
+// KV layout, per layer: [num_blocks][n_kv_heads][tile], where a tile is
+//   K: [head_dim][block_size]  (feature-major: one vector load holds one
+//      feature of consecutive keys, so q.K is a broadcast-FMA per feature
+//      with no horizontal sums)
+//   V: [block_size][head_dim]  (key-major: the weighted sum of values runs
+//      along head_dim)
+// One (block, kv head) tile is block_size * head_dim contiguous values,
+// loaded once and used by every query head of its GQA group and by every
+// query token of the sequence in the step.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +26,8 @@ namespace tessera::kernels {
 
 struct KvLayerView {
   DType type = DType::kF32;  // F32, F16 or BF16
-  uint8_t* k = nullptr;      // [num_blocks][n_kv_heads][block_size][head_dim]
-  uint8_t* v = nullptr;      // same layout as k
+  uint8_t* k = nullptr;      // [num_blocks][n_kv_heads][head_dim][block_size]
+  uint8_t* v = nullptr;      // [num_blocks][n_kv_heads][block_size][head_dim]
   int32_t block_size = 16;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
@@ -62,7 +66,12 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
                      int64_t out_stride, std::span<const AttentionSeq> seqs,
                      const AttentionShape& shape, const KernelContext& ctx);
 
-// Copies every layer's K and V of block src to block dst.
+// Copies K and V of block src to block dst (one layer).
 void copy_block(const KvLayerView& kv, int32_t src, int32_t dst);
+
+// The naive reference, for tests and benchmarks: materialises every score
+// of a query row, exact softmax in double precision. O(context) memory.
+void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stride, float* out,
+                           int64_t out_stride, std::span<const AttentionSeq> seqs, const AttentionShape& shape);
 
 }  // namespace tessera::kernels

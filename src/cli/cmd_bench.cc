@@ -1,0 +1,103 @@
+// tessera bench: ppN / tgN like llama-bench, the machine's read bandwidth,
+// and the decode roofline of the model with the achieved fraction.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/command.h"
+#include "cli/common_options.h"
+#include "engine/benchmark.h"
+#include "kernels/membw.h"
+#include "model/model.h"
+
+namespace tessera::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int threads = 0;
+  int64_t n_prompt = 128, n_gen = 64;
+  int reps = 5;
+  bool json = false, membw = false, no_membw = false;
+  std::string kv_type = "f16";
+};
+
+TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-bench), bandwidth, roofline", [](CLI::App& sub) {
+  auto a = std::make_shared<BenchArgs>();
+  sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw)");
+  sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  sub.add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (ppN)")->capture_default_str();
+  sub.add_option("-n,--n-gen", a->n_gen, "Generated tokens (tgN)")->capture_default_str();
+  sub.add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str();
+  sub.add_option("--kv-type", a->kv_type, "KV cache type")->capture_default_str();
+  sub.add_flag("--json", a->json, "Print one JSON object");
+  sub.add_flag("--membw", a->membw, "Measure memory read bandwidth only");
+  sub.add_flag("--no-membw", a->no_membw, "Skip the bandwidth measurement (no roofline)");
+  return [a]() {
+    ThreadPool pool(a->threads);
+    nlohmann::json j;
+    j["threads"] = pool.size();
+    j["isa"] = std::string(isa_name(active_isa()));
+    double bw = 0.0;
+    if (!a->no_membw) {
+      const kernels::BandwidthResult b = kernels::measure_read_bandwidth(pool);
+      bw = b.gbps_median;
+      j["membw_gbps"] = b.gbps_median;
+      j["membw_gbps_max"] = b.gbps_max;
+    }
+    if (a->membw || a->model.empty()) {
+      TESSERA_CHECK(a->membw, kInvalidArgument, "give -m FILE (or --membw)");
+      std::printf("%s\n", a->json ? j.dump().c_str() : fmt::format("read bandwidth: {:.1f} GB/s (median), {:.1f} (best), {} threads", bw, j["membw_gbps_max"].get<double>(), pool.size()).c_str());
+      return 0;
+    }
+    const LoadedModel lm = load_model(a->model);
+    engine::BenchOptions opt;
+    opt.n_prompt = a->n_prompt;
+    opt.n_gen = a->n_gen;
+    opt.reps = a->reps;
+    RunOptions ro;
+    ro.kv_type = a->kv_type;
+    opt.kv_type = ro.kv_dtype();
+    const engine::BenchResult r = engine::run_bench(*lm.model, opt, pool);
+    const size_t bpt = lm.model->bytes_per_token();
+    const double roofline = bw > 0 ? bw * 1e9 / static_cast<double>(bpt) : 0.0;
+    std::string type = "?";
+    {
+      // The dominant weight type, by bytes.
+      std::map<std::string, size_t> bytes;
+      for (const auto& t : lm.file->tensors()) bytes[std::string(dtype_name(t.type))] += t.n_bytes;
+      size_t best = 0;
+      for (const auto& [n, b] : bytes) if (b > best) best = b, type = n;
+    }
+    j["model"] = std::filesystem::path(a->model).filename().string();
+    j["type"] = type;
+    j["model_bytes"] = std::filesystem::file_size(a->model);
+    j["bytes_per_token"] = bpt;
+    j["pp_tokens"] = a->n_prompt;
+    j["pp_tps"] = r.pp_tps;
+    j["pp_samples"] = r.pp_samples;
+    j["tg_tokens"] = a->n_gen;
+    j["tg_tps"] = r.tg_tps;
+    j["tg_samples"] = r.tg_samples;
+    j["roofline_tps"] = roofline;
+    j["tg_roofline_fraction"] = roofline > 0 ? r.tg_tps / roofline : 0.0;
+    if (a->json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("| model | type | threads | test | t/s |\n|---|---|---:|---|---:|\n");
+      std::printf("| %s | %s | %d | pp%lld | %.1f |\n", j["model"].get<std::string>().c_str(), type.c_str(), pool.size(),
+                  static_cast<long long>(a->n_prompt), r.pp_tps);
+      std::printf("| %s | %s | %d | tg%lld | %.1f |\n", j["model"].get<std::string>().c_str(), type.c_str(), pool.size(),
+                  static_cast<long long>(a->n_gen), r.tg_tps);
+      if (roofline > 0) {
+        std::printf("read bandwidth %.1f GB/s; %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of roofline\n", bw,
+                    static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * r.tg_tps / roofline);
+      }
+    }
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace tessera::cli

@@ -1,0 +1,61 @@
+// The interface between attention.cc (work split, checks) and the per-ISA
+// attention kernels (attention_ref.cc, attention_avx2.cc, attention_avx512.cc).
+// Plain data and function pointers only (see docs/KERNELS.md, "ODR rule").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// KV element storage: 0 = f32, 1 = f16, 2 = bf16.
+enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// One work unit: query tokens [q0, q0 + nq) of one sequence against one KV
+// head, i.e. rows (g, i) for g < group query heads and i < nq tokens.
+struct AttnUnitArgs {
+  const uint8_t* k = nullptr;  // layer base of K
+  const uint8_t* v = nullptr;  // layer base of V
+  size_t block_bytes = 0;      // one block, all heads
+  size_t head_bytes = 0;       // one (block, head) tile
+  const int32_t* block_table = nullptr;
+  KvElem elem = KvElem::kF32;
+  int32_t block_size = 0;
+  int32_t head_dim = 0;
+  int32_t kv_head = 0;
+  int32_t group = 1;      // query heads per KV head
+  int32_t nq = 0;         // query tokens in the unit
+  int32_t first_pos = 0;  // position of the unit's first query token
+  const float* q = nullptr;  // row of the unit's first token; head h at q + h * head_dim
+  int64_t q_stride = 0;
+  float* out = nullptr;      // same layout as q
+  int64_t out_stride = 0;
+  float scale = 1.0f;
+  float* scratch = nullptr;  // attention_scratch_floats() floats
+};
+
+using AttendFn = void (*)(const AttnUnitArgs& a);
+
+struct AttentionKernels {
+  const char* name;
+  AttendFn attend;
+};
+
+// Max query tokens per unit.
+constexpr int32_t kAttnQueryTile = 16;
+
+// Floats of scratch one worker needs.
+inline size_t attention_scratch_floats(int32_t block_size, int32_t head_dim, int32_t group) {
+  const size_t rows = static_cast<size_t>(group) * kAttnQueryTile;
+  const size_t bs_pad = (static_cast<size_t>(block_size) + 15) / 16 * 16;
+  return 2 * bs_pad * head_dim   // K and V tile in f32
+         + rows * bs_pad         // scores
+         + rows * head_dim       // output accumulators
+         + 2 * rows + 64;        // running max and sum, alignment slack
+}
+
+const AttentionKernels& attention_kernels_ref();
+const AttentionKernels& attention_kernels_avx2();
+const AttentionKernels& attention_kernels_avx512();
+
+}  // namespace tessera::kernels

@@ -1,0 +1,78 @@
+// Scalar reference of the tiled attention kernel: the same algorithm as
+// attention_impl.h (block by block, online softmax) in plain C++, reading
+// the tile layout element by element.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/fp16.h"
+#include "kernels/attention_kernels.h"
+
+namespace tessera::kernels {
+namespace {
+
+float load_elem(KvElem e, const uint8_t* base, size_t index) {
+  switch (e) {
+    case KvElem::kF32: return reinterpret_cast<const float*>(base)[index];
+    case KvElem::kF16: return fp16_to_f32(reinterpret_cast<const fp16_t*>(base)[index]);
+    case KvElem::kBF16: return bf16_to_f32(reinterpret_cast<const bf16_t*>(base)[index]);
+  }
+  return 0.0f;
+}
+
+void attend_ref(const AttnUnitArgs& a) {
+  const int bs = a.block_size, hd = a.head_dim;
+  const int rows = a.group * a.nq;
+  float* s = a.scratch;                                  // [bs]
+  float* acc = s + bs;                                   // [rows][hd]
+  float* m = acc + static_cast<size_t>(rows) * hd;
+  float* l = m + rows;
+  std::fill(acc, acc + static_cast<size_t>(rows) * hd, 0.0f);
+  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + rows, 0.0f);
+  const int last_key = a.first_pos + a.nq - 1;
+  for (int b = 0; b <= last_key / bs; ++b) {
+    const uint8_t* kb = a.k + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
+    const uint8_t* vb = a.v + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
+    for (int r = 0; r < rows; ++r) {
+      const int pos = a.first_pos + r % a.nq;
+      const int n_valid = std::min(bs, pos + 1 - b * bs);
+      if (n_valid <= 0) continue;
+      const float* q = a.q + static_cast<int64_t>(r % a.nq) * a.q_stride +
+                       static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < n_valid; ++j) {
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
+        s[j] = dot * a.scale;
+        tile_max = std::max(tile_max, s[j]);
+      }
+      const float m_new = std::max(m[r], tile_max);
+      const float corr = std::isinf(m[r]) ? 0.0f : std::exp(m[r] - m_new);
+      float* ar = acc + static_cast<size_t>(r) * hd;
+      for (int d = 0; d < hd; ++d) ar[d] *= corr;
+      float sum = 0.0f;
+      for (int j = 0; j < n_valid; ++j) {
+        const float p = std::exp(s[j] - m_new);
+        sum += p;
+        for (int d = 0; d < hd; ++d) ar[d] += p * load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);
+      }
+      l[r] = l[r] * corr + sum;
+      m[r] = m_new;
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* o = a.out + static_cast<int64_t>(r % a.nq) * a.out_stride +
+               static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
+    const float* ar = acc + static_cast<size_t>(r) * hd;
+    for (int d = 0; d < hd; ++d) o[d] = ar[d] / l[r];
+  }
+}
+
+constexpr AttentionKernels kTable = {"scalar", attend_ref};
+
+}  // namespace
+
+const AttentionKernels& attention_kernels_ref() { return kTable; }
+
+}  // namespace tessera::kernels

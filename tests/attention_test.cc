@@ -1,0 +1,187 @@
+// The tiled paged-attention kernels against the naive reference
+// (materialised scores, exact softmax in double) on random shapes: head
+// counts, GQA ratios, head dims 8/64/128, contexts 1..4096, block sizes,
+// prefill chunks that start mid-block, several sequences per call, shuffled
+// block tables, every KV type and ISA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "core/cpu.h"
+#include "kernels/attention.h"
+
+namespace tessera::kernels {
+namespace {
+
+struct Case {
+  int n_heads, n_kv_heads, head_dim, block_size;
+  std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
+  DType type;
+};
+
+struct KvSetup {
+  std::vector<uint8_t> k, v;
+  KvLayerView kv;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<AttentionSeq> seqs;
+  std::vector<float> q;
+  int64_t stride = 0;
+  int64_t rows = 0;
+  double max_k = 0.0, max_v = 0.0;
+};
+
+KvSetup make(const Case& c, std::mt19937& rng) {
+  KvSetup s;
+  int total_blocks = 1;
+  for (auto [ql, kl] : c.seqs) total_blocks += (kl + c.block_size - 1) / c.block_size;
+  s.kv.type = c.type;
+  s.kv.block_size = c.block_size;
+  s.kv.n_kv_heads = c.n_kv_heads;
+  s.kv.head_dim = c.head_dim;
+  s.k.resize(s.kv.block_bytes() * total_blocks);
+  s.v.resize(s.kv.block_bytes() * total_blocks);
+  s.kv.k = s.k.data();
+  s.kv.v = s.v.data();
+  // Physical blocks handed out in a shuffled order: tables are not contiguous.
+  std::vector<int32_t> ids(total_blocks - 1);
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const int64_t kvw = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  size_t next = 0;
+  for (auto [ql, kl] : c.seqs) {
+    std::vector<int32_t> t;
+    for (int b = 0; b < (kl + c.block_size - 1) / c.block_size; ++b) t.push_back(ids[next++]);
+    s.tables.push_back(t);
+    // Fill the cache through store_kv, as the model does.
+    std::vector<float> kr(static_cast<size_t>(kl * kvw)), vr(kr.size());
+    for (auto& x : kr) s.max_k = std::max<double>(s.max_k, std::fabs(x = n01(rng) * 1.5f));
+    for (auto& x : vr) s.max_v = std::max<double>(s.max_v, std::fabs(x = n01(rng)));
+    std::vector<int64_t> slots;
+    for (int p = 0; p < kl; ++p) slots.push_back(static_cast<int64_t>(t[p / c.block_size]) * c.block_size + p % c.block_size);
+    store_kv(s.kv, kr.data(), vr.data(), kvw, slots.data(), kl, Isa::kScalar);
+  }
+  s.stride = static_cast<int64_t>(c.n_heads) * c.head_dim + 3;  // padded rows
+  for (size_t i = 0; i < c.seqs.size(); ++i) {
+    s.seqs.push_back({static_cast<int32_t>(s.rows), c.seqs[i].first, c.seqs[i].second, s.tables[i].data()});
+    s.rows += c.seqs[i].first;
+  }
+  s.q.resize(static_cast<size_t>(s.rows * s.stride));
+  for (auto& x : s.q) x = n01(rng);
+  return s;
+}
+
+void check_case(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  KvSetup s = make(c, rng);
+  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  std::vector<float> ref(s.q.size(), 0.0f);
+  paged_attention_naive(s.kv, s.q.data(), s.stride, ref.data(), s.stride, s.seqs, shape);
+  // Error bound: outputs are convex combinations of V rows. A score error
+  // ds changes the weights by a factor exp(+-2 ds), so |dout| <= max|V| *
+  // (exp(2 ds) - 1) with ds = hd * eps32 * max sum|q k| * scale (f32
+  // accumulation of the dot), plus the exp approximation (2e-7 relative)
+  // and the f32 weighted sum (hd-independent: context * eps32 * max|V|).
+  double max_qk = 0.0;  // max over rows and heads of sum_d |q_d| |k_d|
+  for (int r = 0; r < s.rows; ++r) {
+    for (int h = 0; h < c.n_heads; ++h) {
+      double qa = 0;
+      for (int d = 0; d < c.head_dim; ++d) qa += std::fabs(s.q[r * s.stride + h * c.head_dim + d]);
+      max_qk = std::max(max_qk, qa * s.max_k);
+    }
+  }
+  const double max_v = s.max_v;
+  int max_ctx = 0;
+  for (auto [ql, kl] : c.seqs) max_ctx = std::max(max_ctx, kl);
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double ds = c.head_dim * eps * max_qk * shape.scale;
+  const double tol = max_v * (std::exp(2.0 * ds) - 1.0 + 4e-7 + 2.0 * max_ctx * eps) + 1e-6;
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    Workspace ws;
+    KernelContext ctx{&pool, isa, &ws};
+    std::vector<float> out(s.q.size(), -7.0f);
+    paged_attention(s.kv, s.q.data(), s.stride, out.data(), s.stride, s.seqs, shape, ctx);
+    double worst = 0.0;
+    for (int r = 0; r < s.rows; ++r) {
+      for (int i = 0; i < c.n_heads * c.head_dim; ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(out[r * s.stride + i]) - ref[r * s.stride + i]));
+      }
+      // The padding after each row is never written.
+      for (int i = c.n_heads * c.head_dim; i < s.stride; ++i) ASSERT_EQ(out[r * s.stride + i], -7.0f);
+    }
+    EXPECT_LE(worst, tol) << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " hd "
+                          << c.head_dim << " bs " << c.block_size << " type " << dtype_name(c.type);
+  }
+}
+
+TEST(Attention, DecodeAndPrefillMatchNaiveOnFixedShapes) {
+  uint32_t seed = 1;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int hd : {8, 64, 128}) {
+      for (int bs : {1, 16, 7, 32}) {
+        check_case({8, 2, hd, bs, {{1, 1}, {1, 37}, {5, 5}, {16, 100}, {17, 40}, {3, 64}}, t}, seed++);
+      }
+    }
+  }
+}
+
+TEST(Attention, LongContextsUpTo4096) {
+  uint32_t seed = 100;
+  for (int hd : {64, 128}) {
+    check_case({4, 4, hd, 16, {{1, 4096}, {2, 2049}, {24, 1000}}, DType::kF16}, seed++);
+    check_case({8, 1, hd, 16, {{1, 4096}, {9, 3001}}, DType::kF32}, seed++);
+  }
+}
+
+TEST(Attention, RandomShapes) {
+  std::mt19937 rng(4242);
+  for (int it = 0; it < 60; ++it) {
+    const int kv_heads = 1 + static_cast<int>(rng() % 4);
+    const int group = std::vector<int>{1, 2, 4, 8}[rng() % 4];
+    const int hd = std::vector<int>{8, 16, 64, 128, 24}[rng() % 5];
+    const int bs = 1 + static_cast<int>(rng() % 40);
+    std::vector<std::pair<int, int>> seqs;
+    for (int n = 1 + static_cast<int>(rng() % 4); n > 0; --n) {
+      const int kl = 1 + static_cast<int>(rng() % 300);
+      seqs.emplace_back(1 + static_cast<int>(rng() % std::min(kl, 40)), kl);
+    }
+    const DType t = std::vector<DType>{DType::kF32, DType::kF16, DType::kBF16}[rng() % 3];
+    check_case({kv_heads * group, kv_heads, hd, bs, seqs, t}, static_cast<uint32_t>(rng()));
+  }
+}
+
+TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
+  // The same queries computed as one chunk, or as the tail of a chunked
+  // prefill (fewer query rows per call), give identical rows: each row's
+  // arithmetic does not depend on which rows share its work unit.
+  std::mt19937 rng(77);
+  KvSetup s = make({8, 2, 64, 16, {{40, 90}}, DType::kF16}, rng);
+  const AttentionShape shape{8, 0.125f};
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    Workspace ws;
+    KernelContext ctx{&pool, isa, &ws};
+    std::vector<float> whole(s.q.size());
+    paged_attention(s.kv, s.q.data(), s.stride, whole.data(), s.stride, s.seqs, shape, ctx);
+    for (int split : {1, 7, 16, 23}) {
+      std::vector<float> parts(s.q.size());
+      std::vector<AttentionSeq> a = {{0, split, 90 - 40 + split, s.tables[0].data()}};
+      std::vector<AttentionSeq> b = {{split, 40 - split, 90, s.tables[0].data()}};
+      paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, a, shape, ctx);
+      paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, b, shape, ctx);
+      for (int r = 0; r < 40; ++r) {
+        for (int i = 0; i < 8 * 64; ++i) {
+          ASSERT_EQ(whole[r * s.stride + i], parts[r * s.stride + i]) << isa_name(isa) << " split " << split << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels
