@@ -1,5 +1,9 @@
 // AVX2 + FMA + F16C matmul kernels (compiled with those flags by the
 // *_avx2.cc rule). Only called after CPUID reports AVX2 (see matmul.cc).
+// The contract (matmul_kernels.h) fixes every rounding: no contraction of
+// a separate multiply and add into an FMA behind the code's back.
+#pragma GCC optimize("fp-contract=off")
+
 #include "kernels/matmul_impl.h"
 #include "kernels/simd_avx2.h"
 
@@ -13,6 +17,7 @@ struct Avx2Cfg {
   static constexpr const char* kName = "avx2";
   static constexpr int kMaxT = 2;
   static constexpr int kFloatRows = 4;
+  static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
   static constexpr size_t kActChunkBytes = 128 * 1024;
 };
 

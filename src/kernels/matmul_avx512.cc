@@ -8,6 +8,10 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// The contract (matmul_kernels.h) fixes every rounding: no contraction of
+// a separate multiply and add into an FMA behind the code's back.
+#pragma GCC optimize("fp-contract=off")
+
 #include "kernels/matmul_impl.h"
 #include "kernels/simd_avx512.h"
 
@@ -18,6 +22,7 @@ struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
   static constexpr int kFloatRows = 4;
+  static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
   static constexpr size_t kActChunkBytes = 256 * 1024;
 };
 

@@ -1,25 +1,60 @@
-// Scalar reference versions of the layer ops. Vector versions live in
-// ops_<isa>.cc and are selected by `isa`.
+// Scalar reference versions of the layer ops, and the dispatch to the vector
+// versions of ops_<isa>.cc.
 #include "kernels/ops.h"
 
 #include <cmath>
 
-namespace tessera::kernels {
+#include "kernels/ops_kernels.h"
 
-void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps, Isa) {
+namespace tessera::kernels {
+namespace {
+
+const OpsKernels* vector_ops(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return &ops_kernels_avx2();
+    case Isa::kAvx512: return &ops_kernels_avx512();
+    case Isa::kScalar: break;
+  }
+  return nullptr;
+}
+
+// The vector rope() takes its angles from the stack, up to this many.
+constexpr int64_t kRopeChunk = 256;
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->rmsnorm(x, weight, y, n, eps);
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * weight[i];
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa) {
+namespace {
+void rope_angle(int64_t pos, const RopeParams& p, int64_t i, float* c, float* s) {
+  const double theta = static_cast<double>(pos) * p.freq_scale *
+                       std::pow(static_cast<double>(p.freq_base),
+                                -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
+  *c = static_cast<float>(std::cos(theta));
+  *s = static_cast<float>(std::sin(theta));
+}
+}  // namespace
+
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out) {
+  for (int64_t i = 0; i < p.n_rot / 2; ++i) rope_angle(pos, p, i, &cos_out[i], &sin_out[i]);
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa) {
   const int64_t half = p.n_rot / 2;
+  if (const OpsKernels* k = vector_ops(isa); k != nullptr && half <= kRopeChunk) {
+    float c[kRopeChunk], s[kRopeChunk];
+    rope_angles(pos, p, c, s);
+    return k->rope_apply(x, n_heads, head_dim, half, p.neox, c, s);
+  }
   for (int64_t i = 0; i < half; ++i) {
-    const double theta = static_cast<double>(pos) * p.freq_scale *
-                         std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
+    float c, s;
+    rope_angle(pos, p, i, &c, &s);
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim;
       const int64_t a = p.neox ? i : 2 * i;
@@ -31,15 +66,43 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopePa
   }
 }
 
-void silu_mul(float* gate, const float* up, int64_t n, Isa) {
+void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->silu_mul(gate, up, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void add_inplace(float* y, const float* x, int64_t n, Isa) {
+void add_inplace(float* y, const float* x, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->add_inplace(y, x, n);
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void softmax(float* x, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->softmax(x, n);
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+int64_t argmax(const float* x, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->argmax(x, n);
+  int64_t best = 0;
+  float v = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > v) {
+      v = x[i];
+      best = i;
+    }
+  }
+  return best;
 }
 
 }  // namespace tessera::kernels

@@ -1,6 +1,8 @@
 // Element-wise and row-wise operations of a transformer layer, on f32
-// activations. Each dispatches on ctx-free `isa` to a scalar reference or a
-// vector version; results match the reference within float rounding.
+// activations. Each dispatches on `isa` to the scalar reference (Isa::kScalar)
+// or a vector version (ops_avx2.cc, ops_avx512.cc). Vector versions agree
+// with the reference within float rounding (rope and add_inplace exactly);
+// each is a function of its row alone, so results never depend on the batch.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +26,21 @@ struct RopeParams {
 };
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa);
 
+// cos and sin of theta_i for i < n_rot / 2 (computed in double, rounded to
+// float): the rotation every rope() version applies.
+void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out);
+
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa);
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n, Isa isa);
+
+// x = exp(x - max(x)) / sum, in place over one row of n >= 1.
+void softmax(float* x, int64_t n, Isa isa);
+
+// Index of the first largest element (NaNs are never chosen; 0 if all are
+// NaN or -inf), for greedy sampling.
+int64_t argmax(const float* x, int64_t n, Isa isa);
 
 }  // namespace tessera::kernels

@@ -64,6 +64,48 @@ struct Avx2F {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // Sum of the first n lanes (0 < n <= kW).
+  static float hsum_tail(V v, int n) {
+    return n == kW ? hsum(v) : hsum(_mm256_and_ps(v, _mm256_castsi256_ps(tail_mask(n))));
+  }
+  // Like load_tail, with `fill` in the lanes past n.
+  static V load_tail_fill(const float* p, int n, float fill) {
+    const __m256i m = tail_mask(n);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static V round(V a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127], through the exponent bits.
+  static V pow2(V n) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  // [v1, v0, v3, v2, ...]
+  static V swap_pairs(V v) { return _mm256_permute_ps(v, 0xb1); }
+  static V iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
+  using M = __m256;
+  static M cmp_gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }  // false if either is NaN
+  static V blend(M m, V a, V b) { return _mm256_blendv_ps(b, a, m); }     // m ? a : b
+  static double hsum_pd(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
+  // sum of x[i]^2 in double (each square is exact in double).
+  static double sum_squares(const float* x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i < n; i += kW) {
+      const V v = n - i >= kW ? load(x + i) : load_tail(x + i, static_cast<int>(n - i));
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+      a0 = _mm256_fmadd_pd(lo, lo, a0);
+      a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    return hsum_pd(_mm256_add_pd(a0, a1));
+  }
 };
 
 // Integer dot strategies. Each returns int32 lanes whose *sum* is the exact

@@ -47,6 +47,35 @@ struct Avx512F {
   static float hmax(V v) {
     return Avx2F::hmax(_mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
   }
+  static float hsum_tail(V v, int n) { return n == kW ? hsum(v) : hsum(_mm512_maskz_mov_ps(tail_mask(n), v)); }
+  static V load_tail_fill(const float* p, int n, float fill) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), tail_mask(n), p);  // fill where the mask is off
+  }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V pow2(V n) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static V swap_pairs(V v) { return _mm512_permute_ps(v, 0xb1); }  // within each 128-bit lane, like vpermilps
+  static V iota() { return _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0); }
+  using M = __mmask16;
+  static M cmp_gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static V blend(M m, V a, V b) { return _mm512_mask_blend_ps(m, b, a); }  // mask_blend picks its 3rd operand where m is set
+  static double sum_squares(const float* x, int64_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += kW) {
+      const V v = n - i >= kW ? load(x + i) : load_tail(x + i, static_cast<int>(n - i));
+      const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+      const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+      a0 = _mm512_fmadd_pd(lo, lo, a0);
+      a1 = _mm512_fmadd_pd(hi, hi, a1);
+    }
+    const __m512d s = _mm512_add_pd(a0, a1);
+    return Avx2F::hsum_pd(_mm256_add_pd(_mm512_castpd512_pd256(s), _mm512_extractf64x4_pd(s, 1)));
+  }
 };
 
 // vpdpbusd: per int32 lane, the sum of four u8 x s8 products added to the

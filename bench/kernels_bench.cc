@@ -1,0 +1,210 @@
+// Kernel micro-benchmarks. Run e.g.
+//   build/bench/tessera_kernels_bench --benchmark_filter='gemv/q8_0' --benchmark_repetitions=5 \
+//       --benchmark_report_aggregates_only=true
+// Names: read_bw/<threads>, gemv/<type>/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
+// per second), gemm/<type>/<isa>/<rows>x<cols>/n<tokens>/t<threads> (counter GFLOP/s), and
+// op/<name>/<isa>. GEMV cycles through enough copies of the matrix to exceed the last-level cache,
+// so it measures streaming from memory as a decode step does.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/cpu.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+namespace tessera::kernels {
+namespace {
+
+constexpr size_t kStreamBytes = 256u << 20;  // well past any L3
+
+ThreadPool& pool_of(int threads) {
+  static ThreadPool p1(1), p2(2);
+  return threads == 1 ? p1 : p2;
+}
+
+// Random weights of `type` (valid scales, random quants), `copies` matrices back to back.
+AlignedBuffer<uint8_t> make_weights(DType type, int64_t rows, int64_t cols, int copies) {
+  const size_t rb = row_bytes(type, cols);
+  AlignedBuffer<uint8_t> buf(rb * static_cast<size_t>(rows) * copies);
+  std::mt19937 rng(1);
+  std::vector<float> v(static_cast<size_t>(cols));
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  if (can_quantize(type)) {
+    for (int64_t r = 0; r < rows * copies; ++r) {
+      for (auto& x : v) x = g(rng);
+      quantize_row(type, v.data(), buf.data() + rb * static_cast<size_t>(r), cols);
+    }
+    return buf;
+  }
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(rng());
+  const DTypeTraits tr = dtype_traits(type);
+  const fp16_t d = f32_to_fp16(0.001f);
+  for (size_t b = 0; b < buf.size() / tr.type_size; ++b) {
+    uint8_t* blk = buf.data() + b * tr.type_size;
+    if (type == DType::kQ4_K) {
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &d, 2);
+    } else {
+      std::memcpy(blk + 208, &d, 2);  // Q6_K
+    }
+  }
+  return buf;
+}
+
+void run_matmul(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens,
+                int threads) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  const size_t mat_bytes = row_bytes(type, cols) * static_cast<size_t>(rows);
+  const int copies = n_tokens == 1 ? static_cast<int>((kStreamBytes + mat_bytes - 1) / mat_bytes) : 1;
+  AlignedBuffer<uint8_t> w = make_weights(type, rows, cols, copies);
+  AlignedBuffer<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * rows));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto& v : x) v = g(rng);
+  Workspace ws;
+  KernelContext ctx{&pool_of(threads), isa, &ws};
+  int c = 0;
+  for (auto _ : st) {
+    WeightView wv{type, w.data() + mat_bytes * static_cast<size_t>(c), rows, cols, row_bytes(type, cols)};
+    matmul(wv, x.data(), cols, n_tokens, y.data(), rows, ctx);
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % copies;
+  }
+  const double iters = static_cast<double>(st.iterations());
+  st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(mat_bytes) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(iters * 2.0 * rows * cols * n_tokens / 1e9, benchmark::Counter::kIsRate);
+}
+
+// Reads kStreamBytes with 256-bit loads, split over the pool's threads:
+// the roofline for GEMV.
+void read_bandwidth(benchmark::State& st, int threads) {
+  static AlignedBuffer<uint8_t> buf(kStreamBytes);
+  std::memset(buf.data(), 1, buf.size());
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : st) {
+    pool.run([&](int tid, int nth) {
+      const size_t n = buf.size() / 32;
+      const __m128i* p = reinterpret_cast<const __m128i*>(buf.data());
+      __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+      // 16-byte SSE2 loads: this file is plain x86-64 (no AVX), and a
+      // read loop is bound by memory, not by the load width.
+      for (size_t i = 2 * (n * tid / nth); i < 2 * (n * (tid + 1) / nth); i += 8) {
+        a0 = _mm_add_epi64(a0, _mm_load_si128(p + i));
+        a1 = _mm_add_epi64(a1, _mm_load_si128(p + i + 2));
+        a2 = _mm_add_epi64(a2, _mm_load_si128(p + i + 4));
+        a3 = _mm_add_epi64(a3, _mm_load_si128(p + i + 6));
+        a0 = _mm_add_epi64(a0, _mm_load_si128(p + i + 1));
+        a1 = _mm_add_epi64(a1, _mm_load_si128(p + i + 3));
+        a2 = _mm_add_epi64(a2, _mm_load_si128(p + i + 5));
+        a3 = _mm_add_epi64(a3, _mm_load_si128(p + i + 7));
+      }
+      __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+      benchmark::DoNotOptimize(s);
+    });
+  }
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * buf.size() / 1e9,
+                                           benchmark::Counter::kIsRate);
+}
+
+void ops_bench(benchmark::State& st, const std::string& op, Isa isa) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  const int64_t n = 2048, tokens = 64;
+  AlignedBuffer<float> a(n * tokens), b(n * tokens), c(n * tokens);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = g(rng);
+    b[i] = g(rng);
+  }
+  RopeParams rp;
+  rp.n_rot = 64;
+  for (auto _ : st) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      float* at = a.data() + t * n;
+      if (op == "rmsnorm") rmsnorm(at, b.data(), c.data() + t * n, n, 1e-5f, isa);
+      if (op == "rope") rope(at, n / 64, 64, 100 + t, rp, isa);
+      if (op == "silu_mul") silu_mul(at, b.data() + t * n, n, isa);
+      if (op == "add") add_inplace(at, b.data() + t * n, n, isa);
+    }
+    benchmark::DoNotOptimize(a.data());
+  }
+  st.SetItemsProcessed(st.iterations() * n * tokens);
+}
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+void register_all() {
+  for (int threads : {1, 2}) {
+    benchmark::RegisterBenchmark(("read_bw/t" + std::to_string(threads)).c_str(), read_bandwidth, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                         DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+  const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+  // 110m-like and 1b-like projections; 32000 x 768 is the 110m output matrix.
+  const Shape gemv_shapes[] = {{768, 768},   {2048, 768},  {768, 2048}, {32000, 768},
+                               {2048, 2048}, {8192, 2048}, {2048, 8192}};
+  const Shape gemm_shapes[] = {{768, 768}, {2048, 768}, {768, 2048}, {2048, 2048}, {8192, 2048}, {2048, 8192}};
+  for (DType type : types) {
+    const std::string tn = std::string(dtype_name(type));
+    for (Isa isa : isas) {
+      const std::string in = std::string(isa_name(isa));
+      for (int threads : {1, 2}) {
+        for (const Shape& s : gemv_shapes) {
+          const std::string name = "gemv/" + tn + "/" + in + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, int64_t{1}, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+        for (int64_t n : {int64_t{4}, int64_t{16}, int64_t{128}}) {
+          for (const Shape& s : gemm_shapes) {
+            const std::string name = "gemm/" + tn + "/" + in + "/" + std::to_string(s.rows) + "x" +
+                                     std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" +
+                                     std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, n, threads)
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+        }
+      }
+    }
+  }
+  for (const char* op : {"rmsnorm", "rope", "silu_mul", "add"}) {
+    for (Isa isa : isas) {
+      benchmark::RegisterBenchmark(("op/" + std::string(op) + "/" + std::string(isa_name(isa))).c_str(), ops_bench,
+                                   std::string(op), isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels
+
+int main(int argc, char** argv) {
+  tessera::kernels::register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
