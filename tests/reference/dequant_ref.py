@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Independent numpy reference for the GGUF block formats, written from the
+format description (ggml's block layouts), not from Tessera's C++ code.
+
+Usage:
+  dequant_ref.py dequant TYPE IN OUT     raw blocks of TYPE -> float32 values
+  dequant_ref.py quant TYPE IN OUT       float32 values -> raw blocks (q8_0, q4_0, f16, bf16)
+
+TYPE: f32 f16 bf16 q8_0 q4_0 q4_k q6_k. Every arithmetic step is done in
+float32 in the order the format's reference dequantizer uses, so results
+are comparable bit for bit.
+"""
+import sys
+
+import numpy as np
+
+F32 = np.float32
+
+
+def dequant(t, raw):
+    if t == "f32":
+        return np.frombuffer(raw, "<f4").copy()
+    if t == "f16":
+        return np.frombuffer(raw, "<f2").astype(F32)
+    if t == "bf16":
+        return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(F32)
+    if t == "q8_0":
+        # 2-byte half scale d, then 32 signed bytes: x = d * q.
+        b = np.frombuffer(raw, [("d", "<f2"), ("qs", "i1", 32)])
+        return (b["qs"].astype(F32) * b["d"].astype(F32)[:, None]).ravel()
+    if t == "q4_0":
+        # d, then 16 bytes: value j in the low nibble of byte j, value j+16
+        # in its high nibble; x = d * (nibble - 8).
+        b = np.frombuffer(raw, [("d", "<f2"), ("qs", "u1", 16)])
+        q = np.concatenate([b["qs"] & 15, b["qs"] >> 4], axis=1).astype(np.int32) - 8
+        return (q.astype(F32) * b["d"].astype(F32)[:, None]).ravel()
+    if t == "q4_k":
+        # d, dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks of 32,
+        # 128 bytes of nibbles. Sub-blocks 0-3: scale = s[j] & 63,
+        # min = s[j+4] & 63. Sub-blocks 4-7: low 4 bits from byte j+4
+        # (scale: low nibble, min: high nibble), top 2 bits from the top
+        # bits of byte j-4 (scale) / byte j (min).
+        b = np.frombuffer(raw, [("d", "<f2"), ("dmin", "<f2"), ("s", "u1", 12), ("qs", "u1", 128)])
+        s = b["s"].astype(np.int32)
+        sc = np.empty((len(b), 8), np.int32)
+        mn = np.empty((len(b), 8), np.int32)
+        sc[:, :4] = s[:, 0:4] & 63
+        mn[:, :4] = s[:, 4:8] & 63
+        sc[:, 4:] = (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)
+        mn[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+        # 4 groups of 32 bytes; group g holds sub-block 2g (low nibbles)
+        # and 2g+1 (high nibbles).
+        qs = b["qs"].reshape(len(b), 4, 32)
+        q = np.stack([qs & 15, qs >> 4], axis=2).reshape(len(b), 8, 32).astype(F32)
+        d = b["d"].astype(F32)[:, None, None]
+        dmin = b["dmin"].astype(F32)[:, None, None]
+        d1 = d * sc[:, :, None].astype(F32)
+        m1 = dmin * mn[:, :, None].astype(F32)
+        return (d1 * q - m1).ravel()
+    if t == "q6_k":
+        # 128 bytes low nibbles (ql), 64 bytes 2-bit highs (qh), 16 signed
+        # scales (one per 16 values), half d. Per half of 128 values: value
+        # j uses ql[j % 64] (low nibble for j < 64, high for j >= 64) and
+        # bit pair j // 32 of qh[j % 32]; q = (low | high << 4) - 32;
+        # x = d * scale[value // 16] * q.
+        b = np.frombuffer(raw, [("ql", "u1", 128), ("qh", "u1", 64), ("sc", "i1", 16), ("d", "<f2")])
+        n = len(b)
+        j = np.arange(128)
+        out = np.empty((n, 256), F32)
+        for half in range(2):
+            ql = b["ql"][:, 64 * half:64 * half + 64][:, j % 64].astype(np.int32)
+            low = np.where(j < 64, ql & 15, ql >> 4)
+            qh = b["qh"][:, 32 * half:32 * half + 32][:, j % 32].astype(np.int32)
+            high = (qh >> (2 * (j // 32))) & 3
+            q = ((low | (high << 4)) - 32).astype(F32)
+            sc = b["sc"][:, (128 * half + j) // 16].astype(F32)
+            out[:, 128 * half:128 * half + 128] = (b["d"].astype(F32)[:, None] * sc) * q
+        return out.ravel()
+    raise SystemExit("unknown type " + t)
+
+
+def round_half_away(v):
+    return np.sign(v) * np.floor(np.abs(v) + F32(0.5))
+
+
+def quant(t, x):
+    if t == "f16":
+        return x.astype("<f2").tobytes()
+    if t == "bf16":
+        u = x.view(np.uint32).astype(np.uint64)
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        nan = np.isnan(x)
+        r[nan] = ((u[nan] >> 16) | 64).astype(np.uint16)
+        return r.astype("<u2").tobytes()
+    blocks = x.reshape(-1, 32)
+    if t == "q8_0":
+        # d = max|x| / 127 (float32), stored as half; q = round-half-away(x / d)
+        # computed as x * (1 / d) in float32.
+        amax = np.abs(blocks).max(axis=1)
+        d = (amax / F32(127)).astype(F32)
+        inv = np.where(d != 0, F32(1) / np.where(d != 0, d, F32(1)), F32(0)).astype(F32)
+        q = round_half_away(blocks * inv[:, None]).astype(np.int8)
+        out = np.zeros(len(blocks), [("d", "<f2"), ("qs", "i1", 32)])
+        out["d"] = d.astype(np.float16)
+        out["qs"] = q
+        return out.tobytes()
+    if t == "q4_0":
+        # The value of largest magnitude (first one on ties), sign kept, maps
+        # to -8: d = max / -8; q = min(15, trunc(x / d + 8.5)).
+        idx = np.abs(blocks).argmax(axis=1)
+        mx = blocks[np.arange(len(blocks)), idx]
+        d = (mx / F32(-8)).astype(F32)
+        inv = np.where(d != 0, F32(1) / np.where(d != 0, d, F32(1)), F32(0)).astype(F32)
+        v = (blocks * inv[:, None] + F32(8.5)).astype(F32)
+        q = np.minimum(15, np.trunc(v).astype(np.int32)).astype(np.uint8)
+        out = np.zeros(len(blocks), [("d", "<f2"), ("qs", "u1", 16)])
+        out["d"] = d.astype(np.float16)
+        out["qs"] = q[:, :16] | (q[:, 16:] << 4)
+        return out.tobytes()
+    raise SystemExit("cannot quantize to " + t)
+
+
+def main():
+    mode, t, src, dst = sys.argv[1:5]
+    raw = open(src, "rb").read()
+    with np.errstate(all="ignore"):
+        if mode == "dequant":
+            out = dequant(t, raw).astype("<f4").tobytes()
+        else:
+            out = quant(t, np.frombuffer(raw, "<f4").copy())
+    open(dst, "wb").write(out)
+
+
+if __name__ == "__main__":
+    main()
