@@ -62,21 +62,45 @@ RequestId Engine::add_request(std::string_view prompt, const SamplingParams& par
 }
 
 RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb) {
+  auto r = std::make_unique<Request>();
+  r->tokens = std::move(prompt);
+  r->params = params;
+  const int64_t n = r->num_tokens();
+  return submit(std::move(r), n, std::move(cb));
+}
+
+RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb) {
+  TESSERA_CHECK(layout.positions.size() == layout.tokens.size() && layout.preloaded &&
+                    layout.preloaded->n_tokens < static_cast<int64_t>(layout.tokens.size()),
+                kInvalidArgument, "malformed Prompt Cache layout");
+  auto r = std::make_unique<Request>();
+  const int64_t max_position = layout.positions.back() + 1;
+  r->tokens = std::move(layout.tokens);
+  r->positions = std::move(layout.positions);
+  r->preloaded = std::move(layout.preloaded);
+  r->cache_salt = layout.cache_salt;
+  r->params = params;
+  return submit(std::move(r), max_position, std::move(cb));
+}
+
+RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb) {
   const int64_t V = model_.config().n_vocab;
+  const SamplingParams& params = r->params;
   const std::string bad = validate(params, V);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
-  for (int32_t t : prompt) {
+  for (int32_t t : r->tokens) {
     TESSERA_CHECK(t >= 0 && t < V, kInvalidArgument, "prompt token id {} is out of range (vocabulary of {})", t, V);
   }
   TESSERA_CHECK(params.n <= config_.max_num_seqs, kInvalidArgument, "n = {} exceeds the engine's {} sequences",
                 params.n, config_.max_num_seqs);
-  const std::string why = scheduler_->check_admissible(static_cast<int64_t>(prompt.size()), params.max_tokens);
+  std::string why = scheduler_->check_admissible(r->num_tokens(), params.max_tokens);
+  if (why.empty() && max_position + params.max_tokens > config_.max_model_len) {
+    why = fmt::format("the prompt reaches position {}; with {} tokens to generate it exceeds the maximum context "
+                      "length of {}", max_position, params.max_tokens, config_.max_model_len);
+  }
   TESSERA_CHECK(why.empty(), kOutOfRange, "{}", why);
 
-  auto r = std::make_unique<Request>();
-  r->num_prompt_tokens = static_cast<int64_t>(prompt.size());
-  r->tokens = std::move(prompt);
-  r->params = params;
+  r->num_prompt_tokens = r->num_tokens();
   for (int32_t t : r->tokens) ++r->history.prompt[t];
   if (tokenizer_ != nullptr) r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
   r->arrival = Clock::now();
@@ -172,6 +196,7 @@ void Engine::emit(std::vector<RequestOutput>& outputs, RequestOutput out) {
 void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out) {
   const int32_t tok = s.token;
   const auto now = Clock::now();
+  if (!r->positions.empty()) r->positions.push_back(r->positions.back() + 1);
   r->tokens.push_back(tok);
   r->history.add_output(tok);
   if (!r->first_token_time) r->first_token_time = now;
@@ -211,6 +236,9 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
     c->group = parent->group;
     c->index = i;
     c->tokens = parent->tokens;
+    c->positions = parent->positions;
+    c->preloaded = parent->preloaded;
+    c->cache_salt = parent->cache_salt;
     c->num_prompt_tokens = parent->num_prompt_tokens;
     c->num_computed_tokens = parent->num_computed_tokens;
     c->num_cached_tokens = parent->num_cached_tokens;

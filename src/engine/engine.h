@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "engine/prompt_cache.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -75,6 +76,9 @@ class Engine {
   // Error(kInvalidArgument / kOutOfRange) with a message fit for a client.
   RequestId add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb = {});
   RequestId add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb = {});
+  // A Prompt Cache prompt (see engine/prompt_cache.h): imported modules'
+  // K/V are written, not computed.
+  RequestId add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb = {});
 
   // Aborts a request (or every sample of a group); its blocks are freed at
   // the start of the next step. Unknown ids are ignored.
@@ -96,6 +100,8 @@ class Engine {
     std::unique_ptr<Request> req;
     OutputCallback cb;
   };
+  // Validates and queues a built request; returns its id.
+  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb);
   void drain_inbox(std::vector<RequestOutput>& outputs);
   void process_sample(Request* r, std::span<float> logits, std::vector<RequestOutput>& outputs);
   void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);

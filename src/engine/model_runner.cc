@@ -10,15 +10,20 @@ ModelRunner::ModelRunner(const Model& model, KvCache& kv, ThreadPool& pool) : mo
 
 std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
   kv_.apply(out.copies);
-  batch_.clear();
   const int32_t bs = kv_.shape().block_size;
+  for (const KvLoad& l : out.loads) {
+    std::vector<int64_t> slots;
+    for (int64_t p = l.from; p < l.to; ++p) slots.push_back(l.req->blocks.slot(p, bs));
+    kv_.write(*l.req->preloaded, l.from, l.to, slots);
+  }
+  batch_.clear();
   for (const ScheduledRequest& s : out.scheduled) {
     const Request& r = *s.req;
     const int32_t q_begin = static_cast<int32_t>(batch_.tokens.size());
     const int64_t start = r.num_computed_tokens;
     for (int64_t p = start; p < start + s.num_new_tokens; ++p) {
       batch_.tokens.push_back(r.tokens[p]);
-      batch_.positions.push_back(static_cast<int32_t>(p));
+      batch_.positions.push_back(r.position(p));
       batch_.slots.push_back(r.blocks.slot(p, bs));
     }
     batch_.seqs.push_back({q_begin, static_cast<int32_t>(s.num_new_tokens),

@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_manager.h"
+#include "model/kv_cache.h"
 
 namespace tessera {
 class StreamingDecoder;
@@ -42,6 +43,16 @@ struct Request {
   FinishReason finish = FinishReason::kNone;
   std::string error;            // for kError
 
+  // RoPE position of each token; empty means position == index. Prompt
+  // Cache requests place imported modules at their schema positions.
+  std::vector<int32_t> positions;
+  // K/V of the first preloaded->n_tokens tokens, written into the cache at
+  // admission instead of being computed (Prompt Cache modules).
+  std::shared_ptr<const DenseKv> preloaded;
+  // Mixed into block hashes: blocks whose contents depend on more than the
+  // tokens (modules computed apart) only match requests built the same way.
+  uint64_t cache_salt = 0;
+
   kv::BlockTable blocks;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   int32_t num_preemptions = 0;
@@ -65,6 +76,9 @@ struct Request {
   Clock::time_point last_token_time;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int32_t position(int64_t index) const {
+    return positions.empty() ? static_cast<int32_t>(index) : positions[static_cast<size_t>(index)];
+  }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool finished() const { return status == RequestStatus::kFinished; }
 

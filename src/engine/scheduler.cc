@@ -53,7 +53,7 @@ Request* Scheduler::add_running_after(std::unique_ptr<Request> req, const Reques
 
 void Scheduler::take_cached_prefix(Request* r) {
   const int32_t bs = kv_.block_size();
-  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key);
+  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key ^ r->cache_salt);
   for (uint64_t h : r->block_hashes) {
     auto id = kv_.pool().lookup_and_retain(h);
     if (!id) break;
@@ -115,12 +115,19 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t seats = forks_later ? r->params.n : 1;
     if (static_cast<int64_t>(running_.size()) + seats > config_.max_num_seqs) break;
     if (config_.enable_prefix_caching && r->blocks.blocks.empty()) take_cached_prefix(r);
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
-    if (!kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies)) {
+    // Preloaded K/V past the cached prefix is written, not computed: it
+    // takes blocks but no token budget.
+    const int64_t loaded = r->preloaded ? std::max(r->num_computed_tokens, r->preloaded->n_tokens) : r->num_computed_tokens;
+    const int64_t n = std::min(r->num_tokens() - loaded, budget);
+    if (!kv_.reserve(r->blocks, loaded + n, out.copies)) {
       kv_.free(r->blocks);  // give back any cached prefix it took
       r->num_computed_tokens = 0;
       r->num_registered_blocks = 0;
       break;
+    }
+    if (loaded > r->num_computed_tokens) {
+      out.loads.push_back({r, r->num_computed_tokens, loaded});
+      r->num_computed_tokens = loaded;
     }
     waiting_.pop_front();
     r->status = RequestStatus::kRunning;
@@ -137,7 +144,7 @@ void Scheduler::register_full_blocks(Request* r) {
   const int64_t full = r->num_computed_tokens / bs;
   if (full <= r->num_registered_blocks) return;
   kv::extend_block_hashes(r->block_hashes, std::span<const int32_t>(r->tokens.data(), full * bs), bs,
-                          config_.cache_key);
+                          config_.cache_key ^ r->cache_salt);
   for (int64_t b = r->num_registered_blocks; b < full; ++b) {
     kv_.pool().set_hash(r->blocks.blocks[b], r->block_hashes[b]);
   }

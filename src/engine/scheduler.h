@@ -38,9 +38,18 @@ struct ScheduledRequest {
   bool sample = false;         // the step reaches num_tokens: a new token is sampled
 };
 
+// Preloaded K/V (Prompt Cache modules) to write into a request's slots for
+// tokens [from, to) before the forward pass.
+struct KvLoad {
+  Request* req = nullptr;
+  int64_t from = 0;
+  int64_t to = 0;
+};
+
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;
   std::vector<kv::CopyOp> copies;  // copy-on-write, before the forward pass
+  std::vector<KvLoad> loads;       // after the copies, before the forward pass
   int64_t num_tokens = 0;
   bool empty() const { return scheduled.empty(); }
 };

@@ -29,7 +29,17 @@ SequenceRunner::SequenceRunner(const Model& model, const SequenceRunnerOptions& 
 
 void SequenceRunner::reset() { kv_manager_.free(table_); }
 
-std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits) {
+DenseKv SequenceRunner::export_kv(int64_t from, int64_t to) const {
+  TESSERA_CHECK(from >= 0 && from <= to && to <= n_past(), kInvalidArgument, "export_kv: bad range [{}, {})", from, to);
+  std::vector<int64_t> slots;
+  for (int64_t p = from; p < to; ++p) slots.push_back(table_.slot(p, kv_manager_.block_size()));
+  return kv_cache_.read(slots);
+}
+
+std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits,
+                                              std::span<const int32_t> positions) {
+  TESSERA_CHECK(positions.empty() || positions.size() == tokens.size(), kInvalidArgument,
+                "append: {} positions for {} tokens", positions.size(), tokens.size());
   const int64_t V = model_.config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, kInvalidArgument, "append: no tokens");
@@ -46,7 +56,7 @@ std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, b
     batch_.clear();
     for (int64_t i = 0; i < chunk; ++i) {
       batch_.tokens.push_back(tokens[done + i]);
-      batch_.positions.push_back(static_cast<int32_t>(start + i));
+      batch_.positions.push_back(positions.empty() ? static_cast<int32_t>(start + i) : positions[done + i]);
       batch_.slots.push_back(table_.slot(start + i, kv_manager_.block_size()));
     }
     batch_.seqs.push_back({0, static_cast<int32_t>(chunk), static_cast<int32_t>(start + chunk), table_.blocks.data()});

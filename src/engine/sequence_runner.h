@@ -34,8 +34,13 @@ class SequenceRunner {
 
   // Appends tokens and computes them. Returns the logits of the last token
   // ([n_vocab]), or of every appended token ([n, n_vocab]) when all_logits.
+  // `positions` (RoPE positions, one per token) defaults to their indices.
   // Throws Error(kOutOfRange) if the context would overflow.
-  std::span<const float> append(std::span<const int32_t> tokens, bool all_logits = false);
+  std::span<const float> append(std::span<const int32_t> tokens, bool all_logits = false,
+                                std::span<const int32_t> positions = {});
+
+  // K/V of tokens [from, to) of the sequence, out of the paged cache.
+  DenseKv export_kv(int64_t from, int64_t to) const;
 
   ForwardState& state() { return state_; }
 

@@ -78,6 +78,24 @@ void store_kv(const KvLayerView& kv, const float* k, const float* v, int64_t str
   }
 }
 
+void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, float* k, float* v, int64_t stride) {
+  const int32_t bs = kv.block_size, hd = kv.head_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t block = slots[t] / bs;
+    const int32_t off = static_cast<int32_t>(slots[t] % bs);
+    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+      const uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+      const uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+      float* kr = k + t * stride + static_cast<int64_t>(h) * hd;
+      float* vr = v + t * stride + static_cast<int64_t>(h) * hd;
+      for (int32_t d = 0; d < hd; ++d) {
+        kr[d] = load_elem(kv.type, kb, static_cast<size_t>(d) * bs + off);
+        vr[d] = load_elem(kv.type, vb, static_cast<size_t>(off) * hd + d);
+      }
+    }
+  }
+}
+
 void copy_block(const KvLayerView& kv, int32_t src, int32_t dst) {
   const size_t bb = kv.block_bytes();
   std::memcpy(kv.k + static_cast<size_t>(dst) * bb, kv.k + static_cast<size_t>(src) * bb, bb);

@@ -66,6 +66,10 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
                      int64_t out_stride, std::span<const AttentionSeq> seqs,
                      const AttentionShape& shape, const KernelContext& ctx);
 
+// The inverse of store_kv: reads the K and V rows of n_tokens slots back as
+// f32 ([n_tokens, stride], n_kv_heads * head_dim used).
+void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, float* k, float* v, int64_t stride);
+
 // Copies K and V of block src to block dst (one layer).
 void copy_block(const KvLayerView& kv, int32_t src, int32_t dst);
 

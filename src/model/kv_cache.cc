@@ -26,6 +26,7 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape
   proto.block_size = shape.block_size;
   proto.n_kv_heads = static_cast<int32_t>(c.n_head_kv);
   proto.head_dim = static_cast<int32_t>(c.head_dim);
+  kv_dim_ = c.kv_dim();
   const size_t layer_bytes = proto.block_bytes() * static_cast<size_t>(shape.num_blocks);
   k_.resize(layer_bytes * c.n_layer);
   v_.resize(layer_bytes * c.n_layer);
@@ -40,6 +41,26 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape
 void KvCache::apply(std::span<const kv::CopyOp> copies) {
   for (const kv::CopyOp& op : copies) {
     for (const kernels::KvLayerView& v : views_) kernels::copy_block(v, op.src, op.dst);
+  }
+}
+
+DenseKv KvCache::read(std::span<const int64_t> slots) const {
+  DenseKv d;
+  d.n_layer = static_cast<int64_t>(views_.size());
+  d.n_tokens = static_cast<int64_t>(slots.size());
+  d.kv_dim = kv_dim_;
+  d.k.resize(static_cast<size_t>(d.n_layer * d.n_tokens * d.kv_dim));
+  d.v.resize(d.k.size());
+  for (int64_t l = 0; l < d.n_layer; ++l) {
+    kernels::gather_kv(views_[l], slots.data(), d.n_tokens, d.k_at(l, 0), d.v_at(l, 0), d.kv_dim);
+  }
+  return d;
+}
+
+void KvCache::write(const DenseKv& src, int64_t from, int64_t to, std::span<const int64_t> slots) {
+  TESSERA_ASSERT(static_cast<int64_t>(slots.size()) == to - from && src.kv_dim == kv_dim_);
+  for (int64_t l = 0; l < src.n_layer; ++l) {
+    kernels::store_kv(views_[l], src.k_at(l, from), src.v_at(l, from), src.kv_dim, slots.data(), to - from, Isa::kScalar);
   }
 }
 

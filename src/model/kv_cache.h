@@ -16,6 +16,22 @@
 
 namespace tessera {
 
+// K and V of a run of tokens, outside the paged pool: the attention states
+// of a Prompt Cache module, computed once and written into any sequence that
+// imports it.
+struct DenseKv {
+  int64_t n_layer = 0;
+  int64_t n_tokens = 0;
+  int64_t kv_dim = 0;
+  std::vector<float> k, v;  // [n_layer][n_tokens][kv_dim] each
+
+  float* k_at(int64_t layer, int64_t token) { return k.data() + (layer * n_tokens + token) * kv_dim; }
+  float* v_at(int64_t layer, int64_t token) { return v.data() + (layer * n_tokens + token) * kv_dim; }
+  const float* k_at(int64_t layer, int64_t token) const { return k.data() + (layer * n_tokens + token) * kv_dim; }
+  const float* v_at(int64_t layer, int64_t token) const { return v.data() + (layer * n_tokens + token) * kv_dim; }
+  size_t bytes() const { return (k.size() + v.size()) * sizeof(float); }
+};
+
 struct KvCacheShape {
   int32_t num_blocks = 0;  // including the null block
   int32_t block_size = 16;
@@ -38,8 +54,14 @@ class KvCache {
   // Carries out copy-on-write copies the KV manager asked for.
   void apply(std::span<const kv::CopyOp> copies);
 
+  // Reads the K/V of `slots` out of the pool, and writes tokens [from, to)
+  // of `src` into `slots` (one slot per token of the range).
+  DenseKv read(std::span<const int64_t> slots) const;
+  void write(const DenseKv& src, int64_t from, int64_t to, std::span<const int64_t> slots);
+
  private:
   KvCacheShape shape_;
+  int64_t kv_dim_ = 0;
   AlignedBuffer<uint8_t> k_, v_;  // [n_layer][num_blocks][n_kv_heads][block_size][head_dim]
   std::vector<kernels::KvLayerView> views_;
 };
