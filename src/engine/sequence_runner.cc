@@ -36,6 +36,18 @@ DenseKv SequenceRunner::export_kv(int64_t from, int64_t to) const {
   return kv_cache_.read(slots);
 }
 
+void SequenceRunner::load(const DenseKv& kv) {
+  const int64_t start = n_past();
+  TESSERA_CHECK(start + kv.n_tokens <= n_ctx_, kOutOfRange, "{} loaded tokens exceed the context of {}", kv.n_tokens, n_ctx_);
+  std::vector<kv::CopyOp> copies;
+  const bool ok = kv_manager_.reserve(table_, start + kv.n_tokens, copies);
+  TESSERA_ASSERT(ok && copies.empty());
+  (void)ok;
+  std::vector<int64_t> slots;
+  for (int64_t p = start; p < start + kv.n_tokens; ++p) slots.push_back(table_.slot(p, kv_manager_.block_size()));
+  kv_cache_.write(kv, 0, kv.n_tokens, slots);
+}
+
 std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits,
                                               std::span<const int32_t> positions) {
   TESSERA_CHECK(positions.empty() || positions.size() == tokens.size(), kInvalidArgument,

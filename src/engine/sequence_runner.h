@@ -42,6 +42,10 @@ class SequenceRunner {
   // K/V of tokens [from, to) of the sequence, out of the paged cache.
   DenseKv export_kv(int64_t from, int64_t to) const;
 
+  // Appends kv.n_tokens tokens whose K/V are given (written, not computed),
+  // e.g. Prompt Cache modules.
+  void load(const DenseKv& kv);
+
   ForwardState& state() { return state_; }
 
  private:
