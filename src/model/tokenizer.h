@@ -1,0 +1,125 @@
+// Tokenizers: text <-> token ids for the vocabularies GGUF files and Hugging
+// Face tokenizer.json files describe.
+//
+//   SentencePiece-style BPE ("llama"): score-driven bigram merges over UTF-8
+//     characters, "▁" for spaces, <0xNN> byte fallback.
+//   Byte-level BPE ("gpt2"): GPT-2's byte<->unicode mapping, merge ranks, and
+//     the pre-tokenizer regexes (PCRE2) that tokenizer.ggml.pre names.
+//   WordPiece ("bert"): BERT normalisation, greedy longest-match sub-words.
+//
+// Special tokens: user-defined tokens (GGUF token_type 4, non-special added
+// tokens of tokenizer.json) are always recognised in text, as Hugging Face and
+// llama.cpp do; control tokens (type 3, e.g. "<|im_start|>", "<s>") only when
+// encode() is asked to parse_special. Matching is leftmost-longest. Each
+// stretch of text between special tokens is tokenized on its own (SPM gives
+// each its "▁" prefix, as llama.cpp does).
+//
+// Round trip: decode(encode(s)) == s for valid UTF-8 with SPM (byte fallback)
+// and byte-level BPE. WordPiece is lossy (case, accents, whitespace, [UNK]).
+// Not applied: tokenizer.json normalizers such as NFC (llama.cpp skips them
+// too), and added tokens' lstrip/rstrip flags.
+//
+// A Tokenizer is immutable after construction: every const method may be
+// called from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace tessera {
+
+namespace tok {
+struct Vocab;
+class Model;
+}  // namespace tok
+
+class Tokenizer {
+ public:
+  // From GGUF tokenizer.ggml.* metadata. Throws Error(kCorruptFile) naming the
+  // key on missing or invalid data (token ids out of range, array lengths that
+  // differ from tokenizer.ggml.tokens, unknown model type, bad merges).
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& file);
+  // From a Hugging Face tokenizer.json (byte-level BPE). bos/eos and
+  // add_bos_token come from a tokenizer_config.json beside it when present.
+  // Throws Error(kIo) when unreadable, Error(kCorruptFile) when malformed or
+  // of an unsupported kind.
+  static std::unique_ptr<Tokenizer> from_hf_json(const std::string& path);
+
+  Tokenizer(std::unique_ptr<tok::Vocab> vocab, std::unique_ptr<tok::Model> model);
+  virtual ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // add_special: prepend BOS (and append EOS) as the model's metadata says.
+  // parse_special: control tokens written in the text map to their ids.
+  // Invalid UTF-8 in `text` is tokenized as U+FFFD.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const;
+
+  // The bytes one token stands for. Control tokens give "" unless
+  // render_special. Throws Error(kOutOfRange) for an id outside the vocabulary.
+  std::string token_to_piece(int32_t id, bool render_special = false) const;
+  // Concatenated pieces, with SentencePiece's added leading space removed and
+  // invalid UTF-8 replaced by U+FFFD; equal to feeding a StreamingDecoder.
+  std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
+
+  int32_t n_vocab() const;
+  int32_t bos_id() const;  // -1 when the model has none
+  int32_t eos_id() const;
+  int32_t eot_id() const;
+  bool add_bos() const;
+  bool add_eos() const;
+  bool is_eog(int32_t id) const;  // end of generation: EOS, EOT, EOM and similar
+  bool is_control(int32_t id) const;
+  const std::string& token_text(int32_t id) const;  // raw vocabulary entry
+  std::optional<int32_t> find_token(std::string_view text) const;  // exact lookup
+
+  // "spm", "bpe" or "wpm".
+  std::string_view kind() const;
+
+ private:
+  friend class StreamingDecoder;
+  // Appends the piece of `id` (checked) to `out`.
+  void append_piece(int32_t id, bool render_special, std::string& out) const;
+  // Whether decoding drops one leading space of the first piece (SentencePiece
+  // and WordPiece mark word starts with a space the text did not have).
+  bool strips_leading_space() const;
+
+  std::unique_ptr<tok::Vocab> vocab_;
+  std::unique_ptr<tok::Model> model_;
+};
+
+// Streaming-safe detokenization: push ids one at a time and get back only
+// complete UTF-8 characters (a character split over byte-fallback tokens comes
+// out when its last byte arrives). flush() returns what remains, invalid bytes
+// as U+FFFD. The concatenation of every push() and the final flush() equals
+// Tokenizer::decode() of the same ids.
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tok, bool render_special = false);
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  void feed(std::string_view bytes, std::string& out);
+
+  const Tokenizer& tok_;
+  bool render_special_;
+  bool strip_pending_;  // the next non-BOS piece loses one leading space
+  // UTF-8 decoder state (the WHATWG algorithm, so errors are counted the same
+  // way whether bytes arrive at once or one by one).
+  uint32_t code_point_ = 0;
+  int bytes_needed_ = 0;
+  int bytes_seen_ = 0;
+  uint8_t lower_ = 0x80;
+  uint8_t upper_ = 0xBF;
+  std::string piece_;  // scratch
+};
+
+}  // namespace tessera

@@ -1,0 +1,409 @@
+// Tokenizers against llama.cpp's tokenizer test vectors (ids produced by the
+// models' own Hugging Face tokenizers), round trips, and the stories260K
+// golden text.
+#include "model/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <time.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "model/tokenizer_unicode.h"
+#include "util/test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::read_file;
+using testing::shared_path;
+
+struct VocabCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// The .inp file holds the strings, each followed by "\n__ggml_vocab_test__\n";
+// the .out file one line of space-separated ids per string.
+std::vector<VocabCase> load_cases(const std::string& base) {
+  const std::string inp = read_file(shared_path("models/vocab/" + base + ".inp"));
+  const std::string out = read_file(shared_path("models/vocab/" + base + ".out"));
+  EXPECT_FALSE(inp.empty()) << base;
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<VocabCase> cases;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t end = inp.find(sep, pos);
+    EXPECT_NE(end, std::string::npos) << base << ": text after the last separator";
+    if (end == std::string::npos) break;
+    cases.push_back(VocabCase{inp.substr(pos, end - pos), {}});
+    pos = end + sep.size();
+  }
+  std::istringstream lines(out);
+  std::string line;
+  size_t i = 0;
+  for (; std::getline(lines, line); ++i) {
+    if (i >= cases.size()) break;
+    std::istringstream ids(line);
+    int32_t id;
+    while (ids >> id) cases[i].ids.push_back(id);
+  }
+  EXPECT_EQ(i, cases.size()) << base << ": .out lines vs .inp strings";
+  return cases;
+}
+
+// Loaded once per process and shared by the tests (read-only, so safe).
+std::shared_ptr<const Tokenizer> cached(const std::string& key, const std::function<std::unique_ptr<Tokenizer>()>& load) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[key];
+  if (!slot) slot = load();
+  return slot;
+}
+
+std::shared_ptr<const Tokenizer> load_vocab(const std::string& name) {
+  const std::string rel = "models/vocab/ggml-vocab-" + name + ".gguf";
+  if (!testing::shared_exists(rel)) return nullptr;
+  return cached(rel, [&] { return Tokenizer::from_gguf(gguf::File::open(shared_path(rel))); });
+}
+
+std::shared_ptr<const Tokenizer> load_qwen3() {
+  const std::string rel = "models/tokenizers/qwen3/tokenizer.json";
+  return cached(rel, [&] { return Tokenizer::from_hf_json(shared_path(rel)); });
+}
+
+std::string ids_string(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (const int32_t id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+void expect_cases(const Tokenizer& tok, const std::string& out_base, bool lossless) {
+  const std::vector<VocabCase> cases = load_cases(out_base);
+  ASSERT_EQ(cases.size(), 46u) << out_base;
+  for (const VocabCase& c : cases) {
+    const std::vector<int32_t> ids = tok.encode(c.text, /*add_special=*/false);
+    EXPECT_EQ(ids_string(ids), ids_string(c.ids)) << out_base << " on " << nlohmann::json(c.text).dump();
+    if (lossless) EXPECT_EQ(tok.decode(ids), c.text) << out_base << " round trip";
+  }
+}
+
+// ---- llama.cpp's test-tokenizer-0 vectors --------------------------------------
+
+class VocabFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VocabFile, MatchesReferenceIds) {
+  const std::string name = GetParam();
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-" + name + ".gguf");
+  const auto tok = load_vocab(name);
+  ASSERT_TRUE(tok);
+  // WordPiece lowercases, strips accents and drops whitespace: not lossless.
+  const bool lossless = tok->kind() != "wpm";
+  expect_cases(*tok, "ggml-vocab-" + name + ".gguf", lossless);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, VocabFile,
+                         ::testing::Values("llama-spm", "phi-3", "bert-bge", "deepseek-coder", "deepseek-llm",
+                                           "falcon", "gpt-2", "mpt", "refact", "starcoder"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(TokenizerJson, Qwen3MatchesQwen2AndDeepseekR1QwenIds) {
+  TESSERA_REQUIRE_SHARED("models/tokenizers/qwen3/tokenizer.json");
+  const auto tok = load_qwen3();
+  EXPECT_EQ(tok->kind(), "bpe");
+  expect_cases(*tok, "ggml-vocab-qwen2.gguf", true);
+  // DeepSeek-R1-Distill-Qwen uses Qwen2's vocabulary and pre-tokenizer.
+  expect_cases(*tok, "ggml-vocab-deepseek-r1-qwen.gguf", true);
+}
+
+// The vocabularies without test vectors still load and round-trip.
+TEST(VocabFile, BaichuanAndGptNeoxRoundTrip) {
+  const std::vector<VocabCase> cases = load_cases("ggml-vocab-llama-spm.gguf");
+  for (const std::string name : {"baichuan", "gpt-neox"}) {
+    TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-" + name + ".gguf");
+    const auto tok = load_vocab(name);
+    for (const VocabCase& c : cases) {
+      const std::vector<int32_t> ids = tok->encode(c.text, false);
+      EXPECT_EQ(tok->decode(ids), c.text) << name << " on " << nlohmann::json(c.text).dump();
+    }
+  }
+}
+
+// ---- stories260K (the project's golden model) --------------------------------------
+
+struct Golden {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::string check_text;
+  std::vector<int32_t> check_ids;
+};
+
+Golden load_golden() {
+  const auto j = nlohmann::json::parse(
+      read_file(shared_path("models/stories260K/stories260K_greedy256_expected.json")));
+  Golden g;
+  g.ids = j.at("generated_ids").get<std::vector<int32_t>>();
+  g.text = j.at("text").get<std::string>();
+  g.check_text = j.at("llamacpp_tokenize_check").at("text").get<std::string>();
+  g.check_ids = j.at("llamacpp_tokenize_check").at("ids_no_bos").get<std::vector<int32_t>>();
+  return g;
+}
+
+std::shared_ptr<const Tokenizer> load_stories() {
+  return cached("stories260K", [] { return Tokenizer::from_gguf(gguf::File::open(testing::stories260k_path())); });
+}
+
+TEST(Stories260K, EncodesLikeLlamaCpp) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K_greedy256_expected.json");
+  const auto tok = load_stories();
+  const Golden g = load_golden();
+  EXPECT_EQ(tok->n_vocab(), 512);
+  EXPECT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_TRUE(tok->is_eog(2));
+  EXPECT_FALSE(tok->is_eog(1));
+  EXPECT_EQ(tok->encode(g.check_text, false), g.check_ids);
+  // "Once upon a time" with BOS: BOS then the first four ids of the same text.
+  std::vector<int32_t> expected{1};
+  expected.insert(expected.end(), g.check_ids.begin(), g.check_ids.begin() + 4);
+  EXPECT_EQ(tok->encode("Once upon a time", true), expected);
+}
+
+TEST(Stories260K, GoldenIdsDecodeToGoldenText) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K_greedy256_expected.json");
+  const auto tok = load_stories();
+  const Golden g = load_golden();
+  ASSERT_EQ(g.ids.size(), 256u);
+  EXPECT_EQ(tok->decode(g.ids), g.text);
+  // After BOS the leading space is stripped the same way.
+  std::vector<int32_t> with_bos{1};
+  with_bos.insert(with_bos.end(), g.ids.begin(), g.ids.end());
+  EXPECT_EQ(tok->decode(with_bos), g.text);
+  // Re-encoding the text gives ids that decode to it again.
+  const std::vector<int32_t> again = tok->encode(g.text, false);
+  EXPECT_EQ(tok->decode(again), g.text);
+
+  // Streaming: one id at a time gives the same text.
+  StreamingDecoder stream(*tok);
+  std::string streamed;
+  for (const int32_t id : g.ids) streamed += stream.push(id);
+  streamed += stream.flush();
+  EXPECT_EQ(streamed, g.text);
+}
+
+// ---- streaming over byte-fallback sequences ----------------------------------------
+
+TEST(StreamingDecoder, HoldsPartialCharactersUntilComplete) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  const auto tok = load_vocab("llama-spm");
+  const auto byte_id = [&](const char* text) {
+    const auto id = tok->find_token(text);
+    EXPECT_TRUE(id.has_value()) << text;
+    return id.value_or(0);
+  };
+  // U+2019 RIGHT SINGLE QUOTATION MARK is E2 80 99.
+  const std::vector<int32_t> ids = {byte_id("<0xE2>"), byte_id("<0x80>"), byte_id("<0x99>")};
+  StreamingDecoder d(*tok);
+  EXPECT_EQ(d.push(ids[0]), "");
+  EXPECT_EQ(d.push(ids[1]), "");
+  EXPECT_EQ(d.push(ids[2]), "\xE2\x80\x99");
+  EXPECT_EQ(d.flush(), "");
+  EXPECT_EQ(tok->decode(ids), "\xE2\x80\x99");
+
+  // An incomplete sequence at the end comes out of flush() as U+FFFD.
+  StreamingDecoder cut(*tok);
+  EXPECT_EQ(cut.push(ids[0]), "");
+  EXPECT_EQ(cut.push(ids[1]), "");
+  EXPECT_EQ(cut.flush(), "\xEF\xBF\xBD");
+  // A sequence broken by another token: U+FFFD for the broken part, then the rest.
+  const int32_t a = byte_id("<0x41>");
+  StreamingDecoder broken(*tok);
+  EXPECT_EQ(broken.push(ids[0]), "");
+  EXPECT_EQ(broken.push(a), "\xEF\xBF\xBD" "A");
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{ids[0], a}), "\xEF\xBF\xBD" "A");
+}
+
+TEST(StreamingDecoder, MatchesDecodeOnEveryReferenceString) {
+  for (const std::string name : {"llama-spm", "gpt-2", "deepseek-llm"}) {
+    TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-" + name + ".gguf");
+    const auto tok = load_vocab(name);
+    for (const VocabCase& c : load_cases("ggml-vocab-" + name + ".gguf")) {
+      for (const bool render : {false, true}) {
+        StreamingDecoder d(*tok, render);
+        std::string s;
+        for (const int32_t id : c.ids) {
+          const std::string part = d.push(id);
+          EXPECT_TRUE(tok::is_valid_utf8(part)) << "a chunk that is not whole UTF-8";
+          s += part;
+        }
+        s += d.flush();
+        EXPECT_EQ(s, tok->decode(c.ids, render)) << name << " on " << nlohmann::json(c.text).dump();
+      }
+    }
+  }
+}
+
+// ---- special tokens --------------------------------------------------------------
+
+TEST(SpecialTokens, ControlTokensOnlyWhenParsingSpecial) {
+  TESSERA_REQUIRE_SHARED("models/tokenizers/qwen3/tokenizer.json");
+  const auto tok = load_qwen3();
+  const int32_t im_start = tok->find_token("<|im_start|>").value();
+  const int32_t im_end = tok->find_token("<|im_end|>").value();
+  EXPECT_TRUE(tok->is_control(im_start));
+  const std::string chat = "<|im_start|>user\nHello<|im_end|>";
+  const std::vector<int32_t> parsed = tok->encode(chat, false, true);
+  ASSERT_GE(parsed.size(), 3u);
+  EXPECT_EQ(parsed.front(), im_start);
+  EXPECT_EQ(parsed.back(), im_end);
+  std::vector<int32_t> inner(parsed.begin() + 1, parsed.end() - 1);
+  EXPECT_EQ(inner, tok->encode("user\nHello", false));
+  const std::vector<int32_t> plain = tok->encode(chat, false, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), im_start), 0);
+  EXPECT_EQ(tok->decode(plain), chat);  // as text, it round-trips
+  EXPECT_EQ(tok->decode(parsed), "user\nHello");
+  EXPECT_EQ(tok->decode(parsed, true), chat);
+  // End of generation: Qwen's end of turn and end of text.
+  EXPECT_TRUE(tok->is_eog(im_end));
+  EXPECT_TRUE(tok->is_eog(tok->find_token("<|endoftext|>").value()));
+  EXPECT_FALSE(tok->is_eog(im_start));
+  EXPECT_EQ(tok->eos_id(), im_end);  // tokenizer_config.json's eos_token
+  EXPECT_EQ(tok->eot_id(), im_end);
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_FALSE(tok->add_bos());
+}
+
+TEST(SpecialTokens, SpmBosTextAndSpacePrefixAfterSpecial) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  const auto tok = load_vocab("llama-spm");
+  std::vector<int32_t> expected{1};
+  const std::vector<int32_t> hello = tok->encode("Hello", false);
+  expected.insert(expected.end(), hello.begin(), hello.end());
+  EXPECT_EQ(tok->encode("<s>Hello", false, true), expected);
+  EXPECT_NE(tok->encode("<s>Hello", false, false), expected);
+  EXPECT_EQ(tok->decode(tok->encode("<s>Hello", false, true), true), "<s>Hello");
+  EXPECT_EQ(tok->token_to_piece(1), "");
+  EXPECT_EQ(tok->token_to_piece(1, true), "<s>");
+  EXPECT_EQ(tok->token_to_piece(tok->find_token("<0x0A>").value()), "\n");
+  EXPECT_EQ(tok->token_to_piece(15043), " Hello");
+  EXPECT_THROW(tok->token_to_piece(tok->n_vocab()), Error);
+  EXPECT_THROW(tok->token_to_piece(-1), Error);
+}
+
+TEST(SpecialTokens, UserDefinedTokensAlwaysMatch) {
+  // deepseek-coder's added token "ü" and mpt's whitespace runs are user-defined.
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-mpt.gguf");
+  const auto tok = load_vocab("mpt");
+  const int32_t four_spaces = tok->find_token("    ").value();
+  const std::vector<int32_t> ids = tok->encode("a    b", false);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), four_spaces), ids.end());
+  EXPECT_EQ(tok->decode(ids), "a    b");
+}
+
+// ---- WordPiece -------------------------------------------------------------------
+
+TEST(WordPiece, NormalisesAndFramesWithClsSep) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-bert-bge.gguf");
+  const auto tok = load_vocab("bert-bge");
+  const std::vector<int32_t> ids = tok->encode("Hello, World!", true);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids.front(), tok->find_token("[CLS]").value());
+  EXPECT_EQ(ids.back(), tok->find_token("[SEP]").value());
+  // Lossy: lowercased, and punctuation became words of its own.
+  EXPECT_EQ(tok->decode(ids), "hello , world !");
+  EXPECT_EQ(tok->decode(tok->encode("the cat sat", false)), "the cat sat");
+}
+
+// ---- concurrency and speed ------------------------------------------------------
+
+std::string long_text(size_t bytes) {
+  std::string t = read_file(shared_path("data/tinystories_val_prefix.txt"));
+  EXPECT_GE(t.size(), 1000u);
+  while (t.size() < bytes) t += t;
+  t.resize(bytes);
+  // Cut at a character boundary.
+  while (!t.empty() && (static_cast<uint8_t>(t.back()) & 0xC0) == 0x80) t.pop_back();
+  if (!t.empty() && static_cast<uint8_t>(t.back()) >= 0xC0) t.pop_back();
+  return t;
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+TEST(TokenizerSpeed, LongTextRoundTripsAndReportsThroughput) {
+  TESSERA_REQUIRE_SHARED("data/tinystories_val_prefix.txt");
+  const std::string text = long_text(100 * 1024);
+  struct Named {
+    std::string name;
+    std::shared_ptr<const Tokenizer> tok;
+  };
+  std::vector<Named> toks;
+  toks.push_back({"spm llama-spm", load_vocab("llama-spm")});
+  toks.push_back({"bpe gpt-2", load_vocab("gpt-2")});
+  toks.push_back({"bpe qwen3 json", load_qwen3()});
+  for (const Named& n : toks) {
+    ASSERT_TRUE(n.tok) << n.name;
+    // This thread's CPU time: the machine may be busy with other work.
+    const double t0 = thread_cpu_seconds();
+    const std::vector<int32_t> ids = n.tok->encode(text, false);
+    const double s = thread_cpu_seconds() - t0;
+    EXPECT_EQ(n.tok->decode(ids), text) << n.name;
+    std::printf("[ speed    ] %-16s %zu bytes -> %zu tokens in %.2f ms CPU: %.2f M tokens/s\n", n.name.c_str(),
+                text.size(), ids.size(), s * 1e3, ids.size() / s / 1e6);
+  }
+}
+
+TEST(TokenizerThreads, ConcurrentEncodesAgree) {
+  TESSERA_REQUIRE_SHARED("data/tinystories_val_prefix.txt");
+  const auto tok = load_vocab("deepseek-llm");
+  const std::string text = long_text(16 * 1024);
+  const std::vector<int32_t> expected = tok->encode(text, true);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 3; ++rep) got[i] = tok->encode(text, true);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, expected);
+}
+
+// ---- odd input -----------------------------------------------------------------------
+
+TEST(TokenizerInput, InvalidUtf8BecomesReplacementCharacter) {
+  const auto tok = load_vocab("gpt-2");
+  ASSERT_TRUE(tok);
+  const std::vector<int32_t> ids = tok->encode("a\xFF" "b\xE2\x80", false);
+  EXPECT_EQ(tok->decode(ids), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+}
+
+TEST(TokenizerInput, HugeWhitespaceRunAndLongWord) {
+  for (const std::string name : {"gpt-2", "llama-spm", "deepseek-llm", "bert-bge"}) {
+    const auto tok = load_vocab(name);
+    ASSERT_TRUE(tok) << name;
+    const std::string spaces(200000, ' ');
+    const std::string text = "x" + spaces + "y\n\n" + std::string(50000, 'z') + std::string(30000, '\n');
+    const std::vector<int32_t> ids = tok->encode(text, false);
+    EXPECT_FALSE(ids.empty());
+    if (tok->kind() != "wpm") EXPECT_EQ(tok->decode(ids), text) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
