@@ -10,12 +10,12 @@
 namespace tessera::kernels {
 namespace {
 
-// 16 ymm registers: 8 rows x 2 tokens keeps the quantized tile's partial
+// 16 ymm registers: 8 rows x 3 tokens keeps most of the quantized tile's partial
 // trees in registers; 4 rows x 3 tokens of float accumulators (12) plus a
 // weight and the token vectors. Chosen by measurement (docs/KERNELS.md).
 struct Avx2Cfg {
   static constexpr const char* kName = "avx2";
-  static constexpr int kMaxT = 2;
+  static constexpr int kMaxT = 3;
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
   static constexpr size_t kActChunkBytes = 128 * 1024;
