@@ -5,6 +5,7 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/log.h"
+#include "engine/prompt_cache.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -15,6 +16,8 @@ struct GenerateArgs {
   RunOptions run;
   SamplingOptions sampling;
   std::string prompt;
+  std::string prompt_schema;         // Prompt Cache schema (JSON)
+  std::vector<std::string> modules;  // modules to import, in schema order
 };
 
 TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& sub) {
@@ -22,20 +25,32 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   a->run.max_num_seqs = 1;
   a->run.add_to(sub, /*engine_options=*/false);
   a->sampling.add_to(sub);
-  sub.add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  sub.add_option("-p,--prompt", a->prompt, "Prompt text (after the modules, with --prompt-schema)")->required();
+  sub.add_option("--prompt-schema", a->prompt_schema, "Prompt Cache schema (JSON): modules whose attention states are reused");
+  sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');
   return [a]() {
     const auto t0 = engine::Clock::now();
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
     engine::Engine eng(*lm.model, tok.get(), ec);
-    const std::vector<int32_t> prompt = tok->encode(a->prompt, /*add_special=*/true, /*parse_special=*/true);
+    std::optional<engine::PromptLayout> layout;
+    std::vector<int32_t> prompt;
+    if (!a->prompt_schema.empty()) {
+      ThreadPool pool(a->run.threads);
+      const engine::PromptCache pc(*lm.model, *tok, engine::PromptSchema::load(a->prompt_schema, *tok), ec.kv_type, pool);
+      layout = pc.compose(a->modules, tok->encode(a->prompt, /*add_special=*/false, /*parse_special=*/true));
+      prompt = layout->tokens;
+    } else {
+      TESSERA_CHECK(a->modules.empty(), kInvalidArgument, "--modules needs --prompt-schema");
+      prompt = tok->encode(a->prompt, /*add_special=*/true, /*parse_special=*/true);
+    }
     const int64_t ctx = eng.config().max_model_len;
-    engine::SamplingParams p = a->sampling.params(ctx - static_cast<int64_t>(prompt.size()));
+    engine::SamplingParams p = a->sampling.params(ctx - (layout ? layout->positions.back() + 1 : static_cast<int64_t>(prompt.size())));
     int64_t n_out = 0;
     double ttft = 0;
     std::string finish;
-    eng.add_request(prompt, p, [&](const engine::RequestOutput& o) {
+    auto on_output = [&](const engine::RequestOutput& o) {
       if (!o.text.empty()) {
         std::fwrite(o.text.data(), 1, o.text.size(), stdout);
         std::fflush(stdout);
@@ -43,7 +58,12 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
       n_out = o.num_output_tokens;
       ttft = o.time_to_first_token;
       if (o.finished) finish = engine::finish_reason_name(o.finish_reason);
-    });
+    };
+    if (layout) {
+      eng.add_request(std::move(*layout), p, on_output);
+    } else {
+      eng.add_request(prompt, p, on_output);
+    }
     const auto t1 = engine::Clock::now();
     while (eng.has_unfinished()) eng.step();
     const auto t2 = engine::Clock::now();
