@@ -1,7 +1,7 @@
 // Kernel micro-benchmarks. Run e.g.
 //   build/bench/tessera_kernels_bench --benchmark_filter='gemv/q8_0' --benchmark_repetitions=5 \
 //       --benchmark_report_aggregates_only=true
-// Names: read_bw/<threads>, gemv/<type>/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
+// Names: read_bw/<threads>, gemv/<type>[_packed]/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
 // per second), gemm/<type>/<isa>/<rows>x<cols>/n<tokens>/t<threads> (counter GFLOP/s), and
 // op/<name>/<isa>. GEMV cycles through enough copies of the matrix to exceed the last-level cache,
 // so it measures streaming from memory as a decode step does.
@@ -62,7 +62,7 @@ AlignedBuffer<uint8_t> make_weights(DType type, int64_t rows, int64_t cols, int 
 }
 
 void run_matmul(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens,
-                int threads) {
+                int threads, bool packed) {
   if (!isa_supported(isa)) {
     st.SkipWithError("ISA not supported by this CPU");
     return;
@@ -76,10 +76,16 @@ void run_matmul(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t
   for (auto& v : x) v = g(rng);
   Workspace ws;
   KernelContext ctx{&pool_of(threads), isa, &ws};
+  // Packed: each copy prepared once (as the model loader does), the
+  // originals then left unread.
+  std::vector<PreparedWeight> prepared;
+  for (int i = 0; i < copies; ++i) {
+    const WeightView wv{type, w.data() + mat_bytes * static_cast<size_t>(i), rows, cols, row_bytes(type, cols)};
+    prepared.push_back(packed ? prepare_weight(wv) : PreparedWeight{wv, {}});
+  }
   int c = 0;
   for (auto _ : st) {
-    WeightView wv{type, w.data() + mat_bytes * static_cast<size_t>(c), rows, cols, row_bytes(type, cols)};
-    matmul(wv, x.data(), cols, n_tokens, y.data(), rows, ctx);
+    matmul(prepared[static_cast<size_t>(c)], x.data(), cols, n_tokens, y.data(), rows, ctx);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % copies;
   }
@@ -169,22 +175,28 @@ void register_all() {
     const std::string tn = std::string(dtype_name(type));
     for (Isa isa : isas) {
       const std::string in = std::string(isa_name(isa));
-      for (int threads : {1, 2}) {
-        for (const Shape& s : gemv_shapes) {
-          const std::string name = "gemv/" + tn + "/" + in + "/" + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, int64_t{1}, threads)
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond);
-        }
-        for (int64_t n : {int64_t{4}, int64_t{16}, int64_t{128}}) {
-          for (const Shape& s : gemm_shapes) {
-            const std::string name = "gemm/" + tn + "/" + in + "/" + std::to_string(s.rows) + "x" +
-                                     std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" +
-                                     std::to_string(threads);
-            benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, n, threads)
+      const bool can_pack = type == DType::kQ8_0 || type == DType::kQ4_0;
+      for (bool packed : {false, true}) {
+        if (packed && !can_pack) continue;
+        const std::string tp = tn + (packed ? "_packed" : "");
+        for (int threads : {1, 2}) {
+          for (const Shape& s : gemv_shapes) {
+            const std::string name = "gemv/" + tp + "/" + in + "/" + std::to_string(s.rows) + "x" +
+                                     std::to_string(s.cols) + "/t" + std::to_string(threads);
+            benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, int64_t{1}, threads,
+                                         packed)
                 ->UseRealTime()
-                ->Unit(benchmark::kMillisecond);
+                ->Unit(benchmark::kMicrosecond);
+          }
+          for (int64_t n : {int64_t{4}, int64_t{16}, int64_t{128}}) {
+            for (const Shape& s : gemm_shapes) {
+              const std::string name = "gemm/" + tp + "/" + in + "/" + std::to_string(s.rows) + "x" +
+                                       std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" +
+                                       std::to_string(threads);
+              benchmark::RegisterBenchmark(name.c_str(), run_matmul, type, isa, s.rows, s.cols, n, threads, packed)
+                  ->UseRealTime()
+                  ->Unit(benchmark::kMillisecond);
+            }
           }
         }
       }

@@ -297,14 +297,46 @@ TEST_P(MatmulTest, ActivationQuantizationMatchesScalar) {
   }
 }
 
+// prepare_weight(): the packed Q8_0 / Q4_0 kernels give exactly the bits of
+// the plain-layout kernels (hence of the scalar reference), for any batch
+// and thread count, with rows not a multiple of the 8-row group; other types
+// are left unpacked and still work; the original data is untouched.
+TEST_P(MatmulTest, PreparedMatchesPlain) {
+  std::mt19937 rng(555 + GetParam());
+  ThreadPool pool3(3);
+  for (DType type : kTypes) {
+    for (const Shape& s : std::vector<Shape>{{1, 32}, {9, 64}, {37, 160}, {16, 96}}) {
+      const int64_t cols = is_float(type) || type == DType::kQ8_0 || type == DType::kQ4_0 ? s.cols : 256;
+      SCOPED_TRACE(std::string(dtype_name(type)) + " " + std::to_string(s.rows) + "x" + std::to_string(cols));
+      const Matrix m = random_matrix(type, s.rows, cols, rng, 2, 4);
+      const std::vector<uint8_t> before = m.storage;
+      const PreparedWeight pw = prepare_weight(m.view());
+      EXPECT_EQ(pw.packed.empty(), type != DType::kQ8_0 && type != DType::kQ4_0);
+      EXPECT_EQ(pw.view.data, m.view().data);
+      const int64_t n_max = 23;
+      std::vector<float> x = random_activations(n_max, cols, rng);
+      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{23}}) {
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+          KernelContext ctx{pool, Isa::kScalar, &ws_};
+          std::vector<float> yp(static_cast<size_t>(n * s.rows)), yq(static_cast<size_t>(n * s.rows));
+          matmul_with(*tab_.kernels, pw, x.data(), cols, n, yp.data(), s.rows, ctx);
+          matmul_with(*tab_.kernels, m.view(), x.data(), cols, n, yq.data(), s.rows, ctx);
+          ASSERT_EQ(0, std::memcmp(yp.data(), yq.data(), yp.size() * sizeof(float))) << "batch " << n;
+        }
+      }
+      EXPECT_EQ(m.storage, before);
+    }
+  }
+}
+
 TEST(MatmulApi, RejectsBadArguments) {
   std::vector<uint8_t> w(34 * 4);
   std::vector<float> x(64), y(64);
   KernelContext ctx{nullptr, Isa::kScalar, nullptr};
-  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 48, 34 * 2}, x.data(), 48, 1, y.data(), 2, ctx), Error);
-  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
-  EXPECT_THROW(matmul({DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
-  EXPECT_THROW(matmul({DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 48, 34 * 2}, x.data(), 48, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul(WeightView{DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
   EXPECT_FALSE(matmul_supports(DType::kQ5_K));
   EXPECT_TRUE(matmul_supports(DType::kQ6_K));
 }

@@ -3,6 +3,8 @@
 // The kernels themselves are in matmul_ref.cc and matmul_<isa>.cc.
 #include "kernels/matmul.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/matmul_kernels.h"
 
@@ -43,6 +45,9 @@ ActLayout act_layout(int64_t k, int block, int group) {
 // the pool costs more than it saves (tiny test models, small heads).
 constexpr int64_t kMinParallelWork = 64 * 1024;
 
+void run_matmul(const MatmulKernels& kernels, const WeightView& w, const uint8_t* packed, const float* x,
+                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
+
 }  // namespace
 
 bool matmul_supports(DType type) {
@@ -59,7 +64,39 @@ const MatmulKernels& matmul_kernels(Isa isa) {
   return matmul_kernels_ref();
 }
 
+PreparedWeight prepare_weight(const WeightView& w) {
+  PreparedWeight p;
+  p.view = w;
+  const bool q8 = w.type == DType::kQ8_0, q4 = w.type == DType::kQ4_0;
+  if ((!q8 && !q4) || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0 || w.row_bytes < row_bytes(w.type, w.cols)) {
+    return p;  // nothing to pack (bad shapes are reported by matmul())
+  }
+  const int64_t nb = w.cols / 32, groups = (w.rows + kRowTile - 1) / kRowTile;
+  const size_t in_block = q8 ? 34 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
+  const size_t value_bytes = in_block - 2;  // 32 (Q8_0) or 16 (Q4_0) bytes of values
+  p.packed.resize(static_cast<size_t>(groups * nb) * out_block);
+  uint8_t* out = p.packed.data();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b, out += out_block) {
+      for (int64_t r = 0; r < kRowTile; ++r) {
+        const int64_t row = g * kRowTile + r < w.rows ? g * kRowTile + r : w.rows - 1;
+        const uint8_t* blk = w.data + static_cast<size_t>(row) * w.row_bytes + static_cast<size_t>(b) * in_block;
+        std::memcpy(out + 2 * r, blk, 2);  // fp16 scale
+        for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, blk + 2 + 4 * j, 4);
+      }
+    }
+  }
+  return p;
+}
+
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, const KernelContext& ctx) {
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  matmul_with(matmul_kernels(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
+}
+
+void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx) {
   TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
                 isa_name(ctx.isa));
@@ -68,6 +105,19 @@ void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok
 
 void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+  run_matmul(kernels, w, nullptr, x, x_stride, n_tokens, y, y_stride, ctx);
+}
+
+void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+  run_matmul(kernels, w.view, w.packed.empty() ? nullptr : w.packed.data(), x, x_stride, n_tokens, y, y_stride,
+             ctx);
+}
+
+namespace {
+
+void run_matmul(const MatmulKernels& kernels, const WeightView& w, const uint8_t* packed, const float* x,
+                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
   TypeInfo info;
   TESSERA_CHECK(type_info(w.type, &info), kInvalidArgument, "matmul: unsupported weight type {}",
                 dtype_name(w.type));
@@ -103,7 +153,14 @@ void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float*
     act = ws->act.data();
     a.act = act;
   }
-  const MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  if (packed != nullptr) {
+    const MatmulRangeFn p = kernels.packed_range[static_cast<int>(w.type == DType::kQ8_0 ? Packed::kQ8_0 : Packed::kQ4_0)];
+    if (p != nullptr) {
+      range = p;
+      a.w = packed;
+    }
+  }
   const QuantizeActFn quantize = kernels.quantize_act;
   // Rows are split in whole tiles so a tile never straddles two threads.
   const int64_t tile = quantized ? kRowTile : 4;
@@ -136,5 +193,7 @@ void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float*
     }
   });
 }
+
+}  // namespace
 
 }  // namespace tessera::kernels

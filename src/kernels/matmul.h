@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/aligned_buffer.h"
 #include "core/dtype.h"
 #include "kernels/kernel_context.h"
 
@@ -40,11 +41,27 @@ bool matmul_supports(DType type);
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);
 
+// A weight matrix prepared once (at model load) for faster kernels: Q8_0
+// and Q4_0 rows repacked 8 at a time so one vector load feeds 8 outputs
+// (layout in kernels/matmul_kernels.h). `view` keeps pointing at the
+// original data, which stays valid and usable; other types are not copied.
+// matmul() on a PreparedWeight gives the same bits as on its view.
+struct PreparedWeight {
+  WeightView view;
+  AlignedBuffer<uint8_t> packed;  // empty: no packed layout for this type
+};
+PreparedWeight prepare_weight(const WeightView& w);
+
+void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
+            int64_t y_stride, const KernelContext& ctx);
+
 // The same with an explicit kernel table (tests and benchmarks use this to
 // run a table that is not the one of an Isa, e.g. the emulated-VNNI one).
 struct MatmulKernels;
 const MatmulKernels& matmul_kernels(Isa isa);
 void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
+void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
 
 }  // namespace tessera::kernels

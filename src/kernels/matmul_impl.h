@@ -299,6 +299,89 @@ static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   }
 }
 
+// ---- packed Q8_0 / Q4_0 tile: 8 rows x T tokens, lane r = row r ------------------
+// Layout in matmul_kernels.h. Each 32-byte load feeds every token through a
+// broadcast of 4 activation bytes; no reduction tree, scales in one load.
+// Same exact integer sums and float steps as qtile8, so the same bits.
+
+static inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <class D, bool kQ4, int T>
+static inline void ptile8(const uint8_t* group, int64_t nb, const ActPtrs* x, float* const* y, int nvalid) {
+  constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + static_cast<size_t>(b) * kBytes;
+    const __m256 ws = _mm256_cvtph_ps(loadu128(blk));
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    if constexpr (kQ4) {
+      for (int h = 0; h < 4; ++h) {
+        const __m256i v = loadu256(blk + 16 + 32 * h);
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = x[t].q + b * 32;
+          isum[t] = _mm256_add_epi32(isum[t], D::u4_dot(lo, bcast4(xq + 4 * h)));
+          isum[t] = _mm256_add_epi32(isum[t], D::u4_dot(hi, bcast4(xq + 16 + 4 * h)));
+        }
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        const typename D::Q8 w = D::q8_prep(loadu256(blk + 16 + 32 * j));
+        for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], D::q8_dot(w, bcast4(x[t].q + b * 32 + 4 * j)));
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const int offset = kQ4 ? 8 : D::kQ8Offset;
+      const __m256i v = offset == 0 ? isum[t] : _mm256_sub_epi32(isum[t], _mm256_set1_epi32(offset * x[t].sum[b]));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[b])), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if (nvalid == 8) {
+      _mm256_storeu_ps(y[t], acc[t]);
+    } else {
+      Avx2F::store_tail(y[t], acc[t], nvalid);
+    }
+  }
+}
+
+template <class D, bool kQ4, class Cfg>
+static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = a.cols / 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * (kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block);
+  const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
+  for (int64_t tc = t0; tc < t1; tc += chunk) {
+    const int64_t tc1 = imin(t1, tc + chunk);
+    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
+      const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+      const int nvalid = static_cast<int>(imin(8, r1 - rt));
+      for (int64_t t = tc; t < tc1;) {
+        const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
+        ActPtrs x[4];
+        float* y[4];
+        for (int i = 0; i < n; ++i) {
+          x[i] = act_ptrs(a, t + i);
+          y[i] = a.y + (t + i) * a.y_stride + rt;
+        }
+        switch (n) {
+          case 1: ptile8<D, kQ4, 1>(group, nb, x, y, nvalid); break;
+          case 2: ptile8<D, kQ4, 2>(group, nb, x, y, nvalid); break;
+          case 3: ptile8<D, kQ4, 3>(group, nb, x, y, nvalid); break;
+          default: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
+        }
+        t += n;
+      }
+    }
+  }
+}
+
 // ---- activation quantization (256-bit; same result on every ISA) ---------------
 
 static inline void quantize_act_impl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, uint8_t* act,
@@ -455,6 +538,7 @@ struct KernelSet {
           qrange<FmtQ6_K, Cfg>,
       },
       quantize_act_impl,
+      {prange<D, false, Cfg>, prange<D, true, Cfg>},
   };
 };
 

@@ -74,10 +74,27 @@ using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int
 // Rows per tile of the quantized kernels (one output lane per row).
 constexpr int64_t kRowTile = 8;
 
+// Q8_0 / Q4_0 weights repacked by prepare_weight(): rows in groups of 8
+// (the last group padded with copies of the last row); per group, for each
+// block of 32 in order: the 8 rows' fp16 scales (16 bytes), then the values
+// with the 8 rows interleaved in 4-value groups, so that one 32-byte load
+// holds 4 consecutive values of each of the 8 rows (int32 lane r = row r):
+//   Q8_0: 8 loads; byte 32 j + 4 r + i = q_r[4 j + i]                     (256 bytes)
+//   Q4_0: 4 loads; byte 32 h + 4 r + i = the Q4_0 byte qs_r[4 h + i] (low
+//         nibble value 4 h + i, high nibble value 16 + 4 h + i)          (128 bytes)
+// Group g starts at g * (cols / 32) * bytes-per-block.
+constexpr size_t kPackedQ8_0Block = 16 + 256;
+constexpr size_t kPackedQ4_0Block = 16 + 128;
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1 };
+constexpr int kNumPacked = 2;
+
 struct MatmulKernels {
   const char* name;
   MatmulRangeFn range[kNumWTypes];
   QuantizeActFn quantize_act;
+  // Kernels on the packed layouts (a.w = the packed data); null: the table
+  // has none and the original rows are used.
+  MatmulRangeFn packed_range[kNumPacked];
 };
 
 // Each is defined in its own file; call the ISA ones only where the CPU has

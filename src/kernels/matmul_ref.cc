@@ -190,6 +190,7 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockQ6_K, kQK_K, step_q6_k>,
     },
     quantize_act_ref,
+    {nullptr, nullptr},  // the reference reads the original rows
 };
 
 }  // namespace

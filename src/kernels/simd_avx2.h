@@ -108,9 +108,9 @@ struct Avx2F {
   }
 };
 
-// Integer dot strategies. Each returns int32 lanes whose *sum* is the exact
-// dot product of 32 bytes (only the lane total is used, so lane order is
-// free); the quantized kernels reduce lanes with an exact integer tree.
+// Integer dot strategies. Each returns, in int32 lane i, the exact dot of
+// bytes 4i..4i+3 (the plain-layout kernels only use the lane total; the
+// packed-layout kernels need lane i = row i).
 //
 // Avx2Dot: vpmaddubsw needs an unsigned operand and saturates its int16
 // pair sums, so signed Q8_0 weights use the sign trick (|w| times x with
@@ -142,11 +142,13 @@ struct Avx2VnniEmulatedDot {
   };
   static Q8 q8_prep(__m256i w) { return {_mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)))}; }
   static __m256i dpbusd(__m256i u, __m256i s) {
+    // lo lane k = bytes 2k, 2k+1 (k < 8), hi the same for bytes 16..31;
+    // hadd gives groups [0 1 4 5 | 2 3 6 7], the permute restores 0..7.
     const __m256i lo = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)),
                                          _mm256_cvtepi8_epi16(_mm256_castsi256_si128(s)));
     const __m256i hi = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1)),
                                          _mm256_cvtepi8_epi16(_mm256_extracti128_si256(s, 1)));
-    return _mm256_add_epi32(lo, hi);
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xd8);
   }
   static __m256i q8_dot(const Q8& p, __m256i x) { return dpbusd(p.u, x); }
   static __m256i u4_dot(__m256i u, __m256i x) { return dpbusd(u, x); }
