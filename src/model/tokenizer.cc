@@ -124,7 +124,9 @@ void PairMap::insert(int32_t a, int32_t b, Value v) {
     std::vector<Slot> old = std::move(slots_);
     reserve(std::max<size_t>(16, old.size()));
     for (const Slot& s : old) {
-      if (s.key != kEmpty) insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFF), s.value);
+      if (s.key != kEmpty) {
+        insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFF), s.value);
+      }
     }
   }
   const uint64_t k = key(a, b);

@@ -215,7 +215,9 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
     v->ids.bos = config_token(config, "bos_token", *v, cp);
     v->ids.eos = config_token(config, "eos_token", *v, cp);
     v->ids.pad = config_token(config, "pad_token", *v, cp);
-    const auto flag = [&](const char* key) { return config.contains(key) && config[key].is_boolean() && config[key].get<bool>(); };
+    const auto flag = [&](const char* key) {
+      return config.contains(key) && config[key].is_boolean() && config[key].get<bool>();  // null: false
+    };
     v->add_bos = flag("add_bos_token") && v->ids.bos >= 0;
     v->add_eos = flag("add_eos_token") && v->ids.eos >= 0;
     v->finalize();  // the end-of-generation set includes the new EOS

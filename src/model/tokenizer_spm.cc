@@ -60,7 +60,8 @@ class SpmModel final : public Model {
     // queues instead of one the size of the text.
     size_t word = 0;
     for (size_t pos = kSpace.size(); pos + kSpace.size() <= norm.size(); ++pos) {
-      if (norm.compare(pos, kSpace.size(), kSpace) == 0 && norm.compare(pos - kSpace.size(), kSpace.size(), kSpace) != 0) {
+      if (norm.compare(pos, kSpace.size(), kSpace) == 0 &&
+          norm.compare(pos - kSpace.size(), kSpace.size(), kSpace) != 0) {
         merge(std::string_view(norm).substr(word, pos - word), scratch, out);
         word = pos;
       }
