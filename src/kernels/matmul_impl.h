@@ -266,18 +266,15 @@ static inline void qtile8(const uint8_t* const* rows, int64_t nb, const ActPtrs*
   }
 }
 
-// Tokens per tile (up to kMaxT) and tokens per cache chunk come from Cfg.
-template <class Fmt, class Cfg>
-static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nb = a.cols / Fmt::kBlock;
-  const int group = a.act_layout.group;
-  // Keep one chunk of tokens' activations in L2 while a row tile sweeps it.
+// Calls tile(rt, nvalid, x, y, n) for every 8-row tile rt of [r0, r1) and
+// every group of n <= Cfg::kMaxT tokens, tokens in chunks whose activations
+// stay in L2 while the row tiles sweep them.
+template <class Cfg, class Tile>
+static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, Tile tile) {
   const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
   for (int64_t tc = t0; tc < t1; tc += chunk) {
     const int64_t tc1 = imin(t1, tc + chunk);
     for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-      const uint8_t* rows[8];
-      for (int i = 0; i < 8; ++i) rows[i] = a.w + static_cast<size_t>(imin(rt + i, r1 - 1)) * a.row_bytes;
       const int nvalid = static_cast<int>(imin(8, r1 - rt));
       for (int64_t t = tc; t < tc1;) {
         const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
@@ -287,16 +284,27 @@ static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
           x[i] = act_ptrs(a, t + i);
           y[i] = a.y + (t + i) * a.y_stride + rt;
         }
-        switch (n) {
-          case 1: qtile8<Fmt, 1, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
-          case 2: qtile8<Fmt, 2, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
-          case 3: qtile8<Fmt, 3, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
-          default: qtile8<Fmt, 4, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
-        }
+        tile(rt, nvalid, x, y, n);
         t += n;
       }
     }
   }
+}
+
+template <class Fmt, class Cfg>
+static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = a.cols / Fmt::kBlock;
+  const int group = a.act_layout.group;
+  sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
+    const uint8_t* rows[8];
+    for (int i = 0; i < 8; ++i) rows[i] = a.w + static_cast<size_t>(imin(rt + i, r1 - 1)) * a.row_bytes;
+    switch (n) {
+      case 1: qtile8<Fmt, 1, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
+      case 2: qtile8<Fmt, 2, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
+      case 3: qtile8<Fmt, 3, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
+      default: qtile8<Fmt, 4, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
+    }
+  });
 }
 
 // ---- packed Q8_0 / Q4_0 tile: 8 rows x T tokens, lane r = row r ------------------
@@ -356,30 +364,15 @@ template <class D, bool kQ4, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / 32;
   const size_t group_bytes = static_cast<size_t>(nb) * (kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block);
-  const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
-  for (int64_t tc = t0; tc < t1; tc += chunk) {
-    const int64_t tc1 = imin(t1, tc + chunk);
-    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-      const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
-      const int nvalid = static_cast<int>(imin(8, r1 - rt));
-      for (int64_t t = tc; t < tc1;) {
-        const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
-        ActPtrs x[4];
-        float* y[4];
-        for (int i = 0; i < n; ++i) {
-          x[i] = act_ptrs(a, t + i);
-          y[i] = a.y + (t + i) * a.y_stride + rt;
-        }
-        switch (n) {
-          case 1: ptile8<D, kQ4, 1>(group, nb, x, y, nvalid); break;
-          case 2: ptile8<D, kQ4, 2>(group, nb, x, y, nvalid); break;
-          case 3: ptile8<D, kQ4, 3>(group, nb, x, y, nvalid); break;
-          default: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
-        }
-        t += n;
-      }
+  sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
+    const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+    switch (n) {
+      case 1: ptile8<D, kQ4, 1>(group, nb, x, y, nvalid); break;
+      case 2: ptile8<D, kQ4, 2>(group, nb, x, y, nvalid); break;
+      case 3: ptile8<D, kQ4, 3>(group, nb, x, y, nvalid); break;
+      default: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
     }
-  }
+  });
 }
 
 // ---- activation quantization (256-bit; same result on every ISA) ---------------

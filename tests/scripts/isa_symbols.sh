@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# ODR rule check (docs/KERNELS.md): an object compiled for AVX2 / AVX-512
+# (src/**/*_avx2.cc, *_avx512.cc) must define no weak, vague-linkage or
+# unique global symbols; the linker could otherwise keep the wide-ISA copy of
+# an inline function for the whole program and crash CPUs without that ISA.
+# Usage: tests/scripts/isa_symbols.sh BUILD_DIR
+set -euo pipefail
+build="${1:-build}"
+objs=$(find "$build/CMakeFiles/tessera_lib.dir/src" -name '*_avx2.cc.o' -o -name '*_avx512.cc.o' | sort)
+[ -n "$objs" ] || { echo "no per-ISA objects under $build"; exit 1; }
+status=0
+for o in $objs; do
+  bad=$(nm -C "$o" | grep -E ' [WVu] ' || true)
+  if [ -n "$bad" ]; then
+    echo "FAIL: $o exports weak/vague symbols:"
+    echo "$bad" | head -20
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "ok: $(echo "$objs" | wc -l) per-ISA objects define only strong, non-inline symbols"
+exit $status
