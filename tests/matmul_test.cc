@@ -284,7 +284,7 @@ TEST_P(MatmulTest, ActivationQuantizationMatchesScalar) {
       lay.group = group;
       lay.d_offset = k;
       lay.sum_offset = k + 4 * (k / block);
-      lay.row_bytes = lay.sum_offset + 2 * (k / group) + 10;
+      lay.row_bytes = (lay.sum_offset + 2 * (k / group) + 10 + 63) / 64 * 64;  // rows keep d aligned, as matmul() lays them out
       std::vector<float> x = random_activations(n, k, rng);
       x[5] = std::nanf("");
       x[700] = INFINITY;
