@@ -30,32 +30,32 @@ LlamaModel::LlamaModel(const gguf::File& f, const LlamaVariant& variant) : varia
   tok_embd_ = load_matrix(f, "token_embd.weight", E, cfg_.n_vocab);
   out_norm_ = load_vector(f, "output_norm.weight", E);
   cfg_.tied_output = f.find_tensor("output.weight") == nullptr;
-  output_ = cfg_.tied_output ? tok_embd_ : load_matrix(f, "output.weight", E, cfg_.n_vocab);
+  output_ = kernels::prepare_weight(cfg_.tied_output ? tok_embd_ : load_matrix(f, "output.weight", E, cfg_.n_vocab));
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
     LlamaLayer& L = layers_[il];
     L.attn_norm = load_vector(f, blk(il, "attn_norm.weight"), E);
-    L.wq = load_matrix(f, blk(il, "attn_q.weight"), E, Q);
-    L.wk = load_matrix(f, blk(il, "attn_k.weight"), E, KV);
-    L.wv = load_matrix(f, blk(il, "attn_v.weight"), E, KV);
-    L.wo = load_matrix(f, blk(il, "attn_output.weight"), Q, E);
+    L.wq = kernels::prepare_weight(load_matrix(f, blk(il, "attn_q.weight"), E, Q));
+    L.wk = kernels::prepare_weight(load_matrix(f, blk(il, "attn_k.weight"), E, KV));
+    L.wv = kernels::prepare_weight(load_matrix(f, blk(il, "attn_v.weight"), E, KV));
+    L.wo = kernels::prepare_weight(load_matrix(f, blk(il, "attn_output.weight"), Q, E));
     if (variant.qkv_bias) {
       L.bq = load_vector(f, blk(il, "attn_q.bias"), Q);
       L.bk = load_vector(f, blk(il, "attn_k.bias"), KV);
       L.bv = load_vector(f, blk(il, "attn_v.bias"), KV);
     }
     L.ffn_norm = load_vector(f, blk(il, "ffn_norm.weight"), E);
-    L.w_gate = load_matrix(f, blk(il, "ffn_gate.weight"), E, F);
-    L.w_up = load_matrix(f, blk(il, "ffn_up.weight"), E, F);
-    L.w_down = load_matrix(f, blk(il, "ffn_down.weight"), F, E);
+    L.w_gate = kernels::prepare_weight(load_matrix(f, blk(il, "ffn_gate.weight"), E, F));
+    L.w_up = kernels::prepare_weight(load_matrix(f, blk(il, "ffn_up.weight"), E, F));
+    L.w_down = kernels::prepare_weight(load_matrix(f, blk(il, "ffn_down.weight"), F, E));
   }
 }
 
 size_t LlamaModel::bytes_per_token() const {
-  size_t n = tok_embd_.row_bytes + matrix_bytes(output_);
+  size_t n = tok_embd_.row_bytes + matrix_bytes(output_.view);
   for (const LlamaLayer& L : layers_) {
-    n += matrix_bytes(L.wq) + matrix_bytes(L.wk) + matrix_bytes(L.wv) + matrix_bytes(L.wo) +
-         matrix_bytes(L.w_gate) + matrix_bytes(L.w_up) + matrix_bytes(L.w_down);
+    n += matrix_bytes(L.wq.view) + matrix_bytes(L.wk.view) + matrix_bytes(L.wv.view) + matrix_bytes(L.wo.view) +
+         matrix_bytes(L.w_gate.view) + matrix_bytes(L.w_up.view) + matrix_bytes(L.w_down.view);
   }
   return n;
 }

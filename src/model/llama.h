@@ -17,15 +17,17 @@ struct LlamaVariant {
   bool rope_neox = false;  // NeoX (half-split) RoPE ordering
 };
 
+// Matrices are prepared once at load (kernels::prepare_weight repacks the
+// types that have a faster layout); .view is the GGUF data in place.
 struct LlamaLayer {
-  std::vector<float> attn_norm;   // [n_embd]
-  kernels::WeightView wq;         // [q_dim rows, n_embd cols]
-  kernels::WeightView wk, wv;     // [kv_dim, n_embd]
-  kernels::WeightView wo;         // [n_embd, q_dim]
-  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] when qkv_bias
-  std::vector<float> ffn_norm;    // [n_embd]
-  kernels::WeightView w_gate, w_up;  // [n_ff, n_embd]
-  kernels::WeightView w_down;        // [n_embd, n_ff]
+  std::vector<float> attn_norm;       // [n_embd]
+  kernels::PreparedWeight wq;         // [q_dim rows, n_embd cols]
+  kernels::PreparedWeight wk, wv;     // [kv_dim, n_embd]
+  kernels::PreparedWeight wo;         // [n_embd, q_dim]
+  std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim] when qkv_bias
+  std::vector<float> ffn_norm;        // [n_embd]
+  kernels::PreparedWeight w_gate, w_up;  // [n_ff, n_embd]
+  kernels::PreparedWeight w_down;        // [n_embd, n_ff]
 };
 
 class LlamaModel final : public Model {
@@ -43,9 +45,9 @@ class LlamaModel final : public Model {
 
   ModelConfig cfg_;
   LlamaVariant variant_;
-  kernels::WeightView tok_embd_;  // [n_vocab rows, n_embd cols]
-  std::vector<float> out_norm_;   // [n_embd]
-  kernels::WeightView output_;    // [n_vocab, n_embd] (tok_embd_ when tied)
+  kernels::WeightView tok_embd_;   // [n_vocab rows, n_embd cols], rows looked up
+  std::vector<float> out_norm_;    // [n_embd]
+  kernels::PreparedWeight output_; // [n_vocab, n_embd] (of tok_embd_ when tied)
   std::vector<LlamaLayer> layers_;
 };
 
