@@ -1,5 +1,6 @@
 #include "model/gguf.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -80,6 +81,13 @@ uint64_t min_encoded_size(ValueType t) {
 
 bool valid_value_type(uint32_t t) { return t <= 12; }
 
+// Counts are checked against the bytes left before anything is reserved, but
+// an element in memory is up to ~10x its smallest encoding (a std::string for
+// an 8-byte length, an Array for 12 bytes), so at most this many are reserved
+// up front; elements that really are there grow the vector as they are read.
+constexpr uint64_t kMaxReserve = uint64_t{1} << 16;
+size_t reserve_count(uint64_t n) { return static_cast<size_t>(std::min(n, kMaxReserve)); }
+
 Array read_array(Cursor& c, const std::string& key, int depth);
 
 // Reads one scalar into `v`.
@@ -118,15 +126,15 @@ Array read_array(Cursor& c, const std::string& key, int depth) {
   }
   switch (a.elem_type) {
     case ValueType::kString:
-      a.strings.reserve(n);
+      a.strings.reserve(reserve_count(n));
       for (uint64_t i = 0; i < n; ++i) a.strings.push_back(c.read_string(key));
       break;
     case ValueType::kArray:
-      a.arrays.reserve(n);
+      a.arrays.reserve(reserve_count(n));
       for (uint64_t i = 0; i < n; ++i) a.arrays.push_back(read_array(c, key, depth + 1));
       break;
     case ValueType::kF32: case ValueType::kF64:
-      a.floats.reserve(n);
+      a.floats.reserve(reserve_count(n));
       for (uint64_t i = 0; i < n; ++i) {
         Value v;
         read_scalar(c, a.elem_type, v, key);
@@ -134,7 +142,7 @@ Array read_array(Cursor& c, const std::string& key, int depth) {
       }
       break;
     case ValueType::kU8: case ValueType::kU16: case ValueType::kU32: case ValueType::kU64:
-      a.uints.reserve(n);
+      a.uints.reserve(reserve_count(n));
       for (uint64_t i = 0; i < n; ++i) {
         Value v;
         read_scalar(c, a.elem_type, v, key);
@@ -142,7 +150,7 @@ Array read_array(Cursor& c, const std::string& key, int depth) {
       }
       break;
     default:
-      a.ints.reserve(n);
+      a.ints.reserve(reserve_count(n));
       for (uint64_t i = 0; i < n; ++i) {
         Value v;
         read_scalar(c, a.elem_type, v, key);
@@ -204,6 +212,11 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
     fail(ErrorCode::kCorruptFile, "{}: not a GGUF file (magic {:08x}, expected 'GGUF')", f.path_, magic);
   }
   f.version_ = c.read<uint32_t>("version");
+  if (f.version_ == 0x02000000 || f.version_ == 0x03000000) {
+    // The version reads byte-swapped: the file was written big-endian.
+    fail(ErrorCode::kCorruptFile, "{}: big-endian GGUF (version {}) is not supported", f.path_,
+         f.version_ >> 24);
+  }
   if (f.version_ != 2 && f.version_ != 3) {
     fail(ErrorCode::kCorruptFile, "{}: unsupported GGUF version {} (supported: 2, 3)", f.path_, f.version_);
   }
@@ -214,7 +227,7 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
   if (n_kv > c.remaining() / 12) c.corrupt(fmt::format("metadata count {} exceeds what the file can hold", n_kv));
   if (n_tensors > c.remaining() / 24) c.corrupt(fmt::format("tensor count {} exceeds what the file can hold", n_tensors));
 
-  f.kv_.reserve(n_kv);
+  f.kv_.reserve(reserve_count(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.read_string("metadata key");
     const uint32_t raw = c.read<uint32_t>(key);
@@ -242,7 +255,7 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
     f.alignment_ = al;
   }
 
-  f.tensors_.reserve(n_tensors);
+  f.tensors_.reserve(reserve_count(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
     t.name = c.read_string("tensor name");

@@ -3,7 +3,7 @@
 // Everything the file claims (counts, lengths, offsets, dimensions) is checked
 // against the file's size before it is used, so a truncated, corrupt or
 // hostile file produces one precise Error(kCorruptFile) and never a crash or
-// an allocation larger than the file itself.
+// an allocation out of proportion to the file's size.
 #pragma once
 
 #include <cstdint>

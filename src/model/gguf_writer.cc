@@ -66,7 +66,14 @@ Value scalar(ValueType t) {
   return v;
 }
 
+bool power_of_two(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
 }  // namespace
+
+Writer::Writer(uint64_t alignment) : alignment_(alignment) {
+  TESSERA_CHECK(power_of_two(alignment) && alignment <= 65536, kInvalidArgument,
+                "GGUF alignment {} is not a power of two <= 65536", alignment);
+}
 
 void Writer::set_u32(const std::string& key, uint32_t x) { Value v = scalar(ValueType::kU32); v.u = x; set_value(key, v); }
 void Writer::set_i32(const std::string& key, int32_t x) { Value v = scalar(ValueType::kI32); v.i = x; set_value(key, v); }
@@ -100,6 +107,8 @@ void Writer::set_i32s(const std::string& key, const std::vector<int32_t>& x) {
 }
 
 void Writer::set_value(const std::string& key, const Value& v) {
+  TESSERA_CHECK(v.type != ValueType::kArray || v.array != nullptr, kInvalidArgument,
+                "metadata '{}': array value without an array", key);
   for (auto& [k, old] : kv_) {
     if (k == key) {
       old = v;
@@ -111,6 +120,8 @@ void Writer::set_value(const std::string& key, const Value& v) {
 
 void Writer::add_tensor(const std::string& name, DType type, std::vector<int64_t> ne, Fill fill) {
   TESSERA_CHECK(!ne.empty() && ne.size() <= 4, kInvalidArgument, "tensor '{}' needs 1..4 dims", name);
+  for (int64_t n : ne) TESSERA_CHECK(n > 0, kInvalidArgument, "tensor '{}' has a dimension of {}", name, n);
+  for (const Tensor& t : tensors_) TESSERA_CHECK(t.name != name, kInvalidArgument, "duplicate tensor '{}'", name);
   const DTypeTraits tr = dtype_traits(type);
   TESSERA_CHECK(ne[0] % tr.block_size == 0, kInvalidArgument,
                 "tensor '{}': row of {} is not a multiple of the {} block size {}", name, ne[0],
@@ -132,24 +143,40 @@ void Writer::put_header_value(std::vector<uint8_t>& out, const Value& v) const {
   }
 }
 
+// A general.alignment key set as metadata (e.g. copied from another file)
+// decides the padding, since readers go by it.
+std::optional<uint64_t> Writer::alignment_key() const {
+  for (const auto& [k, v] : kv_) {
+    if (k != "general.alignment") continue;
+    const bool is_uint = v.type == ValueType::kU8 || v.type == ValueType::kU16 ||
+                         v.type == ValueType::kU32 || v.type == ValueType::kU64;
+    const bool is_int = v.type == ValueType::kI8 || v.type == ValueType::kI16 ||
+                        v.type == ValueType::kI32 || v.type == ValueType::kI64;
+    const uint64_t a = is_uint ? v.u : is_int && v.i > 0 ? static_cast<uint64_t>(v.i) : 0;
+    TESSERA_CHECK(power_of_two(a) && a <= 65536, kInvalidArgument,
+                  "general.alignment must be an integer power of two <= 65536");
+    return a;
+  }
+  return std::nullopt;
+}
+
 void Writer::write(const std::string& path) const {
+  const std::optional<uint64_t> key = alignment_key();
+  const uint64_t alignment = key.value_or(alignment_);
+  const bool add_alignment_key = !key && alignment != 32;
   std::vector<uint8_t> head;
   put<uint32_t>(head, 0x46554747);
   put<uint32_t>(head, 3);
   put<uint64_t>(head, tensors_.size());
-  const bool has_alignment_key = [&] {
-    for (const auto& kv : kv_) if (kv.first == "general.alignment") return true;
-    return false;
-  }();
-  put<uint64_t>(head, kv_.size() + (alignment_ != 32 && !has_alignment_key ? 1 : 0));
+  put<uint64_t>(head, kv_.size() + (add_alignment_key ? 1 : 0));
   for (const auto& [k, v] : kv_) {
     put_string(head, k);
     put_header_value(head, v);
   }
-  if (alignment_ != 32 && !has_alignment_key) {
+  if (add_alignment_key) {
     put_string(head, "general.alignment");
     put<uint32_t>(head, static_cast<uint32_t>(ValueType::kU32));
-    put<uint32_t>(head, static_cast<uint32_t>(alignment_));
+    put<uint32_t>(head, static_cast<uint32_t>(alignment));
   }
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
@@ -160,9 +187,9 @@ void Writer::write(const std::string& path) const {
     put<uint32_t>(head, static_cast<uint32_t>(t.type));
     put<uint64_t>(head, offset);
     offsets.push_back(offset);
-    offset = (offset + t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
+    offset = (offset + t.n_bytes + alignment - 1) / alignment * alignment;
   }
-  head.resize((head.size() + alignment_ - 1) / alignment_ * alignment_, 0);
+  head.resize((head.size() + alignment - 1) / alignment * alignment, 0);
 
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   TESSERA_CHECK(f != nullptr, kIo, "cannot create '{}': {}", path, std::strerror(errno));

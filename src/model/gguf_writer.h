@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace tessera::gguf {
 
 class Writer {
  public:
-  explicit Writer(uint64_t alignment = 32) : alignment_(alignment) {}
+  // `alignment` must be a power of two; a general.alignment key set as
+  // metadata takes precedence over it (it is what readers will use).
+  explicit Writer(uint64_t alignment = 32);
 
   void set_u32(const std::string& key, uint32_t v);
   void set_i32(const std::string& key, int32_t v);
@@ -46,6 +49,7 @@ class Writer {
     Fill fill;
   };
   void put_header_value(std::vector<uint8_t>& out, const Value& v) const;
+  std::optional<uint64_t> alignment_key() const;
   uint64_t alignment_;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<Tensor> tensors_;

@@ -1,0 +1,200 @@
+// load_model() on files that are valid GGUF but not a valid model: a missing
+// tensor, a wrong shape or type, a missing or mistyped key, inconsistent
+// hyperparameters, an unknown architecture. Each must fail with an Error
+// whose message names the tensor or key and what was expected.
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "core/error.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "util/test_util.h"
+
+namespace tessera {
+namespace {
+
+using gguf::Value;
+using gguf::ValueType;
+
+// A small valid model: 2 layers, dim 64, 4 heads over 2 KV heads (head dim
+// 16), ff 128, 64-token vocabulary.
+const std::string& base_model(const std::string& arch = "llama") {
+  static std::map<std::string, std::string> paths;
+  auto it = paths.find(arch);
+  if (it != paths.end()) return it->second;
+  SyntheticModelSpec s = preset_spec("tiny");
+  s.arch = arch;
+  s.n_vocab = 64;
+  s.seed = 7;
+  const std::string path = testing::temp_path("base-" + arch + ".gguf");
+  write_synthetic_model(s, path, 1);
+  return paths.emplace(arch, path).first->second;
+}
+
+// What to change when copying the base model.
+struct Edit {
+  std::function<bool(const std::string& key)> skip_key = [](const std::string&) { return false; };
+  std::vector<std::pair<std::string, Value>> set_keys;
+  std::string skip_tensor;
+  std::string retensor;  // replaced by a zero tensor of new_type / new_ne
+  std::optional<DType> new_type;
+  std::vector<int64_t> new_ne;
+};
+
+// Single edits (designated initializers would trip -Wmissing-field-initializers).
+Edit drop_tensor(const std::string& name) {
+  Edit e;
+  e.skip_tensor = name;
+  return e;
+}
+Edit reshape(const std::string& name, std::vector<int64_t> ne) {
+  Edit e;
+  e.retensor = name;
+  e.new_ne = std::move(ne);
+  return e;
+}
+Edit retype(const std::string& name, DType type) {
+  Edit e;
+  e.retensor = name;
+  e.new_type = type;
+  return e;
+}
+Edit drop_key(const std::string& key) {
+  Edit e;
+  e.skip_key = [key](const std::string& k) { return k == key; };
+  return e;
+}
+Edit set_key(const std::string& key, Value v) {
+  Edit e;
+  e.set_keys.emplace_back(key, std::move(v));
+  return e;
+}
+
+std::string rewrite(const Edit& e, const std::string& name, const std::string& arch = "llama") {
+  const gguf::File src = gguf::File::open(base_model(arch));
+  gguf::Writer w;
+  for (const auto& [k, v] : src.metadata()) {
+    if (!e.skip_key(k)) w.set_value(k, v);
+  }
+  for (const auto& [k, v] : e.set_keys) w.set_value(k, v);
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    if (t.name == e.skip_tensor) continue;
+    if (t.name == e.retensor) {
+      std::vector<int64_t> ne = e.new_ne;
+      if (ne.empty()) ne.assign(t.ne, t.ne + t.n_dims);
+      w.add_tensor(t.name, e.new_type.value_or(t.type), ne, [](uint8_t* out, size_t n) { std::memset(out, 0, n); });
+      continue;
+    }
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                 [&t](uint8_t* out, size_t n) { std::memcpy(out, t.data, n); });
+  }
+  const std::string path = testing::temp_path(name + ".gguf");
+  w.write(path);
+  return path;
+}
+
+Value u32(uint32_t x) {
+  Value v;
+  v.type = ValueType::kU32;
+  v.u = x;
+  return v;
+}
+Value str(const std::string& x) {
+  Value v;
+  v.type = ValueType::kString;
+  v.s = x;
+  return v;
+}
+
+void expect_load_error(const std::string& path, std::string_view needle) {
+  try {
+    load_model(path);
+    ADD_FAILURE() << path << " loaded; expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string_view(e.what()).find(needle), std::string_view::npos)
+        << "message '" << e.what() << "' does not contain '" << needle << "'";
+  }
+}
+
+TEST(ModelLoad, UneditedCopiesLoad) {
+  // The copy itself is faithful, so every failure below is the edit's.
+  for (const char* arch : {"llama", "qwen2"}) {
+    const LoadedModel m = load_model(rewrite({}, std::string("copy-") + arch, arch));
+    EXPECT_EQ(m.model->config().arch, arch);
+    EXPECT_EQ(m.model->config().n_vocab, 64);
+    EXPECT_EQ(m.model->config().n_head_kv, 2);
+  }
+}
+
+TEST(ModelLoad, MissingTensor) {
+  expect_load_error(rewrite(drop_tensor("blk.1.ffn_up.weight"), "no-ffn-up"),
+                    "missing tensor 'blk.1.ffn_up.weight'");
+  expect_load_error(rewrite(drop_tensor("token_embd.weight"), "no-embd"), "missing tensor 'token_embd.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.0.attn_k.bias"), "no-k-bias", "qwen2"),
+                    "missing tensor 'blk.0.attn_k.bias'");
+}
+
+TEST(ModelLoad, WrongShape) {
+  expect_load_error(rewrite(reshape("blk.0.attn_q.weight", {64, 32}), "q-shape"),
+                    "tensor 'blk.0.attn_q.weight' has shape [64, 32], expected [64, 64]");
+  expect_load_error(rewrite(reshape("blk.1.ffn_norm.weight", {32}), "norm-shape"),
+                    "tensor 'blk.1.ffn_norm.weight' has shape [32], expected [64]");
+  expect_load_error(rewrite(reshape("output_norm.weight", {64, 2}), "norm-2d"),
+                    "tensor 'output_norm.weight' has shape [64, 2], expected [64]");
+  expect_load_error(rewrite(reshape("output.weight", {64, 63}), "out-rows"),
+                    "tensor 'output.weight' has shape [64, 63], expected [64, 64]");
+}
+
+TEST(ModelLoad, UnsupportedTensorType) {
+  expect_load_error(rewrite(retype("blk.0.attn_v.weight", DType::kQ4_1), "v-q4_1"),
+                    "tensor 'blk.0.attn_v.weight' has type Q4_1, which Tessera cannot multiply");
+  expect_load_error(rewrite(retype("blk.0.attn_norm.weight", DType::kI32), "norm-i32"),
+                    "tensor 'blk.0.attn_norm.weight' has unsupported type I32");
+}
+
+TEST(ModelLoad, MissingOrMistypedKey) {
+  expect_load_error(rewrite(drop_key("llama.embedding_length"), "no-embd-len"),
+                    "missing metadata key 'llama.embedding_length'");
+  expect_load_error(rewrite(drop_key("llama.block_count"), "no-blocks"),
+                    "missing metadata key 'llama.block_count'");
+  expect_load_error(rewrite(drop_key("general.architecture"), "no-arch"),
+                    "missing metadata key 'general.architecture'");
+  expect_load_error(rewrite(set_key("llama.block_count", str("2")), "blocks-string"),
+                    "metadata 'llama.block_count' has type string, expected a non-negative integer");
+  expect_load_error(rewrite(set_key("general.architecture", u32(1)), "arch-u32"),
+                    "metadata 'general.architecture' has type u32, expected string");
+}
+
+TEST(ModelLoad, InconsistentHyperparameters) {
+  expect_load_error(rewrite(set_key("llama.attention.head_count_kv", u32(3)), "kv3"),
+                    "4 query heads is not a multiple of 3 kv heads");
+  expect_load_error(rewrite(set_key("llama.attention.head_count", u32(0)), "heads0"),
+                    "'llama.attention.head_count' = 0 is out of range");
+  expect_load_error(rewrite(set_key("llama.rope.dimension_count", u32(7)), "rope-odd"),
+                    "rope dimension count 7 is odd");
+  expect_load_error(rewrite(set_key("llama.rope.dimension_count", u32(32)), "rope-big"),
+                    "'llama.rope.dimension_count' = 32 is out of range (1..16)");
+  expect_load_error(rewrite(set_key("llama.block_count", u32(3)), "blocks3"),
+                    "missing tensor 'blk.2.attn_norm.weight'");
+  expect_load_error(rewrite(set_key("llama.rope.scaling.type", str("yarn")), "yarn"),
+                    "rope scaling 'yarn' is not supported");
+}
+
+TEST(ModelLoad, UnsupportedArchitecture) {
+  expect_load_error(rewrite(set_key("general.architecture", str("gpt2")), "gpt2"),
+                    "architecture 'gpt2' is not supported (supported: llama, mistral, qwen2)");
+}
+
+TEST(ModelLoad, NotAModelFile) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-llama-spm.gguf");
+  // A vocabulary-only GGUF: valid file, no weights.
+  expect_load_error(testing::shared_path("models/vocab/ggml-vocab-llama-spm.gguf"), "missing");
+  expect_load_error(testing::temp_path("does-not-exist.gguf"), "cannot open");
+}
+
+}  // namespace
+}  // namespace tessera
