@@ -27,19 +27,37 @@ double number(const json& body, const char* field, double lo, double hi) {
 }
 
 int64_t integer(const json& body, const char* field, int64_t lo, int64_t hi) {
-  const json* v = get(body, field);
-  if (!v->is_number_integer() && !(v->is_number_float() && std::floor(v->get<double>()) == v->get<double>())) {
-    bad(field, fmt::format("'{}' must be an integer", field));
-  }
-  const double d = v->get<double>();
-  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
-    bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi));
-  }
-  return v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), static_cast<uint64_t>(hi)))
-                                 : static_cast<int64_t>(d);
+  return integer_value(*get(body, field), field, lo, hi);
 }
 
 }  // namespace
+
+int64_t integer_value(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  auto out_of_range = [&] { bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi)); };
+  // Each representation is compared in its own type: a double outside the
+  // int64 range must not be converted (undefined behaviour), and an int64
+  // must not go through a double (a seed would lose its low bits).
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) out_of_range();
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < lo || i > hi) out_of_range();
+    return i;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::trunc(d) != d) bad(field, fmt::format("'{}' must be an integer", field));
+    // [-2^63, 2^63) is exactly the doubles that convert to int64.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) out_of_range();
+    const int64_t i = static_cast<int64_t>(d);
+    if (i < lo || i > hi) out_of_range();
+    return i;
+  }
+  bad(field, fmt::format("'{}' must be an integer", field));
+}
 
 engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& defaults) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
@@ -90,7 +108,7 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
     if (!s->is_array()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
     for (const json& e : *s) {
       if (!e.is_number_integer()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
-      p.stop_token_ids.push_back(e.get<int32_t>());
+      p.stop_token_ids.push_back(static_cast<int32_t>(integer_value(e, "stop_token_ids", 0, std::numeric_limits<int32_t>::max())));
     }
   }
   return p;

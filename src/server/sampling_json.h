@@ -30,4 +30,8 @@ class FieldError : public std::runtime_error {
 
 engine::SamplingParams parse_sampling(const nlohmann::json& body, const SamplingDefaults& defaults);
 
+// An integer value within [lo, hi] (floats with an integral value accepted,
+// as Python servers do); throws FieldError naming `field` otherwise.
+int64_t integer_value(const nlohmann::json& v, const std::string& field, int64_t lo, int64_t hi);
+
 }  // namespace tessera::server

@@ -28,11 +28,12 @@ trap 'rm -rf "$TMP"' EXIT
 RANDOM=20240601  # fixed seed: the token sequences are the same every run
 failures=0
 
-# random_tokens N VOCAB: N comma-separated ids in [0, VOCAB).
+# random_tokens N VOCAB: sets TOKENS to N comma-separated ids in [0, VOCAB).
+# (Not called as $(...): a subshell would reseed RANDOM.)
 random_tokens() {
-  local n=$1 v=$2 out="" i
-  for ((i = 0; i < n; i++)); do out+="${out:+,}$(( (RANDOM * 32768 + RANDOM) % v ))"; done
-  echo "$out"
+  local n=$1 v=$2 i
+  TOKENS=""
+  for ((i = 0; i < n; i++)); do TOKENS+="${TOKENS:+,}$(( (RANDOM * 32768 + RANDOM) % v ))"; done
 }
 
 # compare LABEL MODEL TOKENS [EXTRA ARGS FOR compare_logits.py]
@@ -62,7 +63,8 @@ model() {
   shift 2
   "$TESSERA" make-model -o "$TMP/$label.gguf" --n-vocab 384 -t 2 "$@" >/dev/null 2>&1 ||
     { echo "FAIL $label: make-model $*"; failures=$((failures + 1)); return; }
-  compare "$label" "$TMP/$label.gguf" "$(random_tokens "$n" 384)"
+  random_tokens "$n" 384
+  compare "$label" "$TMP/$label.gguf" "$TOKENS"
 }
 
 #     label               T   shape                                                        type / extras

@@ -1,0 +1,191 @@
+// tessera serve: the OpenAI-compatible HTTP server (docs/SERVER.md).
+//
+// Start-up binds the port first (so /health can say "loading"), prints
+// "listening on http://HOST:PORT" to stderr, then loads the model. SIGINT /
+// SIGTERM are taken by a sigwait thread (no work in a signal handler): the
+// server stops admitting, aborts what is in flight (every stream gets a
+// final event), waits for the handlers, and exits 0. A second signal exits
+// at once.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+
+#include "cli/command.h"
+#include "cli/common_options.h"
+#include "core/thread_pool.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "engine/prompt_cache.h"
+#include "model/tokenizer.h"
+#include "server/async_engine.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+
+namespace tessera::cli {
+namespace {
+
+struct ServeArgs {
+  RunOptions run;
+  server::ServerOptions http;
+  std::string chat_template;
+  std::string prompt_schema;  // Prompt Cache modules (engine/prompt_cache.h)
+  int64_t max_queue = 256;
+  int http_threads = 0;
+  int64_t seed = 0;
+};
+
+// Waits for SIGINT/SIGTERM on its own thread (they are blocked everywhere
+// else) and reports the first; the second ends the process.
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // inherited by every thread started later
+    std::signal(SIGPIPE, SIG_IGN);              // a vanished client is a failed write, not a signal
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SignalWaiter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      exiting_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return signalled_ != 0; });
+  }
+  int signal() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signalled_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (exiting_) return;
+      if (signalled_ != 0) {
+        std::fprintf(stderr, "second signal: exiting now\n");
+        std::_Exit(1);
+      }
+      signalled_ = sig;
+      cv_.notify_all();
+    }
+  }
+  sigset_t set_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int signalled_ = 0;
+  bool exiting_ = false;
+  std::thread thread_;
+};
+
+std::string default_model_name(const std::string& path) { return std::filesystem::path(path).stem().string(); }
+
+// --chat-template wins; else the model's own. A model whose template cannot
+// be parsed is still served (completions work; chat answers 400), but a
+// template the user named must load.
+std::optional<server::ChatTemplate> chat_template(const std::string& option, const gguf::File& file) {
+  const std::string own = file.get_string_or("tokenizer.chat_template", "");
+  if (option.empty() && own.empty()) return std::nullopt;
+  if (!option.empty()) return server::ChatTemplate::resolve(option, std::nullopt);
+  try {
+    return server::ChatTemplate::resolve("", own);
+  } catch (const Error& e) {
+    TESSERA_LOG_WARN("the model's chat template is not usable ({}); /v1/chat/completions will answer 400", e.what());
+    return std::nullopt;
+  }
+}
+
+int serve(const ServeArgs& a) {
+  SignalWaiter signals;
+  server::Metrics metrics;
+  server::ServerOptions http_opt = a.http;
+  if (http_opt.served_model_name.empty()) http_opt.served_model_name = default_model_name(a.run.model);
+  http_opt.threads = a.http_threads > 0 ? a.http_threads
+                                        : static_cast<int>(a.run.max_num_seqs + a.max_queue + 16);
+  server::HttpServer http(http_opt, metrics);
+  http.bind();
+  std::fprintf(stderr, "listening on http://%s:%d\n", http_opt.host.c_str(), http.bound_port());
+  std::fflush(stderr);
+  http.start();
+
+  const auto t0 = engine::Clock::now();
+  const LoadedModel lm = load_model(a.run.model);
+  const auto tok = Tokenizer::from_gguf(*lm.file);
+  engine::EngineConfig ec = a.run.engine_config();
+  ec.seed = static_cast<uint64_t>(a.seed);
+  engine::Engine eng(*lm.model, tok.get(), ec);
+  const std::optional<server::ChatTemplate> chat = chat_template(a.chat_template, *lm.file);
+  std::optional<engine::PromptCache> prompt_cache;
+  if (!a.prompt_schema.empty()) {
+    ThreadPool pool(a.run.threads);
+    prompt_cache.emplace(*lm.model, *tok, engine::PromptSchema::load(a.prompt_schema, *tok), ec.kv_type, pool);
+    TESSERA_LOG_INFO("Prompt Cache: {} modules of '{}' computed ({:.1f} MiB of K/V)", prompt_cache->schema().modules.size(),
+                     prompt_cache->schema().name, static_cast<double>(prompt_cache->bytes()) / (1 << 20));
+  }
+  server::AsyncEngine async(eng, metrics, eng.config().max_num_seqs + a.max_queue);
+
+  server::ServedModel served;
+  served.engine = &async;
+  served.ctx.tokenizer = tok.get();
+  served.ctx.chat_template = chat ? &*chat : nullptr;
+  served.ctx.max_model_len = eng.config().max_model_len;
+  served.ctx.served_model_name = http_opt.served_model_name;
+  served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
+  served.created = static_cast<int64_t>(std::time(nullptr));
+  http.attach(&served);
+  const engine::EngineStats st = eng.stats();
+  TESSERA_LOG_INFO("ready: model '{}' loaded in {:.2f} s; context {} tokens, {} KV blocks, {} sequences per step, "
+                   "queue {}, {} HTTP threads, chat template: {}",
+                   served.ctx.served_model_name, std::chrono::duration<double>(engine::Clock::now() - t0).count(),
+                   served.ctx.max_model_len, st.kv_blocks_total, eng.config().max_num_seqs, a.max_queue,
+                   http_opt.threads, chat ? "yes" : "none");
+
+  signals.wait();
+  TESSERA_LOG_INFO("signal {}: shutting down ({} requests in flight)", signals.signal(), async.in_flight());
+  http.begin_shutdown();
+  async.shutdown();
+  if (!http.wait_idle(std::chrono::seconds(30))) TESSERA_LOG_WARN("some requests did not finish in 30 s");
+  http.stop();
+  TESSERA_LOG_INFO("stopped");
+  return 0;
+}
+
+TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
+  auto a = std::make_shared<ServeArgs>();
+  a->run.add_to(sub);
+  sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
+  sub.add_option("--port", a->http.port, "Port (0: any free port, printed on stderr)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub.add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
+      ->envname("TESSERA_API_KEY");
+  sub.add_option("--served-model-name", a->http.served_model_name, "Model name in the API (default: file stem)");
+  sub.add_option("--chat-template", a->chat_template, "Chat template: a built-in name or a Jinja file "
+                                                      "(default: the model's)");
+  sub.add_option("--prompt-schema", a->prompt_schema,
+                 "Prompt Cache schema (JSON); requests import its modules with \"prompt_cache\": {\"modules\": [...]}");
+  sub.add_option("--max-queue", a->max_queue, "Requests waiting beyond the running batch before 429")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  sub.add_option_function<std::string>("--max-body-bytes", [a](const std::string& s) {
+    a->http.max_body_bytes = parse_bytes(s);
+  }, "Largest request body (e.g. 8M); larger ones get 413");
+  sub.add_option("--http-threads", a->http_threads, "HTTP worker threads (default: max-num-seqs + max-queue + 16)");
+  sub.add_option("--seed", a->seed, "Seed for requests without one (0: random)");
+  return [a]() { return serve(*a); };
+});
+
+}  // namespace
+}  // namespace tessera::cli

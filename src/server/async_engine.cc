@@ -1,0 +1,209 @@
+#include "server/async_engine.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tessera::server {
+
+void RequestChannel::wait(std::vector<ChannelItem>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !items_.empty() || unfinished_ == 0; });
+  for (ChannelItem& it : items_) out.push_back(std::move(it));
+  items_.clear();
+}
+
+bool RequestChannel::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unfinished_ == 0;
+}
+
+std::string RequestChannel::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+bool RequestChannel::shutting_down() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutting_down_;
+}
+
+AsyncEngine::AsyncEngine(engine::Engine& engine, Metrics& metrics, int64_t max_in_flight)
+    : engine_(engine), metrics_(metrics), max_in_flight_(max_in_flight) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool AsyncEngine::accepting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_ && broken_.empty();
+}
+
+int64_t AsyncEngine::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+void AsyncEngine::wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLayout> prompts,
+                                                    const engine::SamplingParams& params) {
+  auto ch = std::make_shared<RequestChannel>();
+  const int64_t samples = static_cast<int64_t>(prompts.size()) * params.n;
+  {
+    // Held across add_request so that shutdown() sees every group id of a
+    // channel it finds in live_. add_request only validates and queues.
+    std::lock_guard<std::mutex> lock(mu_);
+    TESSERA_CHECK(broken_.empty(), kInternal, "the engine failed: {}", broken_);
+    TESSERA_CHECK(accepting_, kResourceExhausted, "the server is shutting down");
+    TESSERA_CHECK(in_flight_ + samples <= max_in_flight_, kResourceExhausted,
+                  "the server is at capacity ({} requests in flight); retry later", in_flight_);
+    ch->unfinished_ = samples;
+    try {
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const int32_t idx = static_cast<int32_t>(i);
+        auto cb = [this, ch, idx](const engine::RequestOutput& o) { on_output(ch, idx, o); };
+        engine::PromptLayout& p = prompts[i];
+        const engine::RequestId id = p.preloaded ? engine_.add_request(std::move(p), params, std::move(cb))
+                                                 : engine_.add_request(std::move(p.tokens), params, std::move(cb));
+        ch->groups_.push_back(id);
+      }
+    } catch (...) {
+      // The prompts already queued are aborted; their final outputs go to
+      // no reader but still return their in-flight count (on_output).
+      // (Their outputs may already be arriving: take away only the samples
+      // that were never queued.)
+      const int64_t queued = static_cast<int64_t>(ch->groups_.size()) * params.n;
+      for (engine::RequestId id : ch->groups_) engine_.abort(id);
+      {
+        std::lock_guard<std::mutex> cl(ch->mu_);
+        ch->unfinished_ -= samples - queued;
+      }
+      in_flight_ += queued;
+      if (queued > 0) live_[ch.get()] = ch;
+      wake_ = true;
+      cv_.notify_one();
+      throw;
+    }
+    in_flight_ += samples;
+    live_[ch.get()] = ch;
+    wake_ = true;
+  }
+  cv_.notify_one();
+  return ch;
+}
+
+void AsyncEngine::abort(RequestChannel& ch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (live_.find(&ch) == live_.end()) return;  // finished, nothing to free
+    for (engine::RequestId id : ch.groups_) engine_.abort(id);
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
+void AsyncEngine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    accepting_ = false;
+    for (auto& [raw, weak] : live_) {
+      if (auto ch = weak.lock()) {
+        {
+          std::lock_guard<std::mutex> cl(ch->mu_);
+          ch->shutting_down_ = true;
+        }
+        for (engine::RequestId id : ch->groups_) engine_.abort(id);
+      }
+    }
+    stop_ = true;
+    wake_ = true;
+  }
+  cv_.notify_one();
+}
+
+void AsyncEngine::on_output(const std::shared_ptr<RequestChannel>& ch, int32_t prompt, const engine::RequestOutput& o) {
+  // Latency metrics, per sample: time to first token, then the gaps between
+  // the outputs that carry tokens (one per step, usually one token).
+  RequestChannel::SampleTiming& t = ch->timing_[o.id];
+  if (!o.new_tokens.empty()) {
+    if (!t.seen_token) {
+      metrics_.observe_ttft(o.time_to_first_token);
+      t.seen_token = true;
+    } else {
+      const double gap = (o.elapsed - t.last_elapsed) / static_cast<double>(o.new_tokens.size());
+      for (size_t i = 0; i < o.new_tokens.size(); ++i) metrics_.observe_inter_token(gap);
+    }
+    t.last_elapsed = o.elapsed;
+  }
+  bool all_done = false;
+  {
+    std::lock_guard<std::mutex> cl(ch->mu_);
+    ch->items_.push_back({prompt, o});
+    if (o.finished) all_done = --ch->unfinished_ == 0;
+  }
+  ch->cv_.notify_all();
+  if (!o.finished) return;
+  metrics_.count_finished(engine::finish_reason_name(o.finish_reason));
+  if (o.finish_reason != engine::FinishReason::kAbort) metrics_.observe_e2e(o.elapsed);
+  ch->timing_.erase(o.id);
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  if (all_done) live_.erase(ch.get());
+}
+
+void AsyncEngine::fail_all(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  broken_ = message;
+  for (auto& [raw, weak] : live_) {
+    if (auto ch = weak.lock()) {
+      {
+        std::lock_guard<std::mutex> cl(ch->mu_);
+        ch->failure_ = message;
+        in_flight_ -= ch->unfinished_;
+        ch->unfinished_ = 0;
+      }
+      ch->cv_.notify_all();
+    }
+  }
+  live_.clear();
+}
+
+void AsyncEngine::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return wake_ || stop_; });
+    wake_ = false;
+    if (!broken_.empty()) {
+      if (stop_) break;
+      continue;
+    }
+    lock.unlock();
+    try {
+      // Aborts queued while the engine is idle still need one step to be
+      // drained (they are no-ops then, but keep the queue empty).
+      do {
+        engine_.step();
+      } while (engine_.has_unfinished());
+    } catch (const std::exception& e) {
+      // An engine failure is a bug, not a client's fault: fail every request
+      // in flight, report unhealthy, and refuse new work.
+      TESSERA_LOG_ERROR("engine step failed: {}", e.what());
+      fail_all(e.what());
+    }
+    lock.lock();
+    if (stop_ && !engine_.has_unfinished() && !wake_) break;
+  }
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,142 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::server {
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  if (!std::isfinite(value)) return;
+  // First bucket whose upper bound holds the value (le is inclusive).
+  const size_t b = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[b];
+  sum_ += value;
+  ++count_;
+}
+
+Histogram::Snapshot Histogram::snapshot() const {
+  Snapshot s;
+  s.bounds = bounds_;
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t acc = 0;
+  for (uint64_t c : counts_) {
+    acc += c;
+    s.cumulative.push_back(acc);
+  }
+  s.sum = sum_;
+  s.count = count_;
+  return s;
+}
+
+namespace {
+
+// vLLM's buckets for the same three histograms, so dashboards carry over.
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> itl_buckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> e2e_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0};
+}
+
+// Prometheus floats: shortest round-trip form; integers without exponent.
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void scalar(std::string& out, const char* name, const char* type, const char* help, double value) {
+  header(out, name, type, help);
+  out += fmt::format("{} {}\n", name, num(value));
+}
+
+void histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
+  header(out, name, "histogram", help);
+  const Histogram::Snapshot s = h.snapshot();
+  for (size_t i = 0; i < s.bounds.size(); ++i) {
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, num(s.bounds[i]), s.cumulative[i]);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, s.cumulative.back());
+  out += fmt::format("{}_sum {}\n{}_count {}\n", name, num(s.sum), name, s.count);
+}
+
+// Label values escape backslash, double quote and newline.
+std::string label(const std::string& v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\' || c == '"') o += '\\';
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+Metrics::Metrics() : ttft_(ttft_buckets()), itl_(itl_buckets()), e2e_(e2e_buckets()) {}
+
+void Metrics::count_finished(const char* finish_reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_[finish_reason];
+}
+
+void Metrics::count_http(const std::string& path, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++http_[{path, status}];
+}
+
+std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight) const {
+  std::string out;
+  out.reserve(8192);
+  if (st != nullptr) {
+    scalar(out, "tessera_num_requests_running", "gauge", "Sequences in the running batch.", st->num_running);
+    scalar(out, "tessera_num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", st->num_waiting);
+    scalar(out, "tessera_kv_blocks_used", "gauge", "KV cache blocks referenced by a sequence.", st->kv_blocks_used);
+    scalar(out, "tessera_kv_blocks_total", "gauge", "Usable KV cache blocks.", st->kv_blocks_total);
+    scalar(out, "tessera_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use.",
+           st->kv_blocks_total > 0 ? static_cast<double>(st->kv_blocks_used) / st->kv_blocks_total : 0.0);
+    scalar(out, "tessera_prefix_cache_cached_blocks", "gauge", "Blocks holding a hashed prefix.", st->prefix_cached_blocks);
+    scalar(out, "tessera_prompt_tokens_total", "counter", "Prompt tokens admitted.", st->prompt_tokens_total);
+    scalar(out, "tessera_generation_tokens_total", "counter", "Tokens generated.", st->generation_tokens_total);
+    scalar(out, "tessera_prefix_cache_query_tokens_total", "counter", "Prompt tokens looked up in the prefix cache.",
+           st->prefix_query_tokens_total);
+    scalar(out, "tessera_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+           st->prefix_hit_tokens_total);
+    scalar(out, "tessera_prefix_cache_evictions_total", "counter", "Cached blocks evicted for reuse.",
+           st->prefix_evictions_total);
+    scalar(out, "tessera_preemptions_total", "counter", "Sequences preempted (recomputed later).", st->preemptions_total);
+    scalar(out, "tessera_engine_steps_total", "counter", "Engine iterations run.", st->steps_total);
+  }
+  scalar(out, "tessera_model_loaded", "gauge", "1 once the model is loaded and the server is ready.", st != nullptr ? 1 : 0);
+  scalar(out, "tessera_requests_in_flight", "gauge", "Engine requests admitted and not yet finished.",
+         static_cast<double>(in_flight));
+  histogram(out, "tessera_time_to_first_token_seconds", "Time from arrival to the first output token.", ttft_);
+  histogram(out, "tessera_inter_token_latency_seconds", "Time between successive output tokens of a request.", itl_);
+  histogram(out, "tessera_e2e_request_latency_seconds", "Time from arrival to the last output token.", e2e_);
+  std::lock_guard<std::mutex> lock(mu_);
+  header(out, "tessera_request_finished_total", "counter", "Engine requests finished, by finish reason.");
+  for (const auto& [reason, n] : finished_) {
+    out += fmt::format("tessera_request_finished_total{{finish_reason=\"{}\"}} {}\n", label(reason), n);
+  }
+  header(out, "tessera_http_requests_total", "counter", "HTTP responses, by path and status code.");
+  for (const auto& [key, n] : http_) {
+    out += fmt::format("tessera_http_requests_total{{path=\"{}\",status=\"{}\"}} {}\n", label(key.first), key.second, n);
+  }
+  return out;
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,349 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "model/tokenizer.h"
+#include "server/chat_template.h"
+#include "server/sampling_json.h"
+
+namespace tessera::server {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
+
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad(name, fmt::format("'{}' must be a boolean", name));
+  return v->get<bool>();
+}
+
+int64_t bounded_int(const json& v, const char* name, int64_t lo, int64_t hi) {
+  try {
+    return integer_value(v, name, lo, hi);
+  } catch (const FieldError& e) {
+    bad(e.field(), e.what());
+  }
+}
+
+void check_model(const json& body, const ModelContext& ctx) {
+  const json* m = field(body, "model");
+  if (m == nullptr) return;  // optional here (OpenAI requires it; vLLM does not)
+  if (!m->is_string()) bad("model", "'model' must be a string");
+  if (m->get_ref<const std::string&>() != ctx.served_model_name) {
+    throw ApiError(404, fmt::format("The model `{}` does not exist. This server serves `{}`.",
+                                    m->get_ref<const std::string&>(), ctx.served_model_name),
+                   "model", "model_not_found");
+  }
+}
+
+// Fields OpenAI defines that this server cannot honour: refused rather than
+// silently ignored, so a client never gets something it did not ask for.
+void refuse_unsupported(const json& body, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const json* v = field(body, name);
+    if (v == nullptr) continue;
+    if ((v->is_object() || v->is_array() || v->is_string()) && v->empty()) continue;
+    bad(name, fmt::format("'{}' is not supported by this server", name));
+  }
+}
+
+engine::SamplingParams sampling(const json& body, int32_t default_max_tokens) {
+  try {
+    return parse_sampling(body, {.temperature = 1.0f, .max_tokens = default_max_tokens});
+  } catch (const FieldError& e) {
+    bad(e.field(), e.what());
+  }
+}
+
+void parse_stream(const json& body, ApiRequest& r) {
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = boolean(*so, "include_usage", false);
+    if (!r.stream) r.include_usage = false;
+  }
+}
+
+void check_context(int64_t prompt_len, const ModelContext& ctx, const char* param) {
+  if (prompt_len >= ctx.max_model_len) {
+    throw ApiError(400,
+                   fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens; "
+                               "shorten the prompt",
+                               ctx.max_model_len, prompt_len),
+                   param, "context_length_exceeded");
+  }
+}
+
+std::vector<int32_t> token_array(const json& a, const char* param) {
+  std::vector<int32_t> ids;
+  ids.reserve(a.size());
+  for (const json& t : a) {
+    if (!t.is_number_integer()) bad(param, "token ids in 'prompt' must be integers");
+    ids.push_back(static_cast<int32_t>(bounded_int(t, param, 0, std::numeric_limits<int32_t>::max())));
+  }
+  return ids;
+}
+
+void add_text_prompt(ApiRequest& r, const std::string& text, const ModelContext& ctx) {
+  r.prompts.push_back(ctx.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true));
+  r.prompt_texts.push_back(text);
+}
+
+void add_token_prompt(ApiRequest& r, std::vector<int32_t> ids, const ModelContext& ctx) {
+  const int32_t V = ctx.tokenizer->n_vocab();
+  for (int32_t t : ids) {
+    if (t >= V) bad("prompt", fmt::format("prompt token id {} is out of range (vocabulary of {})", t, V));
+  }
+  r.prompt_texts.push_back(ctx.tokenizer->decode(ids));
+  r.prompts.push_back(std::move(ids));
+}
+
+// prompt: "text" | ["text", ...] | [ids...] | [[ids...], ...]
+void parse_prompts(const json& body, ApiRequest& r, const ModelContext& ctx) {
+  const json* p = field(body, "prompt");
+  if (p == nullptr) bad("prompt", "'prompt' is required");
+  if (p->is_string()) {
+    add_text_prompt(r, p->get<std::string>(), ctx);
+    return;
+  }
+  if (!p->is_array() || p->empty()) {
+    bad("prompt", "'prompt' must be a string, an array of strings, an array of token ids, or an array of such arrays");
+  }
+  const json& first = p->front();
+  if (first.is_number()) {
+    add_token_prompt(r, token_array(*p, "prompt"), ctx);
+    return;
+  }
+  for (const json& e : *p) {
+    if (first.is_string() && e.is_string()) {
+      add_text_prompt(r, e.get<std::string>(), ctx);
+    } else if (first.is_array() && e.is_array()) {
+      add_token_prompt(r, token_array(e, "prompt"), ctx);
+    } else {
+      bad("prompt", "'prompt' arrays must hold only strings or only arrays of token ids");
+    }
+  }
+}
+
+// The Prompt Cache extension (docs/SERVER.md):
+//   "prompt_cache": {"modules": ["name", ...]}
+// imports the named modules of the server's schema, in schema order, before
+// each prompt; the prompt is the free text after them (a leading BOS is
+// dropped: the layout starts with its own).
+void parse_prompt_cache(const json& body, ApiRequest& r, const ModelContext& ctx) {
+  const json* pc = field(body, "prompt_cache");
+  if (pc == nullptr) return;
+  if (!pc->is_object()) bad("prompt_cache", "'prompt_cache' must be an object {\"modules\": [names]}");
+  if (ctx.prompt_cache == nullptr) {
+    bad("prompt_cache", "this server has no Prompt Cache schema (start it with --prompt-schema FILE)");
+  }
+  std::vector<std::string> modules;
+  if (const json* m = field(*pc, "modules")) {
+    if (!m->is_array()) bad("prompt_cache.modules", "'prompt_cache.modules' must be an array of module names");
+    for (const json& e : *m) {
+      if (!e.is_string()) bad("prompt_cache.modules", "'prompt_cache.modules' must be an array of module names");
+      modules.push_back(e.get<std::string>());
+    }
+  }
+  const int32_t bos = ctx.tokenizer->bos_id();
+  for (std::vector<int32_t>& p : r.prompts) {
+    std::vector<int32_t> free(p.begin() + (!p.empty() && p.front() == bos ? 1 : 0), p.end());
+    if (free.empty()) bad("prompt", "with 'prompt_cache' the prompt must have at least one token after the modules");
+    try {
+      r.layouts.push_back(ctx.prompt_cache->compose(modules, free));
+    } catch (const Error& e) {
+      bad("prompt_cache.modules", e.what());
+    }
+    p = r.layouts.back().tokens;
+  }
+}
+
+// Chat content: a string, or an array of {"type": "text", "text": ...}
+// parts (passed on as they are: the template joins them).
+json message_content(const json& m, size_t i) {
+  const json* c = field(m, "content");
+  if (c == nullptr) return "";
+  if (c->is_string()) return *c;
+  const std::string param = fmt::format("messages[{}].content", i);
+  if (!c->is_array()) bad(param, "message content must be a string or an array of content parts");
+  json parts = json::array();
+  for (const json& part : *c) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      bad(param, "each content part must be an object with a string 'type'");
+    }
+    if (part["type"].get_ref<const std::string&>() != "text") {
+      bad(param, fmt::format("content parts of type '{}' are not supported (text only)",
+                             part["type"].get_ref<const std::string&>()));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) bad(param, "a text content part needs a string 'text'");
+    parts.push_back({{"type", "text"}, {"text", part["text"]}});
+  }
+  return parts;
+}
+
+// Messages checked and normalised for the template: role and content (plus
+// `name` when given), everything else dropped.
+json normalise_messages(const json& body) {
+  const json* msgs = field(body, "messages");
+  if (msgs == nullptr) bad("messages", "'messages' is required");
+  if (!msgs->is_array() || msgs->empty()) bad("messages", "'messages' must be a non-empty array");
+  json out = json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad(param, "each message must be an object");
+    const json* role = field(m, "role");
+    if (role == nullptr || !role->is_string()) bad(param + ".role", "each message needs a string 'role'");
+    json n = {{"role", *role}, {"content", message_content(m, i)}};
+    if (const json* name = field(m, "name")) {
+      if (!name->is_string()) bad(param + ".name", "'name' must be a string");
+      n["name"] = *name;
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+// The rendered conversation, tokenized. Templates usually write the BOS
+// token themselves ("<s>[INST]..."): then the tokenizer must not add a
+// second one (llama.cpp and vLLM avoid the double BOS the same way).
+std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer& tok) {
+  const int32_t bos = tok.bos_id();
+  const bool has_bos = bos >= 0 && !tok.token_text(bos).empty() && text.starts_with(tok.token_text(bos));
+  return tok.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
+}
+
+}  // namespace
+
+ApiError::ApiError(int status, std::string message, std::string param, std::string code)
+    : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
+
+std::string ApiError::type() const {
+  // OpenAI's vocabulary: a wrong key and an unknown model are
+  // invalid_request_errors too, told apart by `code`.
+  if (status_ == 429) return "requests";
+  return status_ >= 500 ? "server_error" : "invalid_request_error";
+}
+
+json ApiError::to_json() const {
+  json e = {{"message", what()}, {"type", type()}, {"param", nullptr}, {"code", nullptr}};
+  if (!param_.empty()) e["param"] = param_;
+  if (!code_.empty()) e["code"] = code_;
+  return {{"error", std::move(e)}};
+}
+
+json parse_body(std::string_view body, int max_depth) {
+  // A raw NUL can never be part of a JSON text (inside strings it must be
+  // escaped), but the parser would take it for the end of the input.
+  if (body.find('\0') != std::string_view::npos) throw ApiError(400, "the request body is not valid JSON: it holds a NUL byte");
+  try {
+    // The callback sees each value's depth as the parser reaches it; the
+    // parser itself keeps its stack on the heap, so refusing here is enough.
+    return json::parse(body.begin(), body.end(), [max_depth](int depth, json::parse_event_t, json&) {
+      if (depth >= max_depth) throw ApiError(400, fmt::format("the request body nests deeper than {} levels", max_depth));
+      return true;
+    });
+  } catch (const json::exception& e) {
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+}
+
+ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  check_model(body, ctx);
+  refuse_unsupported(body, {"suffix", "logit_bias"});
+  ApiRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  if (const json* b = field(body, "best_of")) {
+    const int64_t best_of = bounded_int(*b, "best_of", 1, 128);
+    const int64_t n = field(body, "n") ? bounded_int(body["n"], "n", 1, 128) : 1;
+    if (best_of != n) bad("best_of", "'best_of' different from 'n' is not supported");
+  }
+  r.params = sampling(body, /*default_max_tokens=*/16);
+  parse_stream(body, r);
+  r.echo = boolean(body, "echo", false);
+  if (const json* lp = field(body, "logprobs")) {
+    r.completion_logprobs = static_cast<int32_t>(bounded_int(*lp, "logprobs", 0, 20));
+    r.params.logprobs = true;
+    r.params.top_logprobs = r.completion_logprobs;
+    if (r.echo) bad("echo", "'echo' together with 'logprobs' is not supported (no prompt logprobs)");
+  }
+  parse_prompts(body, r, ctx);
+  parse_prompt_cache(body, r, ctx);
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    // A Prompt Cache layout spans its modules' position ranges.
+    const int64_t span = r.layouts.empty() ? static_cast<int64_t>(r.prompts[i].size()) : r.layouts[i].positions.back() + 1;
+    check_context(span, ctx, "prompt");
+  }
+  return r;
+}
+
+ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  check_model(body, ctx);
+  refuse_unsupported(body, {"tools", "functions", "logit_bias", "audio"});
+  if (field(body, "prompt_cache") != nullptr) {
+    bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");
+  }
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || rf->value("type", json()) != "text") {
+      bad("response_format", "only response_format {\"type\": \"text\"} is supported");
+    }
+  }
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  const json messages = normalise_messages(body);
+  r.params = sampling(body, /*default_max_tokens=*/1);  // replaced below when not given
+  parse_stream(body, r);
+  r.chat_logprobs = boolean(body, "logprobs", false);
+  if (const json* tl = field(body, "top_logprobs")) {
+    const int32_t k = static_cast<int32_t>(bounded_int(*tl, "top_logprobs", 0, 20));
+    if (!r.chat_logprobs && k > 0) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.params.top_logprobs = k;
+  }
+  r.params.logprobs = r.chat_logprobs;
+
+  if (ctx.chat_template == nullptr) {
+    bad("messages", "this model has no chat template; start the server with --chat-template NAME|FILE "
+                    "or use /v1/completions");
+  }
+  const bool add_generation_prompt = boolean(body, "add_generation_prompt", true);
+  json extra = json::object();
+  if (const json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    extra = *kw;
+  }
+  const Tokenizer& tok = *ctx.tokenizer;
+  std::string rendered;
+  try {
+    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
+    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
+    rendered = ctx.chat_template->apply(messages, add_generation_prompt, bos, eos, extra);
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  std::vector<int32_t> ids = tokenize_rendered(rendered, tok);
+  check_context(static_cast<int64_t>(ids.size()), ctx, "messages");
+  // Without max_tokens / max_completion_tokens, a chat reply may use the
+  // rest of the context (as vLLM does).
+  if (field(body, "max_tokens") == nullptr && field(body, "max_completion_tokens") == nullptr) {
+    r.params.max_tokens = static_cast<int32_t>(ctx.max_model_len - static_cast<int64_t>(ids.size()));
+  }
+  r.prompt_texts.push_back(std::move(rendered));
+  r.prompts.push_back(std::move(ids));
+  return r;
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,80 @@
+// OpenAI request bodies -> engine requests: /v1/completions and
+// /v1/chat/completions. Field names and meanings follow the OpenAI API
+// reference (vLLM's extensions where OpenAI has none: top_k, min_p,
+// repetition_penalty, ignore_eos, stop_token_ids). Unknown fields are
+// ignored; known ones with a wrong type or value throw ApiError (400)
+// naming the field in `param`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/prompt_cache.h"
+#include "engine/sampling_params.h"
+
+namespace tessera {
+class Tokenizer;
+}
+
+namespace tessera::server {
+
+class ChatTemplate;
+
+// An error the client sees: {"error": {"message", "type", "param", "code"}}.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = "", std::string code = "");
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  const std::string& code() const { return code_; }
+  // OpenAI's error type for the status ("invalid_request_error", ...).
+  std::string type() const;
+  nlohmann::json to_json() const;
+
+ private:
+  int status_;
+  std::string param_;
+  std::string code_;
+};
+
+// Parses a request body. Nesting deeper than `max_depth` is refused while
+// parsing, before it can exhaust the stack; malformed JSON, invalid UTF-8
+// and numbers out of double range are 400s too.
+nlohmann::json parse_body(std::string_view body, int max_depth = 64);
+
+enum class Endpoint { kCompletions, kChat };
+
+// What request parsing needs to know about the served model.
+struct ModelContext {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: the model has none and none was given
+  int64_t max_model_len = 0;
+  std::string served_model_name;
+  const engine::PromptCache* prompt_cache = nullptr;  // null: started without --prompt-schema
+};
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::vector<std::vector<int32_t>> prompts;  // token ids, one per prompt
+  std::vector<std::string> prompt_texts;      // their text, for echo
+  // With the `prompt_cache` extension (completions only): one layout per
+  // prompt, layouts[i].tokens == prompts[i], imported modules' K/V preloaded.
+  std::vector<engine::PromptLayout> layouts;
+  engine::SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: prepend the prompt to the text
+  int32_t completion_logprobs = -1;  // completions' `logprobs`: alternatives per token; -1: off
+  bool chat_logprobs = false;        // chat's `logprobs: true`
+};
+
+// `model`, when present, must be the served name (404 otherwise).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& ctx);
+ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& ctx);
+
+}  // namespace tessera::server
