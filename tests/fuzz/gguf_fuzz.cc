@@ -1,0 +1,61 @@
+// libFuzzer target for the GGUF reader and the hyperparameter reader.
+// (Shape checks of the weights are covered by tests/model_load_test.cc.) Any input must either parse or throw tessera::Error; a
+// crash, a sanitizer report, another exception type, or a tensor that is not
+// inside the input is a bug. Run it with scripts/fuzz.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/gguf.h"
+
+namespace {
+
+using tessera::gguf::Array;
+using tessera::gguf::Value;
+
+volatile uint64_t g_sink;
+
+void touch(const Array& a) {
+  uint64_t h = a.size();
+  for (int64_t i : a.ints) h += static_cast<uint64_t>(i);
+  for (uint64_t u : a.uints) h += u;
+  for (double f : a.floats) h += f == f ? 1 : 2;
+  for (const auto& s : a.strings) h += s.empty() ? 0 : static_cast<unsigned char>(s.back());
+  for (const Array& sub : a.arrays) touch(sub);
+  g_sink = g_sink + h;
+}
+
+void touch(const Value& v) {
+  g_sink = g_sink + static_cast<uint64_t>(v.i) + v.u + (v.f == v.f ? 1 : 2) + v.s.size();
+  if (v.type == tessera::gguf::ValueType::kArray) touch(*v.array);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tessera;
+  try {
+    const gguf::File f = gguf::File::parse(data, size, "fuzz.gguf");
+    for (const auto& [key, value] : f.metadata()) {
+      g_sink = g_sink + key.size();
+      touch(value);
+    }
+    for (const gguf::TensorInfo& t : f.tensors()) {
+      // Every tensor lies inside the input (ASan checks the reads too).
+      if (t.n_bytes == 0 || t.data < data || t.data > data + size ||
+          t.n_bytes > static_cast<size_t>(data + size - t.data)) {
+        std::abort();
+      }
+      g_sink = g_sink + t.data[0] + t.data[t.n_bytes - 1];
+    }
+    // Hyperparameters, as load_model() reads them.
+    if (!f.get_string_or("general.architecture", "").empty()) {
+      g_sink = g_sink + static_cast<uint64_t>(read_config(f).n_layer);
+    }
+  } catch (const Error&) {
+    // The expected outcome for malformed input.
+  }
+  return 0;
+}
