@@ -1,5 +1,5 @@
 // Kernel micro-benchmarks. Run e.g.
-//   build/bench/tessera_kernels_bench --benchmark_filter='gemv/q8_0' --benchmark_repetitions=5 \
+//   build/bench/tessera_kernels_bench --benchmark_filter='gemv/q8_0' --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 // Names: read_bw/<threads>, gemv/<type>[_packed]/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
 // per second), gemm/<type>/<isa>/<rows>x<cols>/n<tokens>/t<threads> (counter GFLOP/s), and

@@ -92,7 +92,9 @@ void expect_cases(const Tokenizer& tok, const std::string& out_base, bool lossle
   for (const VocabCase& c : cases) {
     const std::vector<int32_t> ids = tok.encode(c.text, /*add_special=*/false);
     EXPECT_EQ(ids_string(ids), ids_string(c.ids)) << out_base << " on " << nlohmann::json(c.text).dump();
-    if (lossless) EXPECT_EQ(tok.decode(ids), c.text) << out_base << " round trip";
+    if (lossless) {
+      EXPECT_EQ(tok.decode(ids), c.text) << out_base << " round trip";
+    }
   }
 }
 
@@ -401,7 +403,9 @@ TEST(TokenizerInput, HugeWhitespaceRunAndLongWord) {
     const std::string text = "x" + spaces + "y\n\n" + std::string(50000, 'z') + std::string(30000, '\n');
     const std::vector<int32_t> ids = tok->encode(text, false);
     EXPECT_FALSE(ids.empty());
-    if (tok->kind() != "wpm") EXPECT_EQ(tok->decode(ids), text) << name;
+    if (tok->kind() != "wpm") {
+      EXPECT_EQ(tok->decode(ids), text) << name;
+    }
   }
 }
 

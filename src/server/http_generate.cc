@@ -82,7 +82,11 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
     for (const auto& p : api->prompts) log.prompt_tokens += static_cast<int64_t>(p.size());
     std::vector<engine::PromptLayout> prompts = api->layouts;
     if (prompts.empty()) {
-      for (const auto& p : api->prompts) prompts.push_back({.tokens = p});
+      for (const auto& p : api->prompts) {
+        engine::PromptLayout plain;
+        plain.tokens = p;
+        prompts.push_back(std::move(plain));
+      }
     }
     ch = m->engine->submit(std::move(prompts), api->params);
   } catch (const ApiError& e) {
