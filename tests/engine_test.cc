@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
+#include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "util/test_util.h"
 
@@ -86,36 +87,36 @@ TEST(Engine, GreedyContinuationMatchesLlamaCpp) {
 }
 
 // The target request's tokens and logprobs alone, and among `others` random
-// requests of mixed lengths started at different times.
-TEST(Engine, BatchInvariance) {
-  const Loaded& s = stories();
+// requests of mixed lengths started at different times. `vocab`: prompt ids
+// are drawn from [3, vocab).
+void check_batch_invariance(const Model& model, const Tokenizer* tok, int32_t vocab, int out_len, int max_prompt) {
   std::mt19937 rng(7);
   auto random_prompt = [&](int n) {
-    std::uniform_int_distribution<int32_t> t(3, 511);
+    std::uniform_int_distribution<int32_t> t(3, vocab - 1);
     std::vector<int32_t> p{1};
     for (int i = 1; i < n; ++i) p.push_back(t(rng));
     return p;
   };
   const std::vector<int32_t> target_prompt = random_prompt(37);
   for (bool sampled : {false, true}) {
-    SamplingParams tp = sampled ? SamplingParams{} : greedy(60);
+    SamplingParams tp = sampled ? SamplingParams{} : greedy(out_len);
     if (sampled) {
       tp.temperature = 0.9f;
       tp.top_p = 0.9f;
       tp.seed = 1234;
-      tp.max_tokens = 60;
+      tp.max_tokens = out_len;
       tp.ignore_eos = true;
     }
     tp.logprobs = true;
-    Engine alone(*s.lm.model, s.tok.get(), small_config());
+    Engine alone(model, tok, small_config());
     const RequestId a = alone.add_request(target_prompt, tp);
     const Collected ref = run_all(alone)[a];
-    ASSERT_EQ(ref.tokens.size(), 60u);
+    ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(out_len));
 
     EngineConfig cfg = small_config();
     cfg.max_num_batched_tokens = 97;  // odd budget: chunks cut prompts at varied points
-    Engine busy(*s.lm.model, s.tok.get(), cfg);
-    std::uniform_int_distribution<int> len(1, 200), out(1, 120);
+    Engine busy(model, tok, cfg);
+    std::uniform_int_distribution<int> len(1, max_prompt), out(1, 2 * out_len);
     for (int i = 0; i < 16; ++i) busy.add_request(random_prompt(len(rng)), greedy(out(rng)));
     for (int i = 0; i < 3; ++i) busy.step();
     const RequestId b = busy.add_request(target_prompt, tp);
@@ -131,6 +132,26 @@ TEST(Engine, BatchInvariance) {
       EXPECT_EQ(got.logprobs[i], ref.logprobs[i]) << "logprob " << i << " differs in a batch (bitwise)";
     }
   }
+}
+
+TEST(Engine, BatchInvariance) {
+  const Loaded& s = stories();
+  check_batch_invariance(*s.lm.model, s.tok.get(), 512, 60, 200);
+}
+
+// The same on a random model of the 110m shape (dim 768, 12 layers, 32000
+// tokens) in Q8_0: wide enough that the matmuls split rows across threads
+// and tiles, which stories260K's tiny matrices do not.
+TEST(EngineSlow, BatchInvariance110m) {
+  SyntheticModelSpec spec = preset_spec("110m");
+  spec.type = DType::kQ8_0;
+  spec.vocab_from = testing::shared_path("models/vocab/ggml-vocab-llama-spm.gguf");
+  spec.seed = 11;
+  const std::string path = testing::temp_path("engine_110m_q8_0.gguf");
+  write_synthetic_model(spec, path, 2);
+  const LoadedModel lm = load_model(path);
+  const auto tok = Tokenizer::from_gguf(*lm.file);
+  check_batch_invariance(*lm.model, tok.get(), 32000, 12, 48);
 }
 
 TEST(Engine, PreemptionUnderTinyPoolKeepsOutputs) {

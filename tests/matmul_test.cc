@@ -329,6 +329,55 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
   }
 }
 
+// matmul_shared_input(): several weights over one input give, for each, the
+// bits of matmul() of that weight alone, for every ISA, type, batch and
+// thread count, with row counts that are not multiples of the row tile and
+// an empty weight; weights of different types fall back to one product each.
+TEST(MatmulShared, EqualsSeparateProducts) {
+  std::mt19937 rng(4242);
+  ThreadPool pool2(2), pool3(3);
+  Workspace ws;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (DType type : kTypes) {
+      const int64_t cols = type == DType::kQ4_K || type == DType::kQ6_K ? 256 : 96;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::string(dtype_name(type)));
+      std::vector<Matrix> ms;
+      std::vector<PreparedWeight> pws;
+      for (int64_t rows : {13, 8, 0, 37}) ms.push_back(random_matrix(type, rows, cols, rng, 0, 0));
+      ms.push_back(random_matrix(type == DType::kF32 ? DType::kQ8_0 : DType::kF32, 5, cols, rng, 0, 0));
+      for (const Matrix& m : ms) pws.push_back(prepare_weight(m.view()));
+      const std::vector<float> x = random_activations(23, cols, rng);
+      for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{23}}) {
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+          const KernelContext ctx{pool, isa, &ws};
+          for (size_t count : {size_t{4}, size_t{2}, size_t{3}}) {
+            // count 3 with the last weight swapped for the other-type one: the fallback.
+            std::vector<size_t> pick = {0, 1, 2, 3};
+            pick.resize(count);
+            if (count == 3) pick[2] = 4;
+            std::vector<std::vector<float>> shared(count), alone(count);
+            std::vector<MatmulOutput> outs;
+            for (size_t i = 0; i < count; ++i) {
+              const int64_t rows = ms[pick[i]].rows;
+              shared[i].assign(static_cast<size_t>(n * rows), -1.0f);
+              alone[i].assign(static_cast<size_t>(n * rows), -2.0f);
+              outs.push_back({&pws[pick[i]], shared[i].data(), rows});
+            }
+            matmul_shared_input(outs, x.data(), cols, n, ctx);
+            for (size_t i = 0; i < count; ++i) {
+              const int64_t rows = ms[pick[i]].rows;
+              matmul(pws[pick[i]], x.data(), cols, n, alone[i].data(), rows, ctx);
+              ASSERT_EQ(0, std::memcmp(shared[i].data(), alone[i].data(), shared[i].size() * sizeof(float)))
+                  << "output " << i << " of " << count << ", batch " << n;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulApi, RejectsBadArguments) {
   std::vector<uint8_t> w(34 * 4);
   std::vector<float> x(64), y(64);

@@ -45,8 +45,17 @@ ActLayout act_layout(int64_t k, int block, int group) {
 // the pool costs more than it saves (tiny test models, small heads).
 constexpr int64_t kMinParallelWork = 64 * 1024;
 
-void run_matmul(const MatmulKernels& kernels, const WeightView& w, const uint8_t* packed, const float* x,
-                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
+// One weight of a shared-input product: the weight, its repacked rows (or
+// null) and where its outputs go.
+struct Job {
+  const WeightView* w;
+  const uint8_t* packed;
+  float* y;
+  int64_t y_stride;
+};
+
+void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, const float* x, int64_t x_stride,
+                int64_t n_tokens, const KernelContext& ctx);
 
 }  // namespace
 
@@ -105,19 +114,41 @@ void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n
 
 void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
-  run_matmul(kernels, w, nullptr, x, x_stride, n_tokens, y, y_stride, ctx);
+  const Job job{&w, nullptr, y, y_stride};
+  run_matmul(kernels, &job, 1, x, x_stride, n_tokens, ctx);
 }
 
 void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
-  run_matmul(kernels, w.view, w.packed.empty() ? nullptr : w.packed.data(), x, x_stride, n_tokens, y, y_stride,
-             ctx);
+  const Job job{&w.view, w.packed.empty() ? nullptr : w.packed.data(), y, y_stride};
+  run_matmul(kernels, &job, 1, x, x_stride, n_tokens, ctx);
+}
+
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t x_stride, int64_t n_tokens,
+                         const KernelContext& ctx) {
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  bool same = !outs.empty();
+  for (const MatmulOutput& o : outs) {
+    same = same && o.w->view.type == outs[0].w->view.type && o.w->view.cols == outs[0].w->view.cols;
+  }
+  if (!same) {  // e.g. a GGUF mixing Q4_K and Q6_K: one product each
+    for (const MatmulOutput& o : outs) matmul(*o.w, x, x_stride, n_tokens, o.y, o.y_stride, ctx);
+    return;
+  }
+  Job jobs[kMaxSharedInput];
+  TESSERA_CHECK(outs.size() <= kMaxSharedInput, kInvalidArgument, "matmul_shared_input: at most {} outputs",
+                kMaxSharedInput);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const PreparedWeight& w = *outs[i].w;
+    jobs[i] = {&w.view, w.packed.empty() ? nullptr : w.packed.data(), outs[i].y, outs[i].y_stride};
+  }
+  run_matmul(matmul_kernels(ctx.isa), jobs, outs.size(), x, x_stride, n_tokens, ctx);
 }
 
 namespace {
 
-void run_matmul(const MatmulKernels& kernels, const WeightView& w, const uint8_t* packed, const float* x,
-                int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64_t y_stride) {
   TypeInfo info;
   TESSERA_CHECK(type_info(w.type, &info), kInvalidArgument, "matmul: unsupported weight type {}",
                 dtype_name(w.type));
@@ -131,65 +162,99 @@ void run_matmul(const MatmulKernels& kernels, const WeightView& w, const uint8_t
   TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.cols && y_stride >= w.rows)),
                 kInvalidArgument, "matmul: {} tokens with x stride {} (< {} columns) or y stride {} (< {} rows)",
                 n_tokens, x_stride, w.cols, y_stride, w.rows);
-  if (n_tokens == 0 || w.rows == 0) return;
+}
 
-  MatmulArgs a;
-  a.w = w.data;
-  a.rows = w.rows;
-  a.cols = w.cols;
-  a.row_bytes = w.row_bytes;
-  a.x = x;
-  a.x_stride = x_stride;
-  a.y = y;
-  a.y_stride = y_stride;
+// Every job has the same weight type and column count, so the activation is
+// quantized once for all of them, and one pool dispatch covers the row tiles
+// of all of them: each row's arithmetic is what a product of its own weight
+// alone would do (bit for bit), only the hand-offs are shared.
+void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, const float* x, int64_t x_stride,
+                int64_t n_tokens, const KernelContext& ctx) {
+  const WeightView& w0 = *jobs[0].w;
+  for (size_t j = 0; j < n_jobs; ++j) check_weight(*jobs[j].w, x_stride, n_tokens, jobs[j].y_stride);
+  if (n_tokens == 0) return;
+  TypeInfo info;
+  type_info(w0.type, &info);
+  const bool quantized = info.block != 0;
 
   Workspace local;  // only used when the caller gave none
-  const bool quantized = info.block != 0;
   uint8_t* act = nullptr;
+  ActLayout layout;
   if (quantized) {
-    a.act_layout = act_layout(w.cols, info.block, info.group);
+    layout = act_layout(w0.cols, info.block, info.group);
     Workspace* ws = ctx.ws != nullptr ? ctx.ws : &local;
-    ws->act.ensure(static_cast<size_t>(n_tokens) * a.act_layout.row_bytes);
+    ws->act.ensure(static_cast<size_t>(n_tokens) * layout.row_bytes);
     act = ws->act.data();
-    a.act = act;
   }
-  MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
-  if (packed != nullptr) {
-    const MatmulRangeFn p = kernels.packed_range[static_cast<int>(w.type == DType::kQ8_0 ? Packed::kQ8_0 : Packed::kQ4_0)];
-    if (p != nullptr) {
-      range = p;
-      a.w = packed;
-    }
-  }
-  const QuantizeActFn quantize = kernels.quantize_act;
+  MatmulArgs args[kMaxSharedInput];
+  MatmulRangeFn range[kMaxSharedInput];
   // Rows are split in whole tiles so a tile never straddles two threads.
   const int64_t tile = quantized ? kRowTile : 4;
-  const int64_t row_units = (w.rows + tile - 1) / tile;
+  int64_t unit_end[kMaxSharedInput];  // cumulative row tiles through job j
+  int64_t units = 0, work = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const WeightView& w = *jobs[j].w;
+    MatmulArgs& a = args[j];
+    a.w = w.data;
+    a.rows = w.rows;
+    a.cols = w.cols;
+    a.row_bytes = w.row_bytes;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.y = jobs[j].y;
+    a.y_stride = jobs[j].y_stride;
+    a.act = act;
+    a.act_layout = layout;
+    range[j] = kernels.range[static_cast<int>(info.wtype)];
+    if (jobs[j].packed != nullptr) {
+      const MatmulRangeFn p =
+          kernels.packed_range[static_cast<int>(w.type == DType::kQ8_0 ? Packed::kQ8_0 : Packed::kQ4_0)];
+      if (p != nullptr) {
+        range[j] = p;
+        a.w = jobs[j].packed;
+      }
+    }
+    const int64_t u = (w.rows + tile - 1) / tile;
+    units += u;
+    unit_end[j] = units;
+    work += w.rows * w.cols * n_tokens;
+  }
+  const QuantizeActFn quantize = kernels.quantize_act;
 
   int nth = ctx.pool != nullptr ? ctx.pool->size() : 1;
-  if (w.rows * w.cols * n_tokens < kMinParallelWork) nth = 1;
+  if (work < kMinParallelWork) nth = 1;
   if (nth == 1) {
-    if (quantized) quantize(x, x_stride, 0, n_tokens, act, a.act_layout);
-    range(a, 0, w.rows, 0, n_tokens);
+    if (quantized) quantize(x, x_stride, 0, n_tokens, act, layout);
+    for (size_t j = 0; j < n_jobs; ++j) {
+      if (args[j].rows > 0) range[j](args[j], 0, args[j].rows, 0, n_tokens);
+    }
     return;
   }
   // One token's quantization is too short to share; more are split.
   const bool quantize_inside = quantized && n_tokens > 1;
-  if (quantized && !quantize_inside) quantize(x, x_stride, 0, n_tokens, act, a.act_layout);
+  if (quantized && !quantize_inside) quantize(x, x_stride, 0, n_tokens, act, layout);
   ThreadPool* pool = ctx.pool;
   pool->run([&](int tid, int n) {
     if (quantize_inside) {
-      quantize(x, x_stride, n_tokens * tid / n, n_tokens * (tid + 1) / n, act, a.act_layout);
+      quantize(x, x_stride, n_tokens * tid / n, n_tokens * (tid + 1) / n, act, layout);
       pool->barrier();
     }
-    if (row_units >= n) {
-      const int64_t r0 = row_units * tid / n * tile;
-      const int64_t r1 = row_units * (tid + 1) / n * tile;
-      if (r0 < w.rows) range(a, r0, r1 < w.rows ? r1 : w.rows, 0, n_tokens);
+    if (units >= n) {
+      // This thread's share of the row tiles of all jobs, in job order.
+      const int64_t u0 = units * tid / n, u1 = units * (tid + 1) / n;
+      int64_t first = 0;
+      for (size_t j = 0; j < n_jobs; first = unit_end[j++]) {
+        const int64_t lo = u0 > first ? u0 : first, hi = u1 < unit_end[j] ? u1 : unit_end[j];
+        if (lo >= hi) continue;
+        const int64_t r0 = (lo - first) * tile, r1 = (hi - first) * tile;
+        range[j](args[j], r0, r1 < args[j].rows ? r1 : args[j].rows, 0, n_tokens);
+      }
     } else {
       // Fewer row tiles than threads: split the tokens instead.
       const int64_t t0 = n_tokens * tid / n, t1 = n_tokens * (tid + 1) / n;
-      if (t0 < t1) range(a, 0, w.rows, t0, t1);
+      for (size_t j = 0; j < n_jobs && t0 < t1; ++j) {
+        if (args[j].rows > 0) range[j](args[j], 0, args[j].rows, t0, t1);
+      }
     }
   });
 }

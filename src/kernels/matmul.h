@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/aligned_buffer.h"
 #include "core/dtype.h"
@@ -54,6 +55,19 @@ PreparedWeight prepare_weight(const WeightView& w);
 
 void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);
+
+// Several products of one input (Q, K and V of a layer; gate and up): the
+// activation is quantized once and one thread-pool dispatch covers the rows
+// of every weight. Each output is bit-identical to matmul() of its weight
+// alone. Weights of different types or widths fall back to one matmul each.
+struct MatmulOutput {
+  const PreparedWeight* w;
+  float* y;  // [n_tokens, y_stride]
+  int64_t y_stride;
+};
+constexpr size_t kMaxSharedInput = 4;
+void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t x_stride, int64_t n_tokens,
+                         const KernelContext& ctx);
 
 // The same with an explicit kernel table (tests and benchmarks use this to
 // run a table that is not the one of an Isa, e.g. the emulated-VNNI one).

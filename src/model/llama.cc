@@ -68,9 +68,8 @@ void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const ForwardB
     kernels::rmsnorm(s.x.data() + t * E, L.attn_norm.data(), s.xb.data() + t * E, E, cfg_.rms_eps, isa);
   }
   if (s.tap) s.tap("attn_norm", il, s.xb.data(), T, E, E);
-  kernels::matmul(L.wq, s.xb.data(), E, T, s.q.data(), Q, s.ctx);
-  kernels::matmul(L.wk, s.xb.data(), E, T, s.k.data(), KV, s.ctx);
-  kernels::matmul(L.wv, s.xb.data(), E, T, s.v.data(), KV, s.ctx);
+  const kernels::MatmulOutput qkv[] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+  kernels::matmul_shared_input(qkv, s.xb.data(), E, T, s.ctx);
   if (variant_.qkv_bias) {
     add_bias(s.q.data(), Q, T, L.bq);
     add_bias(s.k.data(), KV, T, L.bk);
@@ -103,8 +102,8 @@ void LlamaModel::ffn_block(const LlamaLayer& L, int64_t il, int64_t T, ForwardSt
     kernels::rmsnorm(s.x.data() + t * E, L.ffn_norm.data(), s.xb.data() + t * E, E, cfg_.rms_eps, isa);
   }
   if (s.tap) s.tap("ffn_norm", il, s.xb.data(), T, E, E);
-  kernels::matmul(L.w_gate, s.xb.data(), E, T, s.ff_gate.data(), F, s.ctx);
-  kernels::matmul(L.w_up, s.xb.data(), E, T, s.ff_up.data(), F, s.ctx);
+  const kernels::MatmulOutput gate_up[] = {{&L.w_gate, s.ff_gate.data(), F}, {&L.w_up, s.ff_up.data(), F}};
+  kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
   kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, isa);
   kernels::matmul(L.w_down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, isa);
