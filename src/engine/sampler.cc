@@ -107,47 +107,71 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, c
     }
     out.token = best;
   } else {
-    // Candidates sorted by logit (descending, ties by id for determinism).
+    // Candidates, then weights exp((logit - max) / T); top-k, top-p (mass of
+    // the top-k set), min-p, in that order. Only what a filter needs is
+    // sorted: top-k sorts its k, top-p a growing prefix until it holds the
+    // mass, min-p is a threshold; plain temperature sampling
+    // sorts nothing (a full sort of a 32000-token vocabulary per sampled
+    // token cost more than the decode step of a small model's batch).
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
     idx_.resize(V);
     std::iota(idx_.begin(), idx_.end(), 0);
-    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
     int32_t n = V;
+    bool sorted = false;
     if (p.top_k > 0 && p.top_k < V) {
       n = p.top_k;
       std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
-    } else {
-      std::sort(idx_.begin(), idx_.end(), by_logit);
+      sorted = true;
     }
-    probs_.resize(n);
+    float mx = logits[idx_[0]];
+    for (int32_t i = 1; i < n && !sorted; ++i) mx = std::max(mx, logits[idx_[i]]);
     const float inv_t = 1.0f / p.temperature;
-    const float mx = logits[idx_[0]] * inv_t;
+    auto weights = [&](int32_t count, double* sum) {
+      probs_.resize(count);
+      *sum = 0.0;
+      for (int32_t i = 0; i < count; ++i) {
+        probs_[i] = std::exp((logits[idx_[i]] - mx) * inv_t);
+        *sum += probs_[i];
+      }
+    };
     double sum = 0.0;
-    for (int32_t i = 0; i < n; ++i) {
-      probs_[i] = std::exp(logits[idx_[i]] * inv_t - mx);
-      sum += probs_[i];
-    }
-    for (int32_t i = 0; i < n; ++i) probs_[i] = static_cast<float>(probs_[i] / sum);
+    weights(n, &sum);
     if (p.top_p < 1.0f) {
-      double cum = 0.0;
-      int32_t keep = n;
-      for (int32_t i = 0; i < n; ++i) {
-        cum += probs_[i];
-        if (cum >= p.top_p) {
-          keep = i + 1;
+      // The smallest prefix of the sorted candidates whose mass reaches top_p.
+      const double target = static_cast<double>(p.top_p) * sum;
+      int32_t sorted_n = sorted ? n : 0;
+      for (int32_t want = 64;; want *= 4) {
+        if (sorted_n < n) {
+          const int32_t m = std::min(want, n);
+          std::partial_sort(idx_.begin(), idx_.begin() + m, idx_.begin() + n, by_logit);
+          sorted_n = m;
+        }
+        double cum = 0.0;
+        int32_t keep = -1;
+        for (int32_t i = 0; i < sorted_n; ++i) {
+          cum += std::exp((logits[idx_[i]] - mx) * inv_t);
+          if (cum >= target) {
+            keep = i + 1;
+            break;
+          }
+        }
+        if (keep > 0 || sorted_n == n) {
+          n = keep > 0 ? keep : n;
           break;
         }
       }
-      n = keep;
+      weights(n, &sum);
     }
+    // min-p: p_i >= min_p * p_max  <=>  w_i >= min_p (w_max = 1).
     if (p.min_p > 0.0f) {
-      const float floor = p.min_p * probs_[0];
-      int32_t keep = 1;
-      while (keep < n && probs_[keep] >= floor) ++keep;
-      n = keep;
+      int32_t keep = 0;
+      for (int32_t i = 0; i < n; ++i) {
+        if (probs_[i] >= p.min_p) idx_[keep++] = idx_[i];
+      }
+      n = keep;  // order kept: still sorted if it was
+      weights(n, &sum);
     }
-    double total = 0.0;
-    for (int32_t i = 0; i < n; ++i) total += probs_[i];
-    const double r = static_cast<double>(rng.uniform()) * total;
+    const double r = static_cast<double>(rng.uniform()) * sum;
     double cum = 0.0;
     out.token = idx_[n - 1];
     for (int32_t i = 0; i < n; ++i) {
