@@ -74,6 +74,8 @@ struct Harness {
         EXPECT_GT(slot / store.block_size, 0) << "token written to the null block";
         EXPECT_EQ(kv.pool().ref_count(r.blocks.blocks[p / store.block_size]), 1)
             << "request " << r.id << " writes position " << p << " into a shared block";
+        EXPECT_FALSE(kv.pool().hash_of(r.blocks.blocks[p / store.block_size]).has_value())
+            << "request " << r.id << " writes position " << p << " into a cached (hashed) block";
         store.slots[slot] = r.tokens[p];
       }
     }
