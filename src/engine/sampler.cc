@@ -137,39 +137,41 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, c
     double sum = 0.0;
     weights(n, &sum);
     if (p.top_p < 1.0f) {
-      // The smallest prefix of the sorted candidates whose mass reaches top_p.
+      // The smallest prefix of the sorted candidates whose mass reaches
+      // top_p. Each widening keeps the prefix already summed (the order is
+      // total: ties go by id), so every weight is added once.
       const double target = static_cast<double>(p.top_p) * sum;
-      int32_t sorted_n = sorted ? n : 0;
-      for (int32_t want = 64;; want *= 4) {
+      int32_t sorted_n = sorted ? n : 0, summed = 0, keep = n;
+      double cum = 0.0;
+      for (int32_t want = 64; keep == n; want *= 4) {
         if (sorted_n < n) {
-          const int32_t m = std::min(want, n);
-          std::partial_sort(idx_.begin(), idx_.begin() + m, idx_.begin() + n, by_logit);
-          sorted_n = m;
+          sorted_n = std::min(want, n);
+          std::partial_sort(idx_.begin(), idx_.begin() + sorted_n, idx_.begin() + n, by_logit);
         }
-        double cum = 0.0;
-        int32_t keep = -1;
-        for (int32_t i = 0; i < sorted_n; ++i) {
-          cum += std::exp((logits[idx_[i]] - mx) * inv_t);
+        for (; summed < sorted_n; ++summed) {
+          cum += std::exp((logits[idx_[summed]] - mx) * inv_t);
           if (cum >= target) {
-            keep = i + 1;
+            keep = summed + 1;
             break;
           }
         }
-        if (keep > 0 || sorted_n == n) {
-          n = keep > 0 ? keep : n;
-          break;
-        }
+        if (sorted_n == n) break;
       }
-      weights(n, &sum);
+      n = keep;
+      weights(n, &sum);  // idx_ was reordered: the weights follow it
     }
     // min-p: p_i >= min_p * p_max  <=>  w_i >= min_p (w_max = 1).
     if (p.min_p > 0.0f) {
-      int32_t keep = 0;
+      int32_t kept = 0;
       for (int32_t i = 0; i < n; ++i) {
-        if (probs_[i] >= p.min_p) idx_[keep++] = idx_[i];
+        if (probs_[i] >= p.min_p) {
+          idx_[kept] = idx_[i];
+          probs_[kept++] = probs_[i];
+        } else {
+          sum -= probs_[i];
+        }
       }
-      n = keep;  // order kept: still sorted if it was
-      weights(n, &sum);
+      n = kept;  // order kept: still sorted if it was
     }
     const double r = static_cast<double>(rng.uniform()) * sum;
     double cum = 0.0;
