@@ -329,6 +329,57 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
   }
 }
 
+// The largest integer sums the kernels can meet: every Q4_0 nibble 15 (or
+// 0) against activations that quantize to +-127 (each block's values equal
+// in magnitude). The AVX2 packed kernel sums a block's eight vpmaddubsw
+// results in int16 (8 x 2 x 15 x 127 = 30480, just inside int16); any
+// overflow there would change the bits against the scalar table. Q8_0 with
+// every q = -128 / 127 checks the sign-trick path at its limit too.
+TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
+  const int64_t rows = 16, cols = 256;
+  ThreadPool pool2(2);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    for (uint8_t fill : {uint8_t{0xff}, uint8_t{0x00}, uint8_t{0x80}, uint8_t{0x7f}, uint8_t{0xf0}}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " fill " + std::to_string(fill));
+      Matrix m{type, rows, cols, row_bytes(type, cols), {}, 0};
+      m.storage.assign(m.stride * rows, fill);
+      const DTypeTraits tr = dtype_traits(type);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < cols / tr.block_size; ++b) {
+          const uint16_t d = f32_to_fp16(0.01f * static_cast<float>(1 + (r + b) % 3));
+          std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size, &d, 2);
+        }
+      const PreparedWeight pw = prepare_weight(m.view());
+      for (float sign : {1.0f, -1.0f}) {
+        const int64_t n = 7;  // several tiles of tokens
+        std::vector<float> x(static_cast<size_t>(n * cols));
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t k = 0; k < cols; ++k)
+            x[t * cols + k] = (t % 2 ? -sign : sign) * static_cast<float>(1 + (k / 32) % 4);
+        std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size()), got_packed(want.size());
+        KernelContext ctx{&pool2, Isa::kScalar, &ws_};
+        matmul_with(matmul_kernels_ref(), m.view(), x.data(), cols, n, want.data(), rows, ctx);
+        matmul_with(*tab_.kernels, m.view(), x.data(), cols, n, got.data(), rows, ctx);
+        matmul_with(*tab_.kernels, pw, x.data(), cols, n, got_packed.data(), rows, ctx);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(want.data(), got_packed.data(), want.size() * sizeof(float)));
+        // And the scalar table itself against the float64 value: each block's
+        // integer sum is exactly 32 * q * 127 (x quantizes to +-127).
+        const double q = type == DType::kQ4_0 ? static_cast<double>(fill & 0x0f) - 8.0 +
+                                                    (static_cast<double>(fill >> 4) - static_cast<double>(fill & 0x0f)) / 2
+                                              : static_cast<double>(static_cast<int8_t>(fill));
+        double ref = 0;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const double dw = fp16_to_f32(f32_to_fp16(0.01f * static_cast<float>(1 + b % 3)));
+          const double dx = static_cast<double>(static_cast<float>(1 + b % 4) / 127.0f);
+          ref += dw * dx * 32.0 * q * 127.0;
+        }
+        EXPECT_NEAR(want[0], sign * ref, 1e-5 * std::fabs(ref) + 1e-6);
+      }
+    }
+  }
+}
+
 // matmul_shared_input(): several weights over one input give, for each, the
 // bits of matmul() of that weight alone, for every ISA, type, batch and
 // thread count, with row counts that are not multiples of the row tile and

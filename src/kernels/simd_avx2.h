@@ -117,6 +117,7 @@ struct Avx2F {
 // w's sign), which keeps every pair within 2 * 128 * 127 < 32767.
 struct Avx2Dot {
   static constexpr int kQ8Offset = 0;  // q8_dot returns sum(w * x) itself
+  static constexpr bool kU4PairsInInt16 = true;  // see ptile8
   struct Q8 {
     __m256i abs_w, w;
   };
@@ -137,6 +138,7 @@ struct Avx2Dot {
 // multiplies so the offset logic runs (and is tested) without AVX-512.
 struct Avx2VnniEmulatedDot {
   static constexpr int kQ8Offset = 128;  // q8_dot returns sum((w + 128) * x)
+  static constexpr bool kU4PairsInInt16 = false;  // vpdpbusd sums into int32 itself
   struct Q8 {
     __m256i u;
   };

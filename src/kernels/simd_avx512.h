@@ -82,6 +82,7 @@ struct Avx512F {
 // accumulator, without intermediate saturation (AVX512_VNNI + VL for ymm).
 struct Avx512VnniDot {
   static constexpr int kQ8Offset = 128;  // q8_dot returns sum((w + 128) * x)
+  static constexpr bool kU4PairsInInt16 = false;  // vpdpbusd sums into int32 itself
   struct Q8 {
     __m256i u;
   };
