@@ -1,5 +1,6 @@
-// tessera bench: ppN / tgN like llama-bench, the machine's read bandwidth,
-// and the decode roofline of the model with the achieved fraction.
+// tessera bench: ppN / tgN like llama-bench, the machine's read bandwidth
+// and compute peak, and the model's decode roofline (bandwidth-bound) and
+// prompt-processing roofline (compute-bound) with the achieved fractions.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "cli/common_options.h"
 #include "engine/benchmark.h"
 #include "kernels/membw.h"
+#include "kernels/peak.h"
 #include "model/model.h"
 
 namespace tessera::cli {
@@ -19,13 +21,13 @@ struct BenchArgs {
   int threads = 0;
   int64_t n_prompt = 128, n_gen = 64;
   int reps = 5;
-  bool json = false, membw = false, no_membw = false;
+  bool json = false, membw = false, no_membw = false, peak = false;
   std::string kv_type = "f16";
 };
 
 TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-bench), bandwidth, roofline", [](CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
-  sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw)");
+  sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw / --peak)");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   sub.add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (ppN)")->capture_default_str();
   sub.add_option("-n,--n-gen", a->n_gen, "Generated tokens (tgN)")->capture_default_str();
@@ -34,6 +36,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
   sub.add_flag("--json", a->json, "Print one JSON object");
   sub.add_flag("--membw", a->membw, "Measure memory read bandwidth only");
   sub.add_flag("--no-membw", a->no_membw, "Skip the bandwidth measurement (no roofline)");
+  sub.add_flag("--peak", a->peak, "Also measure the int8 / f32 compute peak (pp roofline)");
   return [a]() {
     ThreadPool pool(a->threads);
     nlohmann::json j;
@@ -46,9 +49,26 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
       j["membw_gbps"] = b.gbps_median;
       j["membw_gbps_max"] = b.gbps_max;
     }
-    if (a->membw || a->model.empty()) {
-      TESSERA_CHECK(a->membw, kInvalidArgument, "give -m FILE (or --membw)");
-      std::printf("%s\n", a->json ? j.dump().c_str() : fmt::format("read bandwidth: {:.1f} GB/s (median), {:.1f} (best), {} threads", bw, j["membw_gbps_max"].get<double>(), pool.size()).c_str());
+    kernels::ComputePeak peak;
+    if (a->peak) {
+      peak = kernels::measure_compute_peak(pool, active_isa());
+      j["peak_int8_macs_per_s"] = peak.int8_macs_per_s;
+      j["peak_f32_fmas_per_s"] = peak.f32_fmas_per_s;
+    }
+    if (a->model.empty()) {
+      TESSERA_CHECK(a->membw || a->peak, kInvalidArgument, "give -m FILE (or --membw / --peak)");
+      if (a->json) {
+        std::printf("%s\n", j.dump().c_str());
+        return 0;
+      }
+      if (bw > 0) {
+        std::printf("read bandwidth: %.1f GB/s (median), %.1f (best), %d threads\n", bw,
+                    j["membw_gbps_max"].get<double>(), pool.size());
+      }
+      if (a->peak) {
+        std::printf("compute peak (%s, %d threads): int8 %.3g multiply-adds/s, f32 %.3g FMAs/s\n",
+                    std::string(isa_name(active_isa())).c_str(), pool.size(), peak.int8_macs_per_s, peak.f32_fmas_per_s);
+      }
       return 0;
     }
     const LoadedModel lm = load_model(a->model);
@@ -82,6 +102,17 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     j["tg_samples"] = r.tg_samples;
     j["roofline_tps"] = roofline;
     j["tg_roofline_fraction"] = roofline > 0 ? r.tg_tps / roofline : 0.0;
+    // Prompt processing: weight multiply-adds per prompt token (logits for
+    // the last token only) against the peak of the arithmetic the weight
+    // type runs on (int8 dots for quantized types, f32 FMAs for float ones).
+    const Model::MatmulWork work = lm.model->matmul_work();
+    const double pp_macs_per_token = static_cast<double>(work.per_token) +
+                                     static_cast<double>(work.per_logit_row) / static_cast<double>(a->n_prompt);
+    const bool float_type = type == "F32" || type == "F16" || type == "BF16";
+    const double pp_peak = float_type ? peak.f32_fmas_per_s : peak.int8_macs_per_s;
+    j["macs_per_token"] = work.per_token + work.per_logit_row;
+    j["pp_macs_per_s"] = r.pp_tps * pp_macs_per_token;
+    if (pp_peak > 0) j["pp_peak_fraction"] = r.pp_tps * pp_macs_per_token / pp_peak;
     if (a->json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
@@ -94,6 +125,12 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
         std::printf("read bandwidth %.1f GB/s; %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of roofline\n", bw,
                     static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * r.tg_tps / roofline);
       }
+      std::printf("pp: %.3g weight multiply-adds/s", r.pp_tps * pp_macs_per_token);
+      if (pp_peak > 0) {
+        std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * r.pp_tps * pp_macs_per_token / pp_peak,
+                    float_type ? "f32 FMA" : "int8 dot", pp_peak);
+      }
+      std::printf("\n");
     }
     return 0;
   };

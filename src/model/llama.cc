@@ -60,6 +60,16 @@ size_t LlamaModel::bytes_per_token() const {
   return n;
 }
 
+Model::MatmulWork LlamaModel::matmul_work() const {
+  auto macs = [](const kernels::PreparedWeight& w) { return w.view.rows * w.view.cols; };
+  MatmulWork work;
+  for (const LlamaLayer& L : layers_) {
+    work.per_token += macs(L.wq) + macs(L.wk) + macs(L.wv) + macs(L.wo) + macs(L.w_gate) + macs(L.w_up) + macs(L.w_down);
+  }
+  work.per_logit_row = macs(output_);
+  return work;
+}
+
 void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const ForwardBatch& batch,
                                  KvCache& kv, ForwardState& s) const {
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();

@@ -37,6 +37,7 @@ class LlamaModel final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override;
+  MatmulWork matmul_work() const override;
 
  private:
   void attention_block(const LlamaLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv,

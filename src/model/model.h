@@ -49,6 +49,16 @@ class Model {
   // Bytes of weights one decode step reads (all matrices, one embedding
   // row): the numerator of the decode roofline.
   virtual size_t bytes_per_token() const = 0;
+
+  // Multiply-adds of the weight matrices per token (every layer's
+  // matrices), and per logit row (the output matrix): the numerator of the
+  // compute roofline of prompt processing. Attention's own work is not in
+  // it (it grows with the context; bench reports it separately).
+  struct MatmulWork {
+    int64_t per_token = 0;
+    int64_t per_logit_row = 0;
+  };
+  virtual MatmulWork matmul_work() const = 0;
 };
 
 // A model file, mapped, with its model built from it. The GGUF mapping stays

@@ -1,0 +1,46 @@
+// The arithmetic ceiling of this machine, the denominator of a
+// prompt-processing roofline (as membw.h is for decode): how many exact int8
+// multiply-adds and f32 FMAs per second the cores can issue when nothing
+// else limits them. Measured, not taken from a datasheet: register-only
+// loops of the same instruction sequence the matmul kernels use for one
+// 32-byte int8 dot on the ISA (AVX2: sign, vpmaddubsw, vpmaddwd, vpaddd;
+// AVX-512: vpdpbusd), with enough independent chains to cover latency.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "core/thread_pool.h"
+
+namespace tessera::kernels {
+
+struct ComputePeak {
+  double int8_macs_per_s = 0.0;  // all threads together; 0: no vector int8 path on this ISA
+  double f32_fmas_per_s = 0.0;
+};
+
+// One timed run of `iters` loop trips on one thread; the checksum proves the
+// work was done (tests compare it with the closed form).
+struct PeakLoopResult {
+  double seconds = 0.0;
+  int64_t macs = 0;      // multiply-adds issued
+  int64_t checksum = 0;  // int8: sum of all int32 lanes; f32: sum of lanes rounded
+};
+using PeakLoopFn = PeakLoopResult (*)(int64_t iters, int8_t a, int8_t b);
+
+struct PeakLoops {
+  // Per trip: 8 independent 32-byte dots of bytes a (weights) and b; int32
+  // lane sums, so checksum = trips * 8 * 32 * (a + q8_offset) * b, wrapped
+  // per lane to int32 (keep trips small when checking it).
+  PeakLoopFn int8_dot;
+  int q8_offset;  // the strategy's unsigned offset of the weights (0 or 128)
+  // Per trip: 12 independent vector FMAs acc += a * (b / 64) over lanes.
+  PeakLoopFn f32_fma;
+};
+const PeakLoops* peak_loops(Isa isa);  // null for the scalar ISA
+
+// Every thread of `pool` runs the loops for about `seconds`; the best of
+// `reps` runs, summed over threads.
+ComputePeak measure_compute_peak(ThreadPool& pool, Isa isa, double seconds = 0.1, int reps = 3);
+
+}  // namespace tessera::kernels
