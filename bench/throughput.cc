@@ -3,14 +3,20 @@
 // configuration: (a) one request at a time, (b) static batches of 16 (a
 // batch runs until its longest request ends; new requests wait), (c)
 // continuous batching (everything submitted; the scheduler admits and
-// retires requests every step). Prints JSON.
+// retires requests every step). Prints JSON, with the roofline model of the
+// same workload on this machine (engine/roofline_model.h: measured compute
+// peak and read bandwidth): the least time any engine could take for each
+// way of batching, so the best ratios the three modes can show here.
 //
 //   tessera_throughput_bench --model F [--requests 128] [--threads 2] [--seed 1]
 //       [--kv-memory-mib 4096] [--max-num-seqs 128] [--max-batch-tokens 1024]
-//       [--emit-workload W.json] [--modes abc]
+//       [--emit-workload W.json] [--modes abc] [--no-roofline]
 #include <fstream>
 
 #include "bench/bench_util.h"
+#include "engine/roofline_model.h"
+#include "kernels/membw.h"
+#include "kernels/peak.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -87,6 +93,28 @@ int main(int argc, char** argv) {
     }
     if (a_tps > 0 && c_tps > 0) out["continuous_vs_one_at_a_time"] = c_tps / a_tps;
     if (b_tps > 0 && c_tps > 0) out["continuous_vs_static"] = c_tps / b_tps;
+    if (!args.flag("no-roofline")) {
+      ThreadPool pool(cfg.threads);
+      const kernels::ComputePeak peak = kernels::measure_compute_peak(pool, active_isa());
+      const kernels::BandwidthResult bw = kernels::measure_read_bandwidth(pool);
+      const Model::MatmulWork work = lm.model->matmul_work();
+      std::vector<engine::WorkloadRequest> w;
+      for (const auto& j : jobs) w.push_back({static_cast<int64_t>(j.prompt.size()), j.max_tokens});
+      const engine::RooflineTimes t = engine::roofline_times(
+          w, {work.per_token, work.per_logit_row, lm.model->bytes_per_token()},
+          {peak.int8_macs_per_s, bw.gbps_median * 1e9}, 16, cfg.max_num_batched_tokens);
+      nlohmann::json rm = {{"peak_int8_macs_per_s", peak.int8_macs_per_s},
+                           {"membw_gbps", bw.gbps_median},
+                           {"seconds", {{"one_at_a_time", t.one_at_a_time},
+                                        {"static_batches_of_16", t.static_batches},
+                                        {"continuous_lower_bound", t.continuous}}},
+                           {"best_continuous_vs_one_at_a_time", t.one_at_a_time / t.continuous},
+                           {"best_continuous_vs_static", t.static_batches / t.continuous}};
+      // Against the measured (a): continuous batching at the compute peak
+      // would give at most this ratio.
+      if (a_tps > 0) rm["continuous_at_peak_vs_measured_one_at_a_time"] = out["one_at_a_time"]["seconds"].get<double>() / t.continuous;
+      out["roofline_model"] = rm;
+    }
     std::printf("%s\n", out.dump(2).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
