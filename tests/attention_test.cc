@@ -157,26 +157,35 @@ TEST(Attention, RandomShapes) {
 
 TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
   // The same queries computed as one chunk, or as the tail of a chunked
-  // prefill (fewer query rows per call), give identical rows: each row's
-  // arithmetic does not depend on which rows share its work unit.
+  // prefill (fewer query rows per call, down to one token: a decode step),
+  // give identical rows: each row's arithmetic does not depend on which rows
+  // share its work unit. Units of one or two rows (one token without GQA or
+  // with 2 heads per KV head) read K/V in place instead of through f32
+  // tiles; that path must give the same bits too, for every KV type.
   std::mt19937 rng(77);
-  KvSetup s = make({8, 2, 64, 16, {{40, 90}}, DType::kF16}, rng);
-  const AttentionShape shape{8, 0.125f};
-  for (Isa isa : supported_isas()) {
-    ThreadPool pool(2);
-    Workspace ws;
-    KernelContext ctx{&pool, isa, &ws};
-    std::vector<float> whole(s.q.size());
-    paged_attention(s.kv, s.q.data(), s.stride, whole.data(), s.stride, s.seqs, shape, ctx);
-    for (int split : {1, 7, 16, 23}) {
-      std::vector<float> parts(s.q.size());
-      std::vector<AttentionSeq> a = {{0, split, 90 - 40 + split, s.tables[0].data()}};
-      std::vector<AttentionSeq> b = {{split, 40 - split, 90, s.tables[0].data()}};
-      paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, a, shape, ctx);
-      paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, b, shape, ctx);
-      for (int r = 0; r < 40; ++r) {
-        for (int i = 0; i < 8 * 64; ++i) {
-          ASSERT_EQ(whole[r * s.stride + i], parts[r * s.stride + i]) << isa_name(isa) << " split " << split << " row " << r;
+  for (int n_kv : {8, 4, 2}) {  // GQA groups 1, 2, 4
+    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16}) {
+      KvSetup s = make({8, n_kv, 64, 16, {{40, 90}}, kv_type}, rng);
+      const AttentionShape shape{8, 0.125f};
+      for (Isa isa : supported_isas()) {
+        ThreadPool pool(2);
+        Workspace ws;
+        KernelContext ctx{&pool, isa, &ws};
+        std::vector<float> whole(s.q.size());
+        paged_attention(s.kv, s.q.data(), s.stride, whole.data(), s.stride, s.seqs, shape, ctx);
+        for (int split : {1, 7, 16, 23, 39}) {
+          std::vector<float> parts(s.q.size());
+          std::vector<AttentionSeq> a = {{0, split, 90 - 40 + split, s.tables[0].data()}};
+          std::vector<AttentionSeq> b = {{split, 40 - split, 90, s.tables[0].data()}};
+          paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, a, shape, ctx);
+          paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, b, shape, ctx);
+          for (int r = 0; r < 40; ++r) {
+            for (int i = 0; i < 8 * 64; ++i) {
+              ASSERT_EQ(whole[r * s.stride + i], parts[r * s.stride + i])
+                  << isa_name(isa) << " kv heads " << n_kv << " " << dtype_name(kv_type) << " split " << split
+                  << " row " << r;
+            }
+          }
         }
       }
     }

@@ -15,6 +15,8 @@
 // composition never change a row's result.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -48,6 +50,110 @@ inline float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
 
+// Where a block's K and V values are read from. Both give the same f32
+// values (the conversions are exact), so the arithmetic, and its bits, are
+// the same either way.
+//   ScratchTiles: the block converted once into f32 tiles (pays off when
+//     several query rows share them: prefill chunks, GQA groups);
+//   StorageTiles: the cache's own storage, converted at each use (one or two
+//     rows: a decode token without GQA reads every value once, and the
+//     conversion pass would cost more than it saves).
+template <class F>
+struct ScratchTiles {
+  const float* kt;  // [hd][ks]
+  const float* vt;  // [bs_pad][hd]
+  int ks, hd;
+  typename F::V k(int d, int c) const { return F::load(kt + static_cast<size_t>(d) * ks + c); }
+  typename F::V v(int j, int d) const { return F::load(vt + static_cast<size_t>(j) * hd + d); }
+};
+
+template <class F>
+struct StorageTiles {
+  const uint8_t* kb;  // [hd][bs] elements
+  const uint8_t* vb;  // [bs][hd] elements
+  KvElem e;
+  int bs, hd;
+  size_t eb;
+  typename F::V load(const uint8_t* p) const {
+    if (e == KvElem::kF16) return F::load_f16(p);
+    if (e == KvElem::kBF16) return F::load_bf16(p);
+    return F::load(reinterpret_cast<const float*>(p));
+  }
+  typename F::V k(int d, int c) const { return load(kb + (static_cast<size_t>(d) * bs + c) * eb); }
+  typename F::V v(int j, int d) const { return load(vb + (static_cast<size_t>(j) * hd + d) * eb); }
+};
+
+// Scores of NR query rows against one vector of keys (column c of the K
+// tile): out[u * out_stride] = scale * q_u . k. Each row's chains are its own.
+template <class F, int NR, class Tiles>
+static inline void score_rows(const Tiles& t, int c, int hd, const float* const* qs, float scale, float* out,
+                              int out_stride) {
+  using V = typename F::V;
+  V s0[NR], s1[NR];
+  for (int u = 0; u < NR; ++u) {
+    s0[u] = F::zero();
+    s1[u] = F::zero();
+  }
+  for (int d = 0; d < hd; d += 2) {
+    const V k0 = t.k(d, c);
+    const V k1 = t.k(d + 1, c);
+    for (int u = 0; u < NR; ++u) {
+      s0[u] = F::fmadd(F::set1(qs[u][d]), k0, s0[u]);
+      s1[u] = F::fmadd(F::set1(qs[u][d + 1]), k1, s1[u]);
+    }
+  }
+  for (int u = 0; u < NR; ++u) {
+    F::store(out + static_cast<size_t>(u) * out_stride, F::mul(F::add(s0[u], s1[u]), F::set1(scale)));
+  }
+}
+
+// Query row r of a unit: head g = r / nq, token i = r % nq.
+struct QueryRows {
+  const float* q;
+  int64_t q_stride;
+  int nq, kv_head, group, hd;
+  const float* operator()(int r) const {
+    return q + static_cast<int64_t>(r % nq) * q_stride + static_cast<int64_t>(kv_head * group + r / nq) * hd;
+  }
+};
+
+template <class F, class Tiles>
+static inline void score_block(const Tiles& t, int bs_pad, int rows, int hd, const QueryRows& q, float scale,
+                               float* sc) {
+  for (int c = 0; c < bs_pad; c += F::kW) {
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+      const int nr = rows - r0 < 4 ? rows - r0 : 4;
+      const float* qs[4];
+      for (int u = 0; u < nr; ++u) qs[u] = q(r0 + u);
+      float* out = sc + static_cast<size_t>(r0) * bs_pad + c;
+      switch (nr) {
+        case 1: score_rows<F, 1>(t, c, hd, qs, scale, out, bs_pad); break;
+        case 2: score_rows<F, 2>(t, c, hd, qs, scale, out, bs_pad); break;
+        case 3: score_rows<F, 3>(t, c, hd, qs, scale, out, bs_pad); break;
+        default: score_rows<F, 4>(t, c, hd, qs, scale, out, bs_pad); break;
+      }
+    }
+  }
+}
+
+// ar[0, hd) = ar * corr + sum_{j < n_valid} p[j] * V[j], in j order.
+template <class F, class Tiles>
+static inline void accumulate_v(const Tiles& t, const float* p, int n_valid, float corr, int hd, float* ar) {
+  using V = typename F::V;
+  constexpr int W = F::kW;
+  const V cv = F::set1(corr);
+  for (int d0 = 0; d0 < hd; d0 += 8 * W) {
+    const int nv = (hd - d0) / W < 8 ? (hd - d0) / W : 8;
+    V o[8];
+    for (int u = 0; u < nv; ++u) o[u] = F::mul(F::load(ar + d0 + u * W), cv);
+    for (int j = 0; j < n_valid; ++j) {
+      const V pj = F::set1(p[j]);
+      for (int u = 0; u < nv; ++u) o[u] = F::fmadd(pj, t.v(j, d0 + u * W), o[u]);
+    }
+    for (int u = 0; u < nv; ++u) F::store(ar + d0 + u * W, o[u]);
+  }
+}
+
 template <class F, class M>
 void attend_tiled(const AttnUnitArgs& a) {
   using V = typename F::V;
@@ -67,49 +173,43 @@ void attend_tiled(const AttnUnitArgs& a) {
     m[r] = -__builtin_inff();
     l[r] = 0.0f;
   }
-  auto q_row = [&](int r) {
-    return a.q + static_cast<int64_t>(r % a.nq) * a.q_stride +
-           static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
-  };
+  const QueryRows qp{a.q, a.q_stride, a.nq, a.kv_head, a.group, hd};
+  // Read K/V in place when one or two rows use them and a block's tile
+  // needs no padding (keys past j_end are then storage, whose scores the
+  // softmax below gives weight 0 like the padding's).
+  const bool direct = rows <= 2 && bs == bs_pad;
   const int last_key = a.first_pos + a.nq - 1;
   const int n_blocks = last_key / bs + 1;
   for (int b = 0; b < n_blocks; ++b) {
     const size_t base = static_cast<size_t>(a.block_table[b]) * a.block_bytes +
                         static_cast<size_t>(a.kv_head) * a.head_bytes;
     const int j_end = last_key + 1 - b * bs < bs ? last_key + 1 - b * bs : bs;
-    // K tile: feature d of keys [0, j_end) is contiguous in storage.
-    for (int d = 0; d < hd; ++d) {
-      float* row = kt + static_cast<size_t>(d) * bs_pad;
-      load_tile_row<F>(a.elem, a.k + base + static_cast<size_t>(d) * bs * eb, row, j_end);
-      for (int j = j_end; j < bs_pad; ++j) row[j] = 0.0f;
-    }
-    for (int j = 0; j < j_end; ++j) {
-      load_tile_row<F>(a.elem, a.v + base + static_cast<size_t>(j) * hd * eb, vt + static_cast<size_t>(j) * hd, hd);
-    }
-    // Scores, 4 rows x one vector of keys at a time, q.k split into even
-    // and odd features (two independent FMA chains per row).
-    for (int c = 0; c < bs_pad; c += W) {
-      for (int r0 = 0; r0 < rows; r0 += 4) {
-        const int nr = rows - r0 < 4 ? rows - r0 : 4;
-        V s0[4], s1[4];
-        const float* qs[4];
-        for (int u = 0; u < 4; ++u) {
-          s0[u] = F::zero();
-          s1[u] = F::zero();
-          qs[u] = q_row(r0 + (u < nr ? u : 0));
-        }
-        for (int d = 0; d < hd; d += 2) {
-          const V k0 = F::load(kt + static_cast<size_t>(d) * bs_pad + c);
-          const V k1 = F::load(kt + static_cast<size_t>(d + 1) * bs_pad + c);
-          for (int u = 0; u < 4; ++u) {
-            s0[u] = F::fmadd(F::set1(qs[u][d]), k0, s0[u]);
-            s1[u] = F::fmadd(F::set1(qs[u][d + 1]), k1, s1[u]);
-          }
-        }
-        for (int u = 0; u < nr; ++u) {
-          F::store(sc + static_cast<size_t>(r0 + u) * bs_pad + c, F::mul(F::add(s0[u], s1[u]), F::set1(a.scale)));
-        }
+    if (b + 1 < n_blocks) {
+      // Blocks are scattered (paged): the hardware prefetchers lose the
+      // stream at every block boundary, and a decode unit does little work
+      // per byte. Ask for the next block's K and V tiles now.
+      const size_t next = static_cast<size_t>(a.block_table[b + 1]) * a.block_bytes +
+                          static_cast<size_t>(a.kv_head) * a.head_bytes;
+      for (size_t off = 0; off < a.head_bytes; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(a.k + next + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a.v + next + off), _MM_HINT_T0);
       }
+    }
+    const StorageTiles<F> stored{a.k + base, a.v + base, a.elem, bs, hd, eb};
+    const ScratchTiles<F> scratch{kt, vt, bs_pad, hd};
+    if (direct) {
+      score_block<F>(stored, bs_pad, rows, hd, qp, a.scale, sc);
+    } else {
+      // K tile: feature d of keys [0, j_end) is contiguous in storage.
+      for (int d = 0; d < hd; ++d) {
+        float* row = kt + static_cast<size_t>(d) * bs_pad;
+        load_tile_row<F>(a.elem, a.k + base + static_cast<size_t>(d) * bs * eb, row, j_end);
+        for (int j = j_end; j < bs_pad; ++j) row[j] = 0.0f;
+      }
+      for (int j = 0; j < j_end; ++j) {
+        load_tile_row<F>(a.elem, a.v + base + static_cast<size_t>(j) * hd * eb, vt + static_cast<size_t>(j) * hd, hd);
+      }
+      score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     }
     // Online softmax and the weighted sum of V, row by row.
     for (int r = 0; r < rows; ++r) {
@@ -138,17 +238,10 @@ void attend_tiled(const AttnUnitArgs& a) {
       l[r] = l[r] * corr + F::hsum(sum);
       m[r] = m_new;
       float* ar = acc + static_cast<size_t>(r) * hd;
-      const V cv = F::set1(corr);
-      for (int d0 = 0; d0 < hd; d0 += 8 * W) {
-        const int nv = (hd - d0) / W < 8 ? (hd - d0) / W : 8;
-        V o[8];
-        for (int u = 0; u < nv; ++u) o[u] = F::mul(F::load(ar + d0 + u * W), cv);
-        for (int j = 0; j < n_valid; ++j) {
-          const V pj = F::set1(s[j]);
-          const float* vj = vt + static_cast<size_t>(j) * hd + d0;
-          for (int u = 0; u < nv; ++u) o[u] = F::fmadd(pj, F::load(vj + u * W), o[u]);
-        }
-        for (int u = 0; u < nv; ++u) F::store(ar + d0 + u * W, o[u]);
+      if (direct) {
+        accumulate_v<F>(stored, s, n_valid, corr, hd, ar);
+      } else {
+        accumulate_v<F>(scratch, s, n_valid, corr, hd, ar);
       }
     }
   }
