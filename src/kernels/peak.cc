@@ -1,6 +1,7 @@
 #include "kernels/peak.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 namespace tessera::kernels {
@@ -18,19 +19,27 @@ const PeakLoops* peak_loops(Isa isa) {
 
 namespace {
 
+double timed(PeakLoopFn fn, int64_t trips, int64_t* macs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const PeakLoopResult r = fn(trips, 3, 5);
+  *macs = r.macs;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // Sum over threads of each thread's rate for one loop, trips sized from a
 // short calibration run so each thread runs about `seconds`.
 double pooled_rate(ThreadPool& pool, PeakLoopFn fn, double seconds, int reps) {
-  int64_t trips = 1 << 12;
-  for (PeakLoopResult r = fn(trips, 3, 5); r.seconds < seconds / 8; r = fn(trips, 3, 5)) trips *= 4;
-  const PeakLoopResult cal = fn(trips, 3, 5);
-  trips = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(trips) * seconds / std::max(cal.seconds, 1e-6)));
+  int64_t trips = 1 << 12, macs = 0;
+  double secs = timed(fn, trips, &macs);
+  for (; secs < seconds / 8; secs = timed(fn, trips, &macs)) trips *= 4;
+  trips = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(trips) * seconds / std::max(secs, 1e-6)));
   double best = 0.0;
   for (int rep = 0; rep < reps; ++rep) {
     std::vector<double> rate(static_cast<size_t>(pool.size()), 0.0);
     pool.run([&](int tid, int) {
-      const PeakLoopResult r = fn(trips, 3, 5);
-      rate[static_cast<size_t>(tid)] = static_cast<double>(r.macs) / r.seconds;
+      int64_t m = 0;
+      const double s = timed(fn, trips, &m);
+      rate[static_cast<size_t>(tid)] = static_cast<double>(m) / s;
     });
     double sum = 0.0;
     for (double v : rate) sum += v;

@@ -19,10 +19,9 @@ struct ComputePeak {
   double f32_fmas_per_s = 0.0;
 };
 
-// One timed run of `iters` loop trips on one thread; the checksum proves the
-// work was done (tests compare it with the closed form).
+// One run of `iters` loop trips on one thread (the caller times it); the
+// checksum proves the work was done (tests compare it with the closed form).
 struct PeakLoopResult {
-  double seconds = 0.0;
   int64_t macs = 0;      // multiply-adds issued
   int64_t checksum = 0;  // int8: sum of all int32 lanes; f32: sum of lanes rounded
 };
