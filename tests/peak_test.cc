@@ -4,6 +4,7 @@
 // none for the scalar ISA.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/cpu.h"
@@ -47,11 +48,14 @@ TEST(PeakLoops, MeasuredPeakIsPositiveOnVectorIsas) {
   EXPECT_EQ(none.int8_macs_per_s, 0.0);
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "no AVX2";
   const ComputePeak p = measure_compute_peak(pool, Isa::kAvx2, 0.01, 1);
-  // Well above what scalar code could do, well below anything physical.
-  EXPECT_GT(p.int8_macs_per_s, 1e9);
-  EXPECT_LT(p.int8_macs_per_s, 1e14);
-  EXPECT_GT(p.f32_fmas_per_s, 1e9);
-  EXPECT_LT(p.f32_fmas_per_s, 1e14);
+  // A rate, not a speed check (sanitizer builds and loaded machines run
+  // these loops far slower): positive and finite, and below what two cores
+  // could ever issue, which an emptied or hoisted loop would exceed.
+  for (double rate : {p.int8_macs_per_s, p.f32_fmas_per_s}) {
+    EXPECT_GT(rate, 0.0);
+    EXPECT_TRUE(std::isfinite(rate));
+    EXPECT_LT(rate, 1e14);
+  }
 }
 
 }  // namespace
