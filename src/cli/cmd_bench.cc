@@ -110,9 +110,10 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
                                      static_cast<double>(work.per_logit_row) / static_cast<double>(a->n_prompt);
     const bool float_type = type == "F32" || type == "F16" || type == "BF16";
     const double pp_peak = float_type ? peak.f32_fmas_per_s : peak.int8_macs_per_s;
+    const double pp_macs_per_s = r.pp_tps * pp_macs_per_token;
     j["macs_per_token"] = work.per_token + work.per_logit_row;
-    j["pp_macs_per_s"] = r.pp_tps * pp_macs_per_token;
-    if (pp_peak > 0) j["pp_peak_fraction"] = r.pp_tps * pp_macs_per_token / pp_peak;
+    j["pp_macs_per_s"] = pp_macs_per_s;
+    if (pp_peak > 0) j["pp_peak_fraction"] = pp_macs_per_s / pp_peak;
     if (a->json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
@@ -125,9 +126,9 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
         std::printf("read bandwidth %.1f GB/s; %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of roofline\n", bw,
                     static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * r.tg_tps / roofline);
       }
-      std::printf("pp: %.3g weight multiply-adds/s", r.pp_tps * pp_macs_per_token);
+      std::printf("pp: %.3g weight multiply-adds/s", pp_macs_per_s);
       if (pp_peak > 0) {
-        std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * r.pp_tps * pp_macs_per_token / pp_peak,
+        std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * pp_macs_per_s / pp_peak,
                     float_type ? "f32 FMA" : "int8 dot", pp_peak);
       }
       std::printf("\n");

@@ -25,17 +25,20 @@
 namespace tessera::kernels {
 namespace {
 
+// One vector of W cache values as f32 (exact for every KV type).
+template <class F>
+inline typename F::V load_elem(KvElem e, const uint8_t* p) {
+  if (e == KvElem::kF16) return F::load_f16(p);
+  if (e == KvElem::kBF16) return F::load_bf16(p);
+  return F::load(reinterpret_cast<const float*>(p));
+}
+
 template <class F>
 inline void load_tile_row(KvElem e, const uint8_t* src, float* dst, int n) {
   // n values from storage into f32, n a multiple of F::kW or handled by tail.
+  const size_t eb = e == KvElem::kF32 ? 4 : 2;
   int i = 0;
-  for (; i + F::kW <= n; i += F::kW) {
-    typename F::V v;
-    if (e == KvElem::kF32) v = F::load(reinterpret_cast<const float*>(src) + i);
-    else if (e == KvElem::kF16) v = F::load_f16(src + 2 * i);
-    else v = F::load_bf16(src + 2 * i);
-    F::store(dst + i, v);
-  }
+  for (; i + F::kW <= n; i += F::kW) F::store(dst + i, load_elem<F>(e, src + eb * i));
   if (i < n) {
     const int t = n - i;
     typename F::V v;
@@ -74,13 +77,8 @@ struct StorageTiles {
   KvElem e;
   int bs, hd;
   size_t eb;
-  typename F::V load(const uint8_t* p) const {
-    if (e == KvElem::kF16) return F::load_f16(p);
-    if (e == KvElem::kBF16) return F::load_bf16(p);
-    return F::load(reinterpret_cast<const float*>(p));
-  }
-  typename F::V k(int d, int c) const { return load(kb + (static_cast<size_t>(d) * bs + c) * eb); }
-  typename F::V v(int j, int d) const { return load(vb + (static_cast<size_t>(j) * hd + d) * eb); }
+  typename F::V k(int d, int c) const { return load_elem<F>(e, kb + (static_cast<size_t>(d) * bs + c) * eb); }
+  typename F::V v(int j, int d) const { return load_elem<F>(e, vb + (static_cast<size_t>(j) * hd + d) * eb); }
 };
 
 // Scores of NR query rows against one vector of keys (column c of the K

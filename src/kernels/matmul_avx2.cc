@@ -16,7 +16,6 @@ namespace {
 struct Avx2Cfg {
   static constexpr const char* kName = "avx2";
   static constexpr int kMaxT = 3;
-  static constexpr int kPackedMaxT = 3;  // tokens per packed 8-row tile
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
   static constexpr size_t kActChunkBytes = 128 * 1024;

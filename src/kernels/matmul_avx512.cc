@@ -21,7 +21,6 @@ namespace {
 struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
-  static constexpr int kPackedMaxT = 4;  // tokens per packed 8-row tile
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
   static constexpr size_t kActChunkBytes = 256 * 1024;

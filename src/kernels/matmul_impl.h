@@ -267,10 +267,9 @@ static inline void qtile8(const uint8_t* const* rows, int64_t nb, const ActPtrs*
 }
 
 // Calls tile(rt, nvalid, x, y, n) for every 8-row tile rt of [r0, r1) and
-// every group of n <= kMaxT tokens, tokens in chunks whose activations stay
-// in L2 while the row tiles sweep them.
-inline constexpr int kMaxTileTokens = 8;
-template <class Cfg, int kMaxT, class Tile>
+// every group of n <= Cfg::kMaxT tokens, tokens in chunks whose activations
+// stay in L2 while the row tiles sweep them.
+template <class Cfg, class Tile>
 static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, Tile tile) {
   const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
   for (int64_t tc = t0; tc < t1; tc += chunk) {
@@ -278,9 +277,9 @@ static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int6
     for (int64_t rt = r0; rt < r1; rt += kRowTile) {
       const int nvalid = static_cast<int>(imin(8, r1 - rt));
       for (int64_t t = tc; t < tc1;) {
-        const int n = static_cast<int>(imin(kMaxT, tc1 - t));
-        ActPtrs x[kMaxTileTokens];
-        float* y[kMaxTileTokens];
+        const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
+        ActPtrs x[4];
+        float* y[4];
         for (int i = 0; i < n; ++i) {
           x[i] = act_ptrs(a, t + i);
           y[i] = a.y + (t + i) * a.y_stride + rt;
@@ -296,8 +295,7 @@ template <class Fmt, class Cfg>
 static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / Fmt::kBlock;
   const int group = a.act_layout.group;
-  static_assert(Cfg::kMaxT <= 4);
-  sweep_tiles<Cfg, Cfg::kMaxT>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
+  sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
     const uint8_t* rows[8];
     for (int i = 0; i < 8; ++i) rows[i] = a.w + static_cast<size_t>(imin(rt + i, r1 - 1)) * a.row_bytes;
     switch (n) {
@@ -383,16 +381,13 @@ template <class D, bool kQ4, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / 32;
   const size_t group_bytes = static_cast<size_t>(nb) * (kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block);
-  static_assert(Cfg::kPackedMaxT <= 6);
-  sweep_tiles<Cfg, Cfg::kPackedMaxT>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
+  sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
     const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
     switch (n) {
       case 1: ptile8<D, kQ4, 1>(group, nb, x, y, nvalid); break;
       case 2: ptile8<D, kQ4, 2>(group, nb, x, y, nvalid); break;
       case 3: ptile8<D, kQ4, 3>(group, nb, x, y, nvalid); break;
-      case 4: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
-      case 5: ptile8<D, kQ4, 5>(group, nb, x, y, nvalid); break;
-      default: ptile8<D, kQ4, 6>(group, nb, x, y, nvalid); break;
+      default: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
     }
   });
 }
