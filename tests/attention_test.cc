@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -186,6 +188,60 @@ TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
                   << " row " << r;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+
+// paged_attention() given the step's new K/V rows (the model's path) equals
+// store_kv() then paged_attention(): the same output bits and the same cache
+// bytes, whether the rows are written by the units that read them (every
+// sequence with at most one query tile: decode batches, short chunks) or up
+// front (a longer prefill chunk in the batch), on 2 and 3 threads.
+TEST(Attention, NewRowsStoredInTheCallEqualStoreThenAttend) {
+  std::mt19937 rng(99);
+  const std::vector<std::vector<std::pair<int, int>>> batches = {
+      {{1, 1}, {1, 37}, {1, 16}, {1, 100}},  // decode, 4 sequences
+      {{16, 16}, {3, 50}, {1, 2}},           // chunks of one query tile
+      {{1, 20}, {40, 90}, {2, 33}}};         // one chunk longer than a tile
+  for (const auto& batch : batches) {
+    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16}) {
+      const Case c{8, 4, 64, 16, batch, kv_type};
+      KvSetup s = make(c, rng);
+      const int64_t kvw = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+      // The new rows: each sequence's last q_len positions, read back from the full cache.
+      std::vector<int64_t> slots;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        for (int p = batch[i].second - batch[i].first; p < batch[i].second; ++p) {
+          slots.push_back(static_cast<int64_t>(s.tables[i][p / c.block_size]) * c.block_size + p % c.block_size);
+        }
+      }
+      const int64_t n = static_cast<int64_t>(slots.size());
+      std::vector<float> k(static_cast<size_t>(n * kvw)), v(k.size());
+      gather_kv(s.kv, slots.data(), n, k.data(), v.data(), kvw);
+      const AttentionShape shape{c.n_heads, 0.125f};
+      for (Isa isa : supported_isas()) {
+        for (int threads : {2, 3}) {
+          ThreadPool pool(threads);
+          Workspace ws;
+          KernelContext ctx{&pool, isa, &ws};
+          std::vector<float> want(s.q.size(), 0.0f), got(s.q.size(), 0.0f);
+          paged_attention(s.kv, s.q.data(), s.stride, want.data(), s.stride, s.seqs, shape, ctx);
+          // A copy of the cache with the new rows overwritten by garbage.
+          std::vector<uint8_t> k2 = s.k, v2 = s.v;
+          KvLayerView kv2 = s.kv;
+          kv2.k = k2.data();
+          kv2.v = v2.data();
+          std::vector<float> junk(k.size(), 1e4f);
+          store_kv(kv2, junk.data(), junk.data(), kvw, slots.data(), n, Isa::kScalar);
+          const NewKv fresh{k.data(), v.data(), kvw, slots.data(), n};
+          paged_attention(kv2, s.q.data(), s.stride, got.data(), s.stride, s.seqs, shape, ctx, &fresh);
+          const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(kv_type)) + " t" +
+                                   std::to_string(threads) + " batch of " + std::to_string(batch.size());
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << what;
+          ASSERT_TRUE(k2 == s.k && v2 == s.v) << what;
         }
       }
     }

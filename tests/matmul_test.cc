@@ -384,6 +384,8 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
 // bits of matmul() of that weight alone, for every ISA, type, batch and
 // thread count, with row counts that are not multiples of the row tile and
 // an empty weight; weights of different types fall back to one product each.
+// The 300-row weight makes the threads' chunks of row tiles (two tiles
+// each, taken from a shared counter) straddle the boundaries between jobs.
 TEST(MatmulShared, EqualsSeparateProducts) {
   std::mt19937 rng(4242);
   ThreadPool pool2(2), pool3(3);
@@ -395,7 +397,7 @@ TEST(MatmulShared, EqualsSeparateProducts) {
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::string(dtype_name(type)));
       std::vector<Matrix> ms;
       std::vector<PreparedWeight> pws;
-      for (int64_t rows : {13, 8, 0, 37}) ms.push_back(random_matrix(type, rows, cols, rng, 0, 0));
+      for (int64_t rows : {13, 8, 0, 300}) ms.push_back(random_matrix(type, rows, cols, rng, 0, 0));
       ms.push_back(random_matrix(type == DType::kF32 ? DType::kQ8_0 : DType::kF32, 5, cols, rng, 0, 0));
       for (const Matrix& m : ms) pws.push_back(prepare_weight(m.view()));
       const std::vector<float> x = random_activations(23, cols, rng);

@@ -59,21 +59,29 @@ bool kv_type_supported(DType type) {
   return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
 }
 
+namespace {
+
+// One token's K and V rows of one kv head into its slot.
+void store_head(const KvLayerView& kv, const float* kr, const float* vr, int64_t slot, int32_t h) {
+  const int32_t bs = kv.block_size, hd = kv.head_dim;
+  const int64_t block = slot / bs;
+  const int32_t off = static_cast<int32_t>(slot % bs);
+  uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+  uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+  for (int32_t d = 0; d < hd; ++d) {
+    store_elem(kv.type, kb, static_cast<size_t>(d) * bs + off, kr[d]);  // K: [head_dim][block_size]
+    store_elem(kv.type, vb, static_cast<size_t>(off) * hd + d, vr[d]);  // V: [block_size][head_dim]
+  }
+}
+
+}  // namespace
+
 void store_kv(const KvLayerView& kv, const float* k, const float* v, int64_t stride, const int64_t* slots,
               int64_t n_tokens, Isa) {
-  const int32_t bs = kv.block_size, hd = kv.head_dim;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const int64_t block = slots[t] / bs;
-    const int32_t off = static_cast<int32_t>(slots[t] % bs);
     for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-      uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
-      uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
-      const float* kr = k + t * stride + static_cast<int64_t>(h) * hd;
-      const float* vr = v + t * stride + static_cast<int64_t>(h) * hd;
-      for (int32_t d = 0; d < hd; ++d) {
-        store_elem(kv.type, kb, static_cast<size_t>(d) * bs + off, kr[d]);  // K: [head_dim][block_size]
-        store_elem(kv.type, vb, static_cast<size_t>(off) * hd + d, vr[d]);  // V: [block_size][head_dim]
-      }
+      const int64_t col = static_cast<int64_t>(h) * kv.head_dim;
+      store_head(kv, k + t * stride + col, v + t * stride + col, slots[t], h);
     }
   }
 }
@@ -103,7 +111,21 @@ void copy_block(const KvLayerView& kv, int32_t src, int32_t dst) {
 }
 
 void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
-                     std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx) {
+                     std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx,
+                     const NewKv* fresh) {
+  // The new rows can be written by the units that read them only when each
+  // (sequence, kv head) is one unit and the sequences cover the new tokens
+  // exactly (decode, short chunks); otherwise they are written first.
+  bool store_in_units = fresh != nullptr;
+  if (fresh != nullptr) {
+    int64_t covered = 0;
+    for (const AttentionSeq& s : seqs) {
+      store_in_units = store_in_units && s.q_len <= kAttnQueryTile && s.q_begin == covered;
+      covered += s.q_len;
+    }
+    store_in_units = store_in_units && covered == fresh->n_tokens;
+    if (!store_in_units) store_kv(kv, fresh->k, fresh->v, fresh->stride, fresh->slots, fresh->n_tokens, ctx.isa);
+  }
   TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
                 "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
   const int32_t group = shape.n_heads / kv.n_kv_heads;
@@ -147,6 +169,16 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       a.first_pos = s.kv_len - s.q_len + u.q0;
       a.q = q + static_cast<int64_t>(s.q_begin + u.q0) * q_stride;
       a.out = out + static_cast<int64_t>(s.q_begin + u.q0) * out_stride;
+      if (store_in_units) {
+        // This unit is the only reader of these rows in this step, and the
+        // rows reach the cache of the core that reads them next.
+        const int64_t col = static_cast<int64_t>(u.kv_head) * kv.head_dim;
+        for (int32_t i = 0; i < s.q_len; ++i) {
+          const int64_t t = s.q_begin + i;
+          store_head(kv, fresh->k + t * fresh->stride + col, fresh->v + t * fresh->stride + col, fresh->slots[t],
+                     u.kv_head);
+        }
+      }
       kern.attend(a);
     }
   });

@@ -60,11 +60,24 @@ struct AttentionShape {
 void store_kv(const KvLayerView& kv, const float* k, const float* v, int64_t stride,
               const int64_t* slots, int64_t n_tokens, Isa isa);
 
+// The K and V rows of a step's new tokens, as store_kv() takes them.
+struct NewKv {
+  const float* k = nullptr;       // [n_tokens, stride]
+  const float* v = nullptr;       // [n_tokens, stride]
+  int64_t stride = 0;
+  const int64_t* slots = nullptr;  // [n_tokens]
+  int64_t n_tokens = 0;
+};
+
 // out[row, h * head_dim + d] = softmax(q_row_h . K^T * scale) V, per
 // sequence. q, out: [total query rows, stride] f32, n_heads * head_dim used.
+// With `fresh`, the new tokens' K/V are stored first (same result as
+// store_kv() then paged_attention()); in decode each worker stores the rows
+// of the heads it attends, in the same dispatch, instead of one thread
+// touching every head's cache lines before the others start.
 void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out,
                      int64_t out_stride, std::span<const AttentionSeq> seqs,
-                     const AttentionShape& shape, const KernelContext& ctx);
+                     const AttentionShape& shape, const KernelContext& ctx, const NewKv* fresh = nullptr);
 
 // The inverse of store_kv: reads the K and V rows of n_tokens slots back as
 // f32 ([n_tokens, stride], n_kv_heads * head_dim used).

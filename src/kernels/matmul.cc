@@ -3,6 +3,7 @@
 // The kernels themselves are in matmul_ref.cc and matmul_<isa>.cc.
 #include "kernels/matmul.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/error.h"
@@ -173,7 +174,7 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   const WeightView& w0 = *jobs[0].w;
   for (size_t j = 0; j < n_jobs; ++j) check_weight(*jobs[j].w, x_stride, n_tokens, jobs[j].y_stride);
   if (n_tokens == 0) return;
-  TypeInfo info;
+  TypeInfo info{};
   type_info(w0.type, &info);
   const bool quantized = info.block != 0;
 
@@ -234,20 +235,48 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   const bool quantize_inside = quantized && n_tokens > 1;
   if (quantized && !quantize_inside) quantize(x, x_stride, 0, n_tokens, act, layout);
   ThreadPool* pool = ctx.pool;
+  // Chunks shrink as the work runs out (guided self-scheduling): big ones
+  // first, so taking one (a shared cache line) is rare, small ones at the
+  // end, so neither thread waits long for the other's last chunk. Decode
+  // chunks are whole pairs of tiles: its kernel takes two at a time.
+  const int64_t step = n_tokens == 1 ? 2 : 1;
+  std::atomic<int64_t> next_unit{0};
+  auto claim = [&](int64_t* u0, int64_t* u1) {
+    int64_t cur = next_unit.load(std::memory_order_relaxed);
+    for (;;) {
+      if (cur >= units) return false;
+      const int64_t want = (units - cur) / (2 * nth);
+      const int64_t size = want > step ? (want + step - 1) / step * step : step;
+      if (next_unit.compare_exchange_weak(cur, cur + size, std::memory_order_relaxed)) {
+        *u0 = cur;
+        *u1 = cur + size < units ? cur + size : units;
+        return true;
+      }
+    }
+  };
   pool->run([&](int tid, int n) {
     if (quantize_inside) {
       quantize(x, x_stride, n_tokens * tid / n, n_tokens * (tid + 1) / n, act, layout);
       pool->barrier();
     }
     if (units >= n) {
-      // This thread's share of the row tiles of all jobs, in job order.
-      const int64_t u0 = units * tid / n, u1 = units * (tid + 1) / n;
-      int64_t first = 0;
-      for (size_t j = 0; j < n_jobs; first = unit_end[j++]) {
-        const int64_t lo = u0 > first ? u0 : first, hi = u1 < unit_end[j] ? u1 : unit_end[j];
-        if (lo >= hi) continue;
-        const int64_t r0 = (lo - first) * tile, r1 = (hi - first) * tile;
-        range[j](args[j], r0, r1 < args[j].rows ? r1 : args[j].rows, 0, n_tokens);
+      // Row tiles of all jobs, in job order, taken in chunks from a shared
+      // counter: on a shared machine one core often runs slower for a
+      // while (another guest's work), and a static half each would leave
+      // the other idle at the end of every call. Which thread computes a
+      // row does not change its arithmetic, so results stay bit-identical.
+      size_t j = 0;  // the first job a chunk can touch (chunks only move forward)
+      int64_t u0 = 0, u1 = 0;
+      while (claim(&u0, &u1)) {
+        while (unit_end[j] <= u0) ++j;
+        for (size_t k = j; k < n_jobs; ++k) {
+          const int64_t first = k == 0 ? 0 : unit_end[k - 1];
+          if (first >= u1) break;
+          const int64_t lo = u0 > first ? u0 : first, hi = u1 < unit_end[k] ? u1 : unit_end[k];
+          if (lo >= hi) continue;  // a job without rows
+          const int64_t r0 = (lo - first) * tile, r1 = (hi - first) * tile;
+          range[k](args[k], r0, r1 < args[k].rows ? r1 : args[k].rows, 0, n_tokens);
+        }
       }
     } else {
       // Fewer row tiles than threads: split the tokens instead.

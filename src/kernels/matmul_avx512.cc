@@ -23,6 +23,11 @@ struct Avx512Cfg {
   static constexpr int kMaxT = 4;
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
+#ifndef TESSERA_PACKED_PF
+#define TESSERA_PACKED_PF 4096
+#endif
+  // Bytes ahead in a packed row group's stream, decode only (measured: docs/KERNELS.md).
+  static constexpr int kPackedPrefetch = TESSERA_PACKED_PF;
   static constexpr size_t kActChunkBytes = 256 * 1024;
 };
 

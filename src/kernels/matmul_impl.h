@@ -318,61 +318,99 @@ static inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-template <class D, bool kQ4, int T>
-static inline void ptile8(const uint8_t* group, int64_t nb, const ActPtrs* x, float* const* y, int nvalid) {
+// G row groups (8 rows each, consecutive in the packed layout) x T tokens.
+// One token (decode) takes two groups at a time so that each activation
+// broadcast feeds 16 rows: decode's kernel issues fewer loads per weight
+// byte, which is what lets two cores keep DRAM busy. All but the last group
+// are full; the last has `nvalid` rows. kPrefetch: bytes ahead of each
+// group's stream to prefetch (0: none), so that the misses of a decode step
+// are in flight while the previous bytes are multiplied.
+template <class D, bool kQ4, int T, int G, int kPrefetch>
+static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                         int nvalid) {
   constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m256 acc[G][T];
+  for (int g = 0; g < G; ++g) {
+    for (int t = 0; t < T; ++t) acc[g][t] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + static_cast<size_t>(b) * kBytes;
-    const __m256 ws = _mm256_cvtph_ps(loadu128(blk));
-    __m256i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-    if constexpr (kQ4 && D::kU4PairsInInt16) {
-      // The 8 vpmaddubsw results of a block are summed as int16 pairs and
-      // widened once: |pair| <= 2 * 15 * 127 = 3810 (activations are
-      // clamped to +-127), so 8 of them stay within 30480 < 32767 — exact,
-      // and one vpmaddwd per block instead of eight.
-      __m256i p16[T];
-      for (int t = 0; t < T; ++t) p16[t] = _mm256_setzero_si256();
-      for (int h = 0; h < 4; ++h) {
-        const __m256i v = loadu256(blk + 16 + 32 * h);
-        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        for (int t = 0; t < T; ++t) {
-          const int8_t* xq = x[t].q + b * 32;
-          p16[t] = _mm256_add_epi16(p16[t], _mm256_maddubs_epi16(lo, bcast4(xq + 4 * h)));
-          p16[t] = _mm256_add_epi16(p16[t], _mm256_maddubs_epi16(hi, bcast4(xq + 16 + 4 * h)));
+    const uint8_t* blk[G];
+    for (int g = 0; g < G; ++g) {
+      blk[g] = group + g * group_bytes + static_cast<size_t>(b) * kBytes;
+      if constexpr (kPrefetch > 0) {
+        for (size_t o = 0; o < kBytes; o += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(blk[g] + kPrefetch + o), _MM_HINT_T0);
         }
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_madd_epi16(p16[t], _mm256_set1_epi16(1));
-    } else if constexpr (kQ4) {
+    }
+    __m256i isum[G][T];
+    if constexpr (kQ4) {
+      // kPairs: the 8 vpmaddubsw results of a block are summed as int16
+      // pairs and widened once: |pair| <= 2 * 15 * 127 = 3810 (activations
+      // are clamped to +-127), so 8 of them stay within 30480 < 32767 —
+      // exact, and one vpmaddwd per block instead of eight.
+      constexpr bool kPairs = D::kU4PairsInInt16;
+      __m256i part[G][T];  // int16 pair sums (kPairs) or int32 sums
+      for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) part[g][t] = _mm256_setzero_si256();
+      }
       for (int h = 0; h < 4; ++h) {
-        const __m256i v = loadu256(blk + 16 + 32 * h);
-        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i xl[T], xh[T];
         for (int t = 0; t < T; ++t) {
-          const int8_t* xq = x[t].q + b * 32;
-          isum[t] = _mm256_add_epi32(isum[t], D::u4_dot(lo, bcast4(xq + 4 * h)));
-          isum[t] = _mm256_add_epi32(isum[t], D::u4_dot(hi, bcast4(xq + 16 + 4 * h)));
+          xl[t] = bcast4(x[t].q + b * 32 + 4 * h);
+          xh[t] = bcast4(x[t].q + b * 32 + 16 + 4 * h);
+        }
+        for (int g = 0; g < G; ++g) {
+          const __m256i v = loadu256(blk[g] + 16 + 32 * h);
+          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          for (int t = 0; t < T; ++t) {
+            if constexpr (kPairs) {
+              part[g][t] = _mm256_add_epi16(part[g][t], _mm256_maddubs_epi16(lo, xl[t]));
+              part[g][t] = _mm256_add_epi16(part[g][t], _mm256_maddubs_epi16(hi, xh[t]));
+            } else {
+              part[g][t] = _mm256_add_epi32(part[g][t], D::u4_dot(lo, xl[t]));
+              part[g][t] = _mm256_add_epi32(part[g][t], D::u4_dot(hi, xh[t]));
+            }
+          }
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) {
+          isum[g][t] = kPairs ? _mm256_madd_epi16(part[g][t], _mm256_set1_epi16(1)) : part[g][t];
         }
       }
     } else {
+      for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+      }
       for (int j = 0; j < 8; ++j) {
-        const typename D::Q8 w = D::q8_prep(loadu256(blk + 16 + 32 * j));
-        for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], D::q8_dot(w, bcast4(x[t].q + b * 32 + 4 * j)));
+        __m256i xj[T];
+        for (int t = 0; t < T; ++t) xj[t] = bcast4(x[t].q + b * 32 + 4 * j);
+        for (int g = 0; g < G; ++g) {
+          const typename D::Q8 w = D::q8_prep(loadu256(blk[g] + 16 + 32 * j));
+          for (int t = 0; t < T; ++t) isum[g][t] = _mm256_add_epi32(isum[g][t], D::q8_dot(w, xj[t]));
+        }
       }
     }
     for (int t = 0; t < T; ++t) {
       const int offset = kQ4 ? 8 : D::kQ8Offset;
-      const __m256i v = offset == 0 ? isum[t] : _mm256_sub_epi32(isum[t], _mm256_set1_epi32(offset * x[t].sum[b]));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, _mm256_set1_ps(x[t].d[b])), acc[t]);
+      const __m256 d = _mm256_set1_ps(x[t].d[b]);
+      const __m256i off = _mm256_set1_epi32(offset * x[t].sum[b]);
+      for (int g = 0; g < G; ++g) {
+        const __m256i v = offset == 0 ? isum[g][t] : _mm256_sub_epi32(isum[g][t], off);
+        const __m256 ws = _mm256_cvtph_ps(loadu128(blk[g]));
+        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, d), acc[g][t]);
+      }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    if (nvalid == 8) {
-      _mm256_storeu_ps(y[t], acc[t]);
-    } else {
-      Avx2F::store_tail(y[t], acc[t], nvalid);
+  for (int g = 0; g < G; ++g) {
+    for (int t = 0; t < T; ++t) {
+      if (g < G - 1 || nvalid == 8) {
+        _mm256_storeu_ps(y[t] + 8 * g, acc[g][t]);
+      } else {
+        Avx2F::store_tail(y[t] + 8 * g, acc[g][t], nvalid);
+      }
     }
   }
 }
@@ -381,13 +419,26 @@ template <class D, bool kQ4, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / 32;
   const size_t group_bytes = static_cast<size_t>(nb) * (kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block);
+  if (t1 - t0 == 1) {  // decode: two row groups per pass
+    const ActPtrs x = act_ptrs(a, t0);
+    for (int64_t rt = r0; rt < r1; rt += 2 * kRowTile) {
+      const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+      float* y = a.y + t0 * a.y_stride + rt;
+      if (rt + kRowTile < r1) {
+        ptile<D, kQ4, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(imin(8, r1 - rt - 8)));
+      } else {
+        ptile<D, kQ4, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(r1 - rt));
+      }
+    }
+    return;
+  }
   sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
     const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
     switch (n) {
-      case 1: ptile8<D, kQ4, 1>(group, nb, x, y, nvalid); break;
-      case 2: ptile8<D, kQ4, 2>(group, nb, x, y, nvalid); break;
-      case 3: ptile8<D, kQ4, 3>(group, nb, x, y, nvalid); break;
-      default: ptile8<D, kQ4, 4>(group, nb, x, y, nvalid); break;
+      case 1: ptile<D, kQ4, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      case 2: ptile<D, kQ4, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      case 3: ptile<D, kQ4, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      default: ptile<D, kQ4, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
     }
   });
 }

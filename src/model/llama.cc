@@ -96,10 +96,10 @@ void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const ForwardB
     s.tap("v", il, s.v.data(), T, KV, KV);
   }
   const kernels::KvLayerView layer = kv.layer(il);
-  kernels::store_kv(layer, s.k.data(), s.v.data(), KV, batch.slots.data(), T, isa);
+  const kernels::NewKv fresh{s.k.data(), s.v.data(), KV, batch.slots.data(), T};
   const kernels::AttentionShape shape{static_cast<int32_t>(cfg_.n_head),
                                       1.0f / std::sqrt(static_cast<float>(cfg_.head_dim))};
-  kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, batch.seqs, shape, s.ctx);
+  kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, batch.seqs, shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
   kernels::matmul(L.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, isa);
