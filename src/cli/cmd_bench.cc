@@ -3,7 +3,9 @@
 // prompt-processing roofline (compute-bound) with the achieved fractions.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <filesystem>
 
 #include "cli/command.h"
@@ -15,6 +17,11 @@
 
 namespace tessera::cli {
 namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 struct BenchArgs {
   std::string model;
@@ -79,9 +86,33 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     RunOptions ro;
     ro.kv_type = a->kv_type;
     opt.kv_type = ro.kv_dtype();
+    // The machine is shared: its bandwidth drifts by 10-30% from minute to
+    // minute. So besides the measurement above, a short one right before
+    // each tg repetition, and that repetition's roofline fraction is taken
+    // against the bandwidth of the same moment.
+    std::vector<double> tg_bw;
+    if (!a->no_membw && opt.n_gen > 0) {
+      opt.before_tg = [&] {
+        tg_bw.push_back(kernels::measure_read_bandwidth(pool, size_t{256} << 20, 3).gbps_median);
+      };
+    }
     const engine::BenchResult r = engine::run_bench(*lm.model, opt, pool);
     const size_t bpt = lm.model->bytes_per_token();
+    if (!tg_bw.empty()) {
+      std::vector<double> all = tg_bw;
+      all.push_back(bw);
+      bw = median_of(all);
+      j["membw_gbps"] = bw;
+      j["membw_gbps_at_tg"] = tg_bw;
+    }
     const double roofline = bw > 0 ? bw * 1e9 / static_cast<double>(bpt) : 0.0;
+    double tg_fraction = roofline > 0 ? r.tg_tps / roofline : 0.0;
+    if (tg_bw.size() == r.tg_samples.size() && !tg_bw.empty()) {
+      std::vector<double> fr;
+      for (size_t i = 0; i < tg_bw.size(); ++i) fr.push_back(r.tg_samples[i] * static_cast<double>(bpt) / (tg_bw[i] * 1e9));
+      j["tg_roofline_fractions"] = fr;
+      tg_fraction = median_of(fr);
+    }
     std::string type = "?";
     {
       // The dominant weight type, by bytes.
@@ -101,7 +132,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     j["tg_tps"] = r.tg_tps;
     j["tg_samples"] = r.tg_samples;
     j["roofline_tps"] = roofline;
-    j["tg_roofline_fraction"] = roofline > 0 ? r.tg_tps / roofline : 0.0;
+    j["tg_roofline_fraction"] = tg_fraction;
     // Prompt processing: weight multiply-adds per prompt token (logits for
     // the last token only) against the peak of the arithmetic the weight
     // type runs on (int8 dots for quantized types, f32 FMAs for float ones).
@@ -123,8 +154,9 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
       std::printf("| %s | %s | %d | tg%lld | %.1f |\n", j["model"].get<std::string>().c_str(), type.c_str(), pool.size(),
                   static_cast<long long>(a->n_gen), r.tg_tps);
       if (roofline > 0) {
-        std::printf("read bandwidth %.1f GB/s; %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of roofline\n", bw,
-                    static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * r.tg_tps / roofline);
+        std::printf("read bandwidth %.1f GB/s (median of %zu); %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of "
+                    "roofline (median over repetitions, each against the bandwidth measured just before it)\n",
+                    bw, tg_bw.size() + 1, static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * tg_fraction);
       }
       std::printf("pp: %.3g weight multiply-adds/s", pp_macs_per_s);
       if (pp_peak > 0) {

@@ -37,6 +37,7 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
     }
     if (opt.n_gen > 0) {
       runner.reset();
+      if (opt.before_tg) opt.before_tg();
       int32_t tok = 1;
       const auto t0 = now();
       for (int64_t i = 0; i < opt.n_gen; ++i) {

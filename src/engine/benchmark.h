@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/model.h"
@@ -16,6 +17,10 @@ struct BenchOptions {
   int reps = 5;
   DType kv_type = DType::kF16;
   int64_t n_batch = 512;  // tokens per forward pass for pp
+  // Called right before each timed tg repetition (e.g. to measure the
+  // machine's bandwidth at that moment, for a roofline fraction per
+  // repetition); its own time is not counted.
+  std::function<void()> before_tg;
 };
 
 struct BenchResult {

@@ -2,6 +2,8 @@
 // versions of ops_<isa>.cc.
 #include "kernels/ops.h"
 
+#include <vector>
+
 #include <cmath>
 
 #include "kernels/ops_kernels.h"
@@ -45,16 +47,14 @@ void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_ou
   for (int64_t i = 0; i < p.n_rot / 2; ++i) rope_angle(pos, p, i, &cos_out[i], &sin_out[i]);
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa) {
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const RopeParams& p, const float* cos,
+                 const float* sin, Isa isa) {
   const int64_t half = p.n_rot / 2;
   if (const OpsKernels* k = vector_ops(isa); k != nullptr && half <= kRopeChunk) {
-    float c[kRopeChunk], s[kRopeChunk];
-    rope_angles(pos, p, c, s);
-    return k->rope_apply(x, n_heads, head_dim, half, p.neox, c, s);
+    return k->rope_apply(x, n_heads, head_dim, half, p.neox, cos, sin);
   }
   for (int64_t i = 0; i < half; ++i) {
-    float c, s;
-    rope_angle(pos, p, i, &c, &s);
+    const float c = cos[i], s = sin[i];
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim;
       const int64_t a = p.neox ? i : 2 * i;
@@ -64,6 +64,18 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopePa
       v[b] = x0 * s + x1 * c;
     }
   }
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa) {
+  const int64_t half = p.n_rot / 2;
+  if (half <= kRopeChunk) {
+    float c[kRopeChunk], s[kRopeChunk];
+    rope_angles(pos, p, c, s);
+    return rope_rotate(x, n_heads, head_dim, p, c, s, isa);
+  }
+  std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+  rope_angles(pos, p, c.data(), s.data());
+  rope_rotate(x, n_heads, head_dim, p, c.data(), s.data(), isa);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {

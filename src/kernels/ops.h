@@ -30,6 +30,12 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopePa
 // float): the rotation every rope() version applies.
 void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out);
 
+// rope() with the angles of rope_angles() given (a forward pass computes
+// them once per token and rotates every layer's q and k with them; the
+// same bits as rope()). cos, sin: [n_rot / 2].
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const RopeParams& p, const float* cos,
+                 const float* sin, Isa isa);
+
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa);
 

@@ -85,10 +85,13 @@ void LlamaModel::attention_block(const LlamaLayer& L, int64_t il, const ForwardB
     add_bias(s.k.data(), KV, T, L.bk);
     add_bias(s.v.data(), KV, T, L.bv);
   }
-  const kernels::RopeParams rope{cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_freq_scale, cfg_.rope_neox};
+  const kernels::RopeParams rope = rope_params();
+  const int64_t half = cfg_.n_rot / 2;
   for (int64_t t = 0; t < T; ++t) {
-    kernels::rope(s.q.data() + t * Q, cfg_.n_head, cfg_.head_dim, batch.positions[t], rope, isa);
-    kernels::rope(s.k.data() + t * KV, cfg_.n_head_kv, cfg_.head_dim, batch.positions[t], rope, isa);
+    const float* c = s.rope_cos.data() + t * half;
+    const float* sn = s.rope_sin.data() + t * half;
+    kernels::rope_rotate(s.q.data() + t * Q, cfg_.n_head, cfg_.head_dim, rope, c, sn, isa);
+    kernels::rope_rotate(s.k.data() + t * KV, cfg_.n_head_kv, cfg_.head_dim, rope, c, sn, isa);
   }
   if (s.tap) {
     s.tap("q", il, s.q.data(), T, Q, Q);
@@ -145,6 +148,13 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& s
                             s.x.data() + i * E, E);
   }
   if (s.tap) s.tap("embd", -1, s.x.data(), T, E, E);
+  // RoPE angles depend on the position only: once per token, not per layer.
+  const int64_t half = cfg_.n_rot / 2;
+  s.rope_cos.ensure(t * static_cast<size_t>(half));
+  s.rope_sin.ensure(t * static_cast<size_t>(half));
+  for (int64_t i = 0; i < T; ++i) {
+    kernels::rope_angles(batch.positions[i], rope_params(), s.rope_cos.data() + i * half, s.rope_sin.data() + i * half);
+  }
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
     attention_block(layers_[il], il, batch, kv, s);
     ffn_block(layers_[il], il, T, s);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -40,6 +41,9 @@ class LlamaModel final : public Model {
   MatmulWork matmul_work() const override;
 
  private:
+  kernels::RopeParams rope_params() const {
+    return {cfg_.n_rot, cfg_.rope_freq_base, cfg_.rope_freq_scale, cfg_.rope_neox};
+  }
   void attention_block(const LlamaLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv,
                        ForwardState& s) const;
   void ffn_block(const LlamaLayer& L, int64_t il, int64_t n_tokens, ForwardState& s) const;

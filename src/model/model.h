@@ -35,6 +35,7 @@ struct ForwardState {
   AlignedBuffer<float> logits;     // [n_logit_rows, n_vocab] after forward()
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
+  AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer
 };
 
 class Model {
