@@ -525,6 +525,16 @@ static inline void ftile(const uint8_t* w, size_t row_bytes, const float* x, int
   for (; k + W <= k_total; k += W) {
     V xv[T];
     for (int t = 0; t < T; ++t) xv[t] = F::load(x + t * x_stride + k);
+    if constexpr (T == 1) {
+      // Decode: prefetch the next tile's rows at this column, once per
+      // cache line (a tile ahead: R rows of row_bytes). A prefetch past the
+      // matrix end does not fault. Measured: 110m F16 tg +14% (docs/KERNELS.md).
+      if ((k * L::kBytes) % 64 == 0) {
+        for (int r = 0; r < R; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * row_bytes + k * L::kBytes), _MM_HINT_T0);
+        }
+      }
+    }
     for (int r = 0; r < R; ++r) {
       const V wv = L::load(w + r * row_bytes + k * L::kBytes);
       for (int t = 0; t < T; ++t) acc[r][t] = F::fmadd(wv, xv[t], acc[r][t]);

@@ -117,7 +117,7 @@ struct Avx2F {
 // w's sign), which keeps every pair within 2 * 128 * 127 < 32767.
 struct Avx2Dot {
   static constexpr int kQ8Offset = 0;  // q8_dot returns sum(w * x) itself
-  static constexpr bool kU4PairsInInt16 = true;  // see ptile8
+  static constexpr bool kU4PairsInInt16 = true;  // see ptile
   struct Q8 {
     __m256i abs_w, w;
   };
