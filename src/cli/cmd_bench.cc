@@ -3,10 +3,9 @@
 // prompt-processing roofline (compute-bound) with the achieved fractions.
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <filesystem>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/common_options.h"
@@ -17,11 +16,6 @@
 
 namespace tessera::cli {
 namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 struct BenchArgs {
   std::string model;
@@ -101,7 +95,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     if (!tg_bw.empty()) {
       std::vector<double> all = tg_bw;
       all.push_back(bw);
-      bw = median_of(all);
+      bw = engine::median(all);
       j["membw_gbps"] = bw;
       j["membw_gbps_at_tg"] = tg_bw;
     }
@@ -111,7 +105,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
       std::vector<double> fr;
       for (size_t i = 0; i < tg_bw.size(); ++i) fr.push_back(r.tg_samples[i] * static_cast<double>(bpt) / (tg_bw[i] * 1e9));
       j["tg_roofline_fractions"] = fr;
-      tg_fraction = median_of(fr);
+      tg_fraction = engine::median(fr);
     }
     std::string type = "?";
     {

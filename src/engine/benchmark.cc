@@ -7,15 +7,11 @@
 #include "kernels/ops.h"
 
 namespace tessera::engine {
-namespace {
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
-
-}  // namespace
 
 BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& pool) {
   const int64_t n_ctx = std::max<int64_t>(opt.n_prompt, opt.n_gen) + 1;

@@ -30,6 +30,9 @@ struct BenchResult {
   std::vector<double> tg_samples;
 };
 
+// Median of v (mean of the middle two for an even count; 0 if empty).
+double median(std::vector<double> v);
+
 BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& pool);
 
 }  // namespace tessera::engine

@@ -113,6 +113,8 @@ void copy_block(const KvLayerView& kv, int32_t src, int32_t dst) {
 void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
                      std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx,
                      const NewKv* fresh) {
+  TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
+                "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
   // The new rows can be written by the units that read them only when each
   // (sequence, kv head) is one unit and the sequences cover the new tokens
   // exactly (decode, short chunks); otherwise they are written first.
@@ -126,8 +128,6 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     store_in_units = store_in_units && covered == fresh->n_tokens;
     if (!store_in_units) store_kv(kv, fresh->k, fresh->v, fresh->stride, fresh->slots, fresh->n_tokens, ctx.isa);
   }
-  TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
-                "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
   const int32_t group = shape.n_heads / kv.n_kv_heads;
   std::vector<WorkUnit> units;
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {

@@ -2,9 +2,8 @@
 // versions of ops_<isa>.cc.
 #include "kernels/ops.h"
 
-#include <vector>
-
 #include <cmath>
+#include <vector>
 
 #include "kernels/ops_kernels.h"
 
