@@ -297,6 +297,76 @@ TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
   }
 }
 
+// Completion text is decode(prompt + output) minus decode(prompt) (issue 13):
+// the first word keeps its space (" was"), for SentencePiece (stories260K)
+// and byte-level BPE (a random model with GPT-2's vocabulary), greedy and
+// sampled, n = 1 and forked samples.
+void check_text_continues_prompt(const Model& model, const Tokenizer& tok, const std::vector<std::string>& prompts) {
+  Engine e(model, &tok, small_config());
+  std::map<RequestId, std::vector<int32_t>> prompt_of_group;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> ids = tok.encode(prompts[i], /*add_special=*/true, /*parse_special=*/true);
+    SamplingParams p = greedy(12);
+    if (i % 2 == 1) {  // sampled, hot, three forked samples: varied first tokens
+      p.temperature = 1.5f;
+      p.seed = 100 + i;
+      p.n = 3;
+    }
+    const RequestId group = e.add_request(ids, p);
+    prompt_of_group[group] = std::move(ids);
+  }
+  std::map<RequestId, Collected> out;
+  std::map<RequestId, RequestId> group_of;
+  while (e.has_unfinished()) {
+    for (const RequestOutput& o : e.step()) {
+      group_of[o.id] = o.group;
+      Collected& c = out[o.id];
+      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      c.text += o.text;
+    }
+  }
+  ASSERT_EQ(out.size(), prompts.size() + prompts.size() / 2 * 2);
+  int with_space = 0;
+  for (const auto& [id, c] : out) {
+    const std::vector<int32_t>& prompt = prompt_of_group.at(group_of.at(id));
+    ASSERT_EQ(c.tokens.size(), 12u);
+    const std::string head = tok.decode(prompt);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+    const std::string full = tok.decode(all);
+    if (full.compare(0, head.size(), head) != 0) continue;  // output completes a split character
+    EXPECT_EQ(c.text, full.substr(head.size())) << "request " << id;
+    if (!c.text.empty() && c.text[0] == ' ') ++with_space;
+  }
+  EXPECT_GT(with_space, 0) << "no continuation started with a space: the test checks nothing about it";
+}
+
+TEST(Engine, CompletionTextContinuesThePrompt) {
+  const Loaded& s = stories();
+  {
+    Engine e(*s.lm.model, s.tok.get(), small_config());
+    const RequestId id = e.add_request(std::string_view("The little dog"), greedy(8));
+    const Collected c = run_all(e)[id];
+    EXPECT_EQ(c.text.rfind(" was a little girl", 0), 0u) << c.text;
+  }
+  const std::vector<std::string> prompts = {"The little dog", "Once upon a time", "Tom said", "One day,",
+                                            "\"Hello", "The end.\n", "She ran", "It was a sunny"};
+  check_text_continues_prompt(*s.lm.model, *s.tok, prompts);
+
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-gpt-2.gguf");
+  SyntheticModelSpec spec;
+  spec.n_embd = 64;
+  spec.n_ff = 96;
+  spec.n_ctx = 512;
+  spec.vocab_from = testing::shared_path("models/vocab/ggml-vocab-gpt-2.gguf");
+  const std::string path = testing::temp_path("bpe-random.gguf");
+  write_synthetic_model(spec, path, 2);
+  const LoadedModel bpe = load_model(path);
+  const auto bpe_tok = Tokenizer::from_gguf(*bpe.file);
+  ASSERT_EQ(bpe_tok->kind(), "bpe");
+  check_text_continues_prompt(*bpe.model, *bpe_tok, prompts);
+}
+
 TEST(Engine, RejectsBadRequestsWithClearErrors) {
   const Loaded& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());

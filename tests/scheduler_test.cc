@@ -201,12 +201,51 @@ TEST(Scheduler, PrefixCachingGivesSameTokensAndHits) {
 TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
   SchedulerConfig sc;
   sc.max_model_len = 100;
+  {
+    kv::KvManager kv({4, 31});  // 30 blocks = 120 tokens: the model's context is the limit
+    Scheduler s(sc, kv);
+    EXPECT_EQ(s.config().max_model_len, 100);
+    EXPECT_NE(s.check_admissible(0, 10), "");
+    EXPECT_NE(s.check_admissible(100, 1).find("maximum context length is 100"), std::string::npos);
+    EXPECT_NE(s.check_admissible(90, 20).find("maximum context length is 100"), std::string::npos);
+    EXPECT_EQ(s.check_admissible(90, 10), "");
+  }
+  // A pool smaller than one full context caps the context at what it holds
+  // (issue 13: admission asks only that a request fit, and one alone in the
+  // pool can always reach its end).
   kv::KvManager kv({4, 11});  // 10 blocks = 40 tokens
   Scheduler s(sc, kv);
-  EXPECT_NE(s.check_admissible(0, 10), "");
-  EXPECT_NE(s.check_admissible(90, 20).find("maximum context length is 100"), std::string::npos);
-  EXPECT_NE(s.check_admissible(30, 20).find("KV blocks"), std::string::npos);
+  EXPECT_EQ(s.config().max_model_len, 40);
+  EXPECT_NE(s.check_admissible(30, 20).find("KV cache holds at most 40 tokens per sequence (the model's context is 100"),
+            std::string::npos);
+  EXPECT_NE(s.check_admissible(40, 1).find("the prompt has 40 tokens"), std::string::npos);
   EXPECT_EQ(s.check_admissible(30, 10), "");
+}
+
+// Many requests that each may grow to the whole pool, admitted together:
+// preemption lets every one of them finish, none is refused for what others
+// hold, and the pool is empty afterwards.
+TEST(Scheduler, RequestsUpToTheWholePoolAllFinish) {
+  SchedulerConfig sc;
+  sc.max_model_len = 1000;  // more than the pool: capped to 64 tokens
+  sc.max_num_batched_tokens = 32;
+  Harness h(17, 4, sc);
+  ASSERT_EQ(h.sched.config().max_model_len, 64);
+  std::mt19937 rng(3);
+  std::vector<std::pair<RequestId, std::vector<int32_t>>> reqs;
+  for (int i = 0; i < 12; ++i) {
+    const int prompt = 1 + static_cast<int>(rng() % 30);
+    std::vector<int32_t> p = random_prompt(rng, prompt);
+    reqs.emplace_back(h.add(p, 64 - prompt), p);
+  }
+  h.run_to_completion(100000);
+  for (const auto& [id, p] : reqs) {
+    const int32_t want = 64 - static_cast<int32_t>(p.size());
+    ASSERT_EQ(h.outputs[id].size(), static_cast<size_t>(want)) << "request " << id << " ran to the cache's context";
+    EXPECT_EQ(h.outputs[id], run_alone(p, want));
+  }
+  EXPECT_GT(h.sched.stats().preemptions, 0);
+  EXPECT_EQ(h.kv.pool().stats().used, 0);
 }
 
 TEST(Scheduler, NewRequestGetsFirstTokenWithinBoundedSteps) {

@@ -11,14 +11,18 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "model/model.h"
+#include "model/synthetic.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_unicode.h"
 #include "server/async_engine.h"
+#include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -177,14 +181,18 @@ std::string post_request(const std::string& path, const std::string& body) {
                      path, body.size(), body);
 }
 
+engine::EngineConfig stack_config() {
+  engine::EngineConfig ec;
+  ec.threads = 1;
+  ec.max_num_seqs = 8;
+  ec.num_kv_blocks = 512;
+  return ec;
+}
+
 struct Stack {
-  explicit Stack(const LoadedModel& lm, const Tokenizer& tok) {
-    engine::EngineConfig ec;
-    ec.threads = 1;
-    ec.max_num_seqs = 8;
-    ec.num_kv_blocks = 512;
+  explicit Stack(const LoadedModel& lm, const Tokenizer& tok, const engine::EngineConfig& ec = stack_config()) {
     engine = std::make_unique<engine::Engine>(*lm.model, &tok, ec);
-    async = std::make_unique<AsyncEngine>(*engine, metrics, 8 + 8);
+    async = std::make_unique<AsyncEngine>(*engine, metrics, ec.max_num_seqs + 8);
     ServerOptions opt;
     opt.port = 0;
     opt.served_model_name = "stories";
@@ -273,6 +281,332 @@ TEST_F(ServerTest, GreedyCompletionEqualsTheEngineDrivenDirectly) {
   const json j = json::parse(r->body);
   EXPECT_EQ(j["choices"][0]["text"], want);
   EXPECT_EQ(j["usage"]["completion_tokens"], 40);
+}
+
+// The text of an SSE stream: the concatenation of every chunk's choices[0]
+// text (completions) or delta content (chat).
+std::string streamed_text(const std::string& body, bool chat) {
+  std::string text;
+  std::istringstream lines(body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("data: {")) continue;
+    const json j = json::parse(line.substr(6));
+    if (j["choices"].empty()) continue;
+    const json& c = j["choices"][0];
+    if (chat) {
+      if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    } else {
+      text += c["text"].get<std::string>();
+    }
+  }
+  return text;
+}
+
+// Issue 13: completion text is decode(prompt + output) minus decode(prompt)
+// over HTTP, streamed and not, and the logprobs' tokens and text offsets
+// agree with it; a chat reply does not start with the word-start space.
+void check_http_text_continues_prompt(const LoadedModel& lm, const Tokenizer& tok) {
+  Stack s(lm, tok);
+  const ChatTemplate chatml = ChatTemplate::resolve("chatml", std::nullopt);
+  s.served.ctx.chat_template = &chatml;
+  s.attach();
+  httplib::Client cli("127.0.0.1", s.port());
+  int with_space = 0;
+  for (const std::string prompt : {"The little dog", "Once upon a time", "She said", "\"Hi", "The end.\n"}) {
+    // Reference: the engine's tokens, decoded with the prompt.
+    engine::EngineConfig ec;
+    ec.threads = 1;
+    ec.num_kv_blocks = 64;
+    engine::Engine ref(*lm.model, &tok, ec);
+    engine::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    const std::vector<int32_t> ids = tok.encode(prompt, true, true);
+    std::vector<int32_t> all = ids;
+    ref.add_request(ids, p, [&](const engine::RequestOutput& o) { all.insert(all.end(), o.new_tokens.begin(), o.new_tokens.end()); });
+    while (ref.has_unfinished()) ref.step();
+    const std::string head = tok.decode(ids), full = tok.decode(all);
+    ASSERT_EQ(full.compare(0, head.size(), head), 0);
+    const std::string want = full.substr(head.size());
+    if (want.starts_with(" ")) ++with_space;
+
+    json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 1}};
+    auto r = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["choices"][0]["text"], want) << prompt;
+    // Each token's offset is where its bytes start in the text (a byte-level
+    // token may hold part of a character: its JSON string then shows U+FFFD).
+    const json& lp = j["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), all.size() - ids.size());
+    std::string pieces;
+    for (size_t t = 0; t < lp["tokens"].size(); ++t) {
+      EXPECT_EQ(lp["text_offset"][t], pieces.size());
+      const std::string piece = tok.token_to_piece(all[ids.size() + t]);
+      if (tok::is_valid_utf8(piece)) EXPECT_EQ(lp["tokens"][t], piece);
+      pieces += piece;
+    }
+    if (tok::is_valid_utf8(pieces)) EXPECT_EQ(pieces, want) << "the tokens' bytes, concatenated";
+
+    body["stream"] = true;
+    auto st = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(st);
+    EXPECT_EQ(streamed_text(st->body, false), want) << prompt;
+
+    // Chat: the reply starts a turn; no leading space, streamed or not.
+    json chat = {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})},
+                 {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+    auto c = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    const std::string reply = json::parse(c->body)["choices"][0]["message"]["content"];
+    EXPECT_FALSE(reply.starts_with(" ")) << reply;
+    chat["stream"] = true;
+    auto cs = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+    ASSERT_TRUE(cs);
+    EXPECT_EQ(streamed_text(cs->body, true), reply);
+  }
+  EXPECT_GT(with_space, 0) << "no continuation started with a space";
+}
+
+TEST_F(ServerTest, CompletionTextContinuesThePromptSpm) { check_http_text_continues_prompt(*lm_, *tok_); }
+
+// A random model with GPT-2's byte-level BPE vocabulary.
+std::string random_bpe_model(const std::string& name, int64_t n_ctx, int64_t n_layer) {
+  SyntheticModelSpec spec;
+  spec.n_embd = 64;
+  spec.n_head = 4;
+  spec.n_head_kv = 4;
+  spec.n_ff = 96;
+  spec.n_layer = n_layer;
+  spec.n_ctx = n_ctx;
+  spec.vocab_from = testing::shared_path("models/vocab/ggml-vocab-gpt-2.gguf");
+  const std::string path = testing::temp_path(name);
+  write_synthetic_model(spec, path, 1);
+  return path;
+}
+
+TEST_F(ServerTest, CompletionTextContinuesThePromptByteLevelBpe) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-gpt-2.gguf");
+  const LoadedModel lm = load_model(random_bpe_model("server-bpe.gguf", 512, 2));
+  const auto tok = Tokenizer::from_gguf(*lm.file);
+  check_http_text_continues_prompt(lm, *tok);
+}
+
+// Issue 13: most chat clients never send max_tokens. On a 131072-token
+// model whose default cache (1 GiB here: 40 layers x 4 KV heads x 16 dims,
+// 10 KiB a token) cannot hold one full context, the context is capped at
+// what the cache holds, and a chat request without max_tokens is admitted
+// and generates; with a smaller cache it runs to that cap and says "length".
+TEST_F(ServerTest, ChatWithoutMaxTokensOnALongContextModel) {
+  TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-gpt-2.gguf");
+  const LoadedModel lm = load_model(random_bpe_model("server-131k.gguf", 131072, 40));
+  ASSERT_EQ(lm.model->config().n_ctx_train, 131072);
+  const auto tok = Tokenizer::from_gguf(*lm.file);
+  const ChatTemplate chatml = ChatTemplate::resolve("chatml", std::nullopt);
+  const json chat = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me a story."}}})},
+                     {"temperature", 0}, {"ignore_eos", true}};
+  {
+    engine::EngineConfig ec;  // the defaults, as `tessera serve` has them
+    ec.threads = 1;
+    Stack s(lm, *tok, ec);
+    const int64_t cap = s.engine->config().max_model_len;
+    EXPECT_LT(cap, 131072) << "the default cache should not hold a whole 131072-token context here";
+    EXPECT_EQ(cap, s.engine->stats().kv_blocks_total * ec.block_size);
+    s.served.ctx.chat_template = &chatml;
+    s.attach();
+    RawConn c(s.port());
+    json streamed = chat;
+    streamed["stream"] = true;
+    c.send(post_request("/v1/chat/completions", streamed.dump()));
+    const std::string got = c.read_until("\"content\":", 4);
+    EXPECT_NE(got.find("200 OK"), std::string::npos) << got.substr(0, 400);
+    c.close();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (s.async->in_flight() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(s.async->in_flight(), 0);
+  }
+  engine::EngineConfig small;
+  small.threads = 1;
+  small.num_kv_blocks = 16;  // 256 tokens
+  Stack s(lm, *tok, small);
+  ASSERT_EQ(s.engine->config().max_model_len, 256);
+  s.served.ctx.chat_template = &chatml;
+  s.attach();
+  httplib::Client cli("127.0.0.1", s.port());
+  cli.set_read_timeout(120);
+  auto r = cli.Post("/v1/chat/completions", chat.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["total_tokens"], 256) << "generated up to the capped context";
+}
+
+// Issue 13: thousands of random submit / reject / abort / drop / finish
+// sequences straight on the AsyncEngine (n in 1..8, one to four prompts, some
+// longer than the context so the request is rejected after its first prompts
+// were queued). Whatever happens, in-flight, waiting, running and KV blocks
+// all return to zero, and the whole capacity can be admitted again.
+TEST_F(ServerTest, InFlightAccountingSurvivesRandomLifecycles) {
+  engine::EngineConfig ec;
+  ec.threads = 1;
+  ec.max_num_seqs = 16;
+  ec.num_kv_blocks = 20;  // 320 tokens: prompts of ~400 tokens cannot fit
+  engine::Engine eng(*lm_->model, tok_, ec);
+  Metrics metrics;
+  const int64_t capacity = 64;
+  AsyncEngine async(eng, metrics, capacity);
+  std::mt19937 rng(2024);
+  auto prompt = [&](int len) {
+    engine::PromptLayout p;
+    p.tokens.push_back(1);
+    for (int i = 1; i < len; ++i) p.tokens.push_back(3 + static_cast<int32_t>(rng() % 400));
+    return p;
+  };
+  std::vector<std::shared_ptr<RequestChannel>> live;
+  int submitted = 0, rejected = 0, refused = 0, aborted = 0, dropped = 0;
+  // Until enough of each path has run (how many submissions the capacity
+  // admits at a time depends on how fast the engine runs).
+  for (int it = 0; it < 50000 && (submitted < 400 || rejected < 150 || aborted + dropped < 300); ++it) {
+    const int action = static_cast<int>(rng() % 10);
+    if (action < 5) {
+      std::vector<engine::PromptLayout> prompts;
+      const int n_prompts = 1 + static_cast<int>(rng() % 4);
+      const bool too_long = rng() % 4 == 0;
+      for (int i = 0; i < n_prompts; ++i) {
+        prompts.push_back(prompt(too_long && i == n_prompts - 1 ? 400 : 2 + static_cast<int>(rng() % 20)));
+      }
+      engine::SamplingParams p;
+      p.n = 1 + static_cast<int32_t>(rng() % 8);
+      p.max_tokens = 1 + static_cast<int32_t>(rng() % 12);
+      p.temperature = rng() % 2 ? 0.0f : 0.8f;
+      try {
+        live.push_back(async.submit(std::move(prompts), p));
+        ++submitted;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResourceExhausted) {
+          ++rejected;
+        } else if (++refused; !live.empty()) {
+          // At capacity: a client reads one response to its end.
+          std::vector<ChannelItem> items;
+          while (!live.front()->finished()) live.front()->wait(items, std::chrono::milliseconds(20));
+          live.erase(live.begin());
+        }
+      }
+    } else if (action < 7 && !live.empty()) {
+      async.abort(*live[rng() % live.size()]);
+      ++aborted;
+    } else if (action < 8 && !live.empty()) {
+      // A client that vanishes: its request is aborted and nobody reads.
+      const size_t i = rng() % live.size();
+      async.abort(*live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      ++dropped;
+    } else if (!live.empty()) {
+      // A reader: drain one channel a little; forget it once finished.
+      const size_t i = rng() % live.size();
+      std::vector<ChannelItem> items;
+      live[i]->wait(items, std::chrono::milliseconds(1));
+      if (live[i]->finished()) live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_GE(async.in_flight(), 0);
+    ASSERT_LE(async.in_flight(), capacity);
+  }
+  for (auto& ch : live) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::vector<ChannelItem> items;
+    while (!ch->finished() && std::chrono::steady_clock::now() < until) ch->wait(items, std::chrono::milliseconds(50));
+    EXPECT_TRUE(ch->finished());
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto settled = [&] {
+    const engine::EngineStats st = async.stats();  // updated at the end of each step
+    return async.in_flight() == 0 && st.num_running == 0 && st.num_waiting == 0 && st.kv_blocks_used == 0;
+  };
+  while (!settled() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(submitted, 400);
+  EXPECT_GE(rejected, 150) << "rejections after queued prompts must be exercised";
+  EXPECT_GE(aborted + dropped, 300);
+  EXPECT_EQ(async.in_flight(), 0);
+  const engine::EngineStats st = async.stats();
+  EXPECT_EQ(st.num_waiting, 0);
+  EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  // The whole capacity is admitted again.
+  engine::SamplingParams p;
+  p.n = 8;
+  p.max_tokens = 2;
+  std::vector<engine::PromptLayout> eight(8, prompt(4));
+  std::shared_ptr<RequestChannel> ch;
+  ASSERT_NO_THROW(ch = async.submit(std::move(eight), p));
+  std::vector<ChannelItem> items;
+  while (!ch->finished()) ch->wait(items, std::chrono::milliseconds(50));
+}
+
+// The same over HTTP: concurrent clients send streamed and non-streamed
+// requests (n in 1..8, one to four prompts, some rejected after queueing),
+// some hang up mid-way; afterwards in-flight, waiting, KV blocks and HTTP
+// workers busy with a request are all zero.
+TEST_F(ServerTest, RandomClientsLeaveNothingBehind) {
+  engine::EngineConfig ec = stack_config();
+  ec.max_num_seqs = 16;
+  ec.num_kv_blocks = 20;
+  Stack s(*lm_, *tok_, ec);
+  s.attach();
+  std::atomic<int> ok{0}, bad{0}, gone{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(77 + c);
+      for (int i = 0; i < 40; ++i) {
+        json prompts = json::array();
+        const int n_prompts = 1 + static_cast<int>(rng() % 4);
+        const bool too_long = rng() % 4 == 0;
+        for (int k = 0; k < n_prompts; ++k) {
+          std::string text = "Once upon a time";
+          if (too_long && k == n_prompts - 1) {
+            for (int r = 0; r < 60; ++r) text += " there was a little cat";
+          }
+          prompts.push_back(text);
+        }
+        json body = {{"prompt", prompts}, {"n", 1 + rng() % (i % 3 == 0 ? 8 : 3)}, {"max_tokens", 1 + rng() % 24},
+                     {"stream", rng() % 2 == 0}};
+        RawConn conn(s.port());
+        if (!conn.ok()) continue;
+        std::string req = post_request("/v1/completions", body.dump());
+        req.insert(req.find("\r\n") + 2, "Connection: close\r\n");
+        conn.send(req);
+        if (rng() % 4 == 0) {  // hang up early
+          conn.read_until("HTTP/1.1", 1);
+          ++gone;
+          continue;
+        }
+        const std::string got = conn.read_until("\x01 (read to the end)", 1);
+        (got.find("200 OK") != std::string::npos ? ok : bad)++;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((s.async->in_flight() != 0 || s.http->active_requests() != 0 || s.async->stats().kv_blocks_used != 0) &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(ok.load(), 20) << bad.load() << " refused or rejected, " << gone.load() << " hung up";
+  EXPECT_GT(bad.load(), 10) << "rejections must be exercised";
+  EXPECT_GT(gone.load(), 10);
+  EXPECT_EQ(s.async->in_flight(), 0);
+  EXPECT_EQ(s.http->active_requests(), 0);
+  EXPECT_EQ(s.async->stats().num_waiting, 0);
+  EXPECT_EQ(s.async->stats().kv_blocks_used, 0);
 }
 
 TEST_F(ServerTest, HostileRequestsGetOnly4xx) {

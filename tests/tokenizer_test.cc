@@ -258,6 +258,65 @@ TEST(StreamingDecoder, MatchesDecodeOnEveryReferenceString) {
   }
 }
 
+// A completion's text is decode(prompt + output) minus decode(prompt): after
+// skip(prompt), pushes give exactly that, whatever the continuation starts
+// with (a word, punctuation, a newline, a multi-byte character) and wherever
+// the prompt ends, for SentencePiece and byte-level BPE.
+TEST(StreamingDecoder, ContinuationAfterSkipIsFullTextMinusPromptText) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"The little dog", " was a little girl"},
+      {"The little dog", ", said Tom."},
+      {"The little dog", "\nThe end"},
+      {"The little dog", "\u00e9t\u00e9 caf\u00e9 \u65e5\u672c\u8a9e \U0001F600!"},
+      {"Caf\u00e9", "\u00e9\u00e9 ok"},
+  };
+  for (const std::string name : {"llama-spm", "gpt-2"}) {
+    TESSERA_REQUIRE_SHARED("models/vocab/ggml-vocab-" + name + ".gguf");
+    const auto tok = load_vocab(name);
+    int checked = 0;
+    for (const auto& [prompt, cont] : cases) {
+      const std::vector<int32_t> ids = tok->encode(prompt + cont, /*add_special=*/true);
+      const std::string full = tok->decode(ids);
+      // Every split of the ids that ends the prompt on a character boundary.
+      for (size_t k = 0; k <= ids.size(); ++k) {
+        const std::span<const int32_t> head(ids.data(), k);
+        const std::string head_text = tok->decode(head);
+        if (full.compare(0, head_text.size(), head_text) != 0) continue;  // split inside a character
+        StreamingDecoder d(*tok);
+        d.skip(head);
+        std::string text;
+        for (size_t i = k; i < ids.size(); ++i) text += d.push(ids[i]);
+        text += d.flush();
+        EXPECT_EQ(head_text + text, full) << name << " split at " << k << " of " << nlohmann::json(full).dump();
+        ++checked;
+      }
+      // The split at the prompt's own end exists and gives the continuation
+      // itself, leading space included.
+      const std::vector<int32_t> p_ids = tok->encode(prompt, /*add_special=*/true);
+      if (std::equal(p_ids.begin(), p_ids.end(), ids.begin())) {
+        StreamingDecoder d(*tok);
+        d.skip(p_ids);
+        std::string text;
+        for (size_t i = p_ids.size(); i < ids.size(); ++i) text += d.push(ids[i]);
+        EXPECT_EQ(text + d.flush(), cont) << name;
+      }
+    }
+    EXPECT_GT(checked, 40) << name;
+  }
+  // Where the prompt's tokens equal the separate encoding, the first case is
+  // the example: " was", not "was".
+  const auto spm = load_vocab("llama-spm");
+  const std::vector<int32_t> p = spm->encode("The little dog", true);
+  const std::vector<int32_t> w = spm->encode("The little dog was", true);
+  ASSERT_EQ(w.size(), p.size() + 1);
+  StreamingDecoder d(*spm);
+  d.skip(p);
+  EXPECT_EQ(d.push(w.back()), " was");
+  // A copy continues from the same state (parallel samples fork it).
+  StreamingDecoder fork = d;
+  EXPECT_EQ(fork.push(w.back()), d.push(w.back()));
+}
+
 // ---- special tokens --------------------------------------------------------------
 
 TEST(SpecialTokens, ControlTokensOnlyWhenParsingSpecial) {

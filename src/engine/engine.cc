@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/stop_checker.h"
 #include "model/tokenizer.h"
 
@@ -43,6 +44,15 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   sc.max_model_len = config_.max_model_len;
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
+  if (scheduler_->config().max_model_len < config_.max_model_len) {
+    // As vLLM says it: the cache cannot hold one full-context sequence, so
+    // that is the longest a request may be (and the default length of one
+    // that names no max_tokens).
+    TESSERA_LOG_WARN("the KV cache ({} blocks of {} tokens) cannot hold one sequence of the model's context ({} "
+                     "tokens): requests are limited to {} tokens; give it more --kv-memory (or --kv-blocks) for more",
+                     n_blocks - 1, config_.block_size, config_.max_model_len, scheduler_->config().max_model_len);
+    config_.max_model_len = scheduler_->config().max_model_len;
+  }
   runner_ = std::make_unique<ModelRunner>(model, *kv_cache_, *pool_);
   seed_source_ = Rng(config_.seed != 0 ? config_.seed : std::random_device{}());
   update_stats();
@@ -102,7 +112,11 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
 
   r->num_prompt_tokens = r->num_tokens();
   for (int32_t t : r->tokens) ++r->history.prompt[t];
-  if (tokenizer_ != nullptr) r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+  if (tokenizer_ != nullptr) {
+    // Output text continues the prompt's (see StreamingDecoder::skip).
+    r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+    r->decoder->skip(r->tokens);
+  }
   r->arrival = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   r->id = r->group = next_id_++;
@@ -180,6 +194,15 @@ void Engine::finish(Request* r, FinishReason reason, bool flush, RequestOutput& 
   scheduler_->finish(r, reason);
   out.finished = true;
   out.finish_reason = reason;
+  // Samples are forked at the group's first sampled token, so a group that
+  // ends before then has one member; after, every member is listed.
+  out.group_finished = true;
+  if (auto g = groups_.find(r->group); g != groups_.end()) {
+    for (RequestId m : g->second) {
+      const Request* q = scheduler_->find(m);
+      if (q != nullptr && !q->finished()) out.group_finished = false;
+    }
+  }
   out.num_output_tokens = r->num_output_tokens();
   const auto now = Clock::now();
   out.elapsed = seconds(now - r->arrival);
@@ -249,7 +272,7 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
     c->seed = parent->seed;
     c->rng = sample_rng(parent->seed, i);
     c->history = parent->history;
-    if (tokenizer_ != nullptr) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+    if (parent->decoder) c->decoder = std::make_unique<StreamingDecoder>(*parent->decoder);
     c->arrival = parent->arrival;
     Request* child = scheduler_->add_running_after(std::move(c), after);
     after = child;

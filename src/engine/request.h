@@ -98,6 +98,10 @@ struct RequestOutput {
   std::vector<float> logprobs;                   // per new token, when asked
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   bool finished = false;
+  // The last output of the whole group (every one of the n samples, also
+  // when the group ends before its samples were forked: rejected, aborted).
+  // The one event that says a group's resources are all given back.
+  bool group_finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;
   int64_t num_prompt_tokens = 0;

@@ -10,26 +10,31 @@ namespace tessera::engine {
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager& kv) : config_(config), kv_(kv) {
   TESSERA_CHECK(config.max_num_seqs >= 1, kInvalidArgument, "max_num_seqs must be >= 1");
   TESSERA_CHECK(config.max_num_batched_tokens >= 1, kInvalidArgument, "max_num_batched_tokens must be >= 1");
+  // A sequence can never hold more tokens than the whole cache: that is its
+  // context here. Admission then only asks that a request fit its context;
+  // blocks are taken as tokens are computed, never reserved up front, and a
+  // request alone in the pool can always grow to its end (others are
+  // preempted for it), so nothing admitted can stall.
+  model_len_ = config.max_model_len;
+  config_.max_model_len = std::min(config.max_model_len, cache_capacity_tokens());
+}
+
+int64_t Scheduler::cache_capacity_tokens() const {
+  return static_cast<int64_t>(kv_.pool().num_blocks() - 1) * kv_.block_size();
 }
 
 std::string Scheduler::check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const {
   if (num_prompt_tokens <= 0) return "the prompt is empty";
-  if (num_prompt_tokens >= config_.max_model_len) {
-    return fmt::format("the prompt has {} tokens but this model's maximum context length is {} tokens",
-                       num_prompt_tokens, config_.max_model_len);
-  }
-  if (num_prompt_tokens + max_tokens > config_.max_model_len) {
-    return fmt::format("this model's maximum context length is {} tokens; the request needs {} "
-                       "({} in the prompt, {} for the completion)",
-                       config_.max_model_len, num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens);
-  }
-  const int64_t bs = kv_.block_size();
-  const int64_t blocks = (num_prompt_tokens + max_tokens + bs - 1) / bs;
-  const int64_t total = kv_.pool().num_blocks() - 1;
-  if (blocks > total) {
-    return fmt::format("the request needs {} KV blocks ({} tokens) but the whole cache has {}; "
-                       "lower max_tokens or give the server more --kv-memory",
-                       blocks, num_prompt_tokens + max_tokens, total);
+  const int64_t len = config_.max_model_len;
+  const std::string limit =
+      len < model_len_ ? fmt::format("this server's KV cache holds at most {} tokens per sequence (the model's "
+                                     "context is {}; give it more --kv-memory)",
+                                     len, model_len_)
+                       : fmt::format("this model's maximum context length is {} tokens", len);
+  if (num_prompt_tokens >= len) return fmt::format("the prompt has {} tokens but {}", num_prompt_tokens, limit);
+  if (num_prompt_tokens + max_tokens > len) {
+    return fmt::format("{}; the request needs {} ({} in the prompt, {} for the completion)", limit,
+                       num_prompt_tokens + max_tokens, num_prompt_tokens, max_tokens);
   }
   return "";
 }

@@ -66,9 +66,11 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
 
-  // "" if the request can ever run (fits the context and the pool on its
-  // own), else why not.
+  // "" if the request can ever run (prompt + max_tokens within the context,
+  // which is the model's capped to what the whole pool holds), else why not.
   std::string check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const;
+  // config().max_model_len is min(the configured length, this).
+  int64_t cache_capacity_tokens() const;
 
   // Takes ownership; the request waits until schedule() admits it.
   Request* add(std::unique_ptr<Request> req);
@@ -103,6 +105,7 @@ class Scheduler {
   void register_full_blocks(Request* req);
 
   SchedulerConfig config_;
+  int64_t model_len_ = 0;  // the configured max_model_len, before the cache's cap
   kv::KvManager& kv_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<Request*> running_;  // admission order

@@ -319,6 +319,10 @@ std::string StreamingDecoder::push(int32_t id) {
   return out;
 }
 
+void StreamingDecoder::skip(std::span<const int32_t> ids) {
+  for (const int32_t id : ids) push(id);
+}
+
 std::string StreamingDecoder::flush() {
   std::string out;
   if (bytes_needed_ != 0) tok::append_utf8(out, tok::kReplacementChar);

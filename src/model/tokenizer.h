@@ -100,11 +100,20 @@ class Tokenizer {
 // out when its last byte arrives). flush() returns what remains, invalid bytes
 // as U+FFFD. The concatenation of every push() and the final flush() equals
 // Tokenizer::decode() of the same ids.
+//
+// A completion's text is decode(prompt + output) minus decode(prompt): the
+// output continues the prompt's text, so SentencePiece's word-start space of
+// the first generated word is kept (" was", not "was"), as llama-server and
+// vLLM return it. skip(prompt) feeds ids whose text the caller already has;
+// pushes after it give that continuation. Copyable: parallel samples fork a
+// primed decoder.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tok, bool render_special = false);
   std::string push(int32_t id);
   std::string flush();
+  // Consumes ids as context (their text is dropped, their decoder state kept).
+  void skip(std::span<const int32_t> ids);
 
  private:
   void feed(std::string_view bytes, std::string& out);

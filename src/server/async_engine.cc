@@ -58,7 +58,9 @@ void AsyncEngine::wake() {
 std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLayout> prompts,
                                                     const engine::SamplingParams& params) {
   auto ch = std::make_shared<RequestChannel>();
-  const int64_t samples = static_cast<int64_t>(prompts.size()) * params.n;
+  const int64_t groups = static_cast<int64_t>(prompts.size());
+  const int64_t samples = groups * params.n;
+  ch->group_size_ = params.n;
   {
     // Held across add_request so that shutdown() sees every group id of a
     // channel it finds in live_. add_request only validates and queues.
@@ -67,7 +69,8 @@ std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLa
     TESSERA_CHECK(accepting_, kResourceExhausted, "the server is shutting down");
     TESSERA_CHECK(in_flight_ + samples <= max_in_flight_, kResourceExhausted,
                   "the server is at capacity ({} requests in flight); retry later", in_flight_);
-    ch->unfinished_ = samples;
+    // Outputs cannot arrive before mu_ is released (on_output takes it
+    // first), so the counts below are settled before any is given back.
     try {
       for (size_t i = 0; i < prompts.size(); ++i) {
         const int32_t idx = static_cast<int32_t>(i);
@@ -76,25 +79,18 @@ std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLa
         const engine::RequestId id = p.preloaded ? engine_.add_request(std::move(p), params, std::move(cb))
                                                  : engine_.add_request(std::move(p.tokens), params, std::move(cb));
         ch->groups_.push_back(id);
+        ++ch->unfinished_;
+        in_flight_ += params.n;
       }
     } catch (...) {
-      // The prompts already queued are aborted; their final outputs go to
-      // no reader but still return their in-flight count (on_output).
-      // (Their outputs may already be arriving: take away only the samples
-      // that were never queued.)
-      const int64_t queued = static_cast<int64_t>(ch->groups_.size()) * params.n;
+      // The groups already queued are aborted; each gives back its n when
+      // the engine reports it finished (to no reader).
       for (engine::RequestId id : ch->groups_) engine_.abort(id);
-      {
-        std::lock_guard<std::mutex> cl(ch->mu_);
-        ch->unfinished_ -= samples - queued;
-      }
-      in_flight_ += queued;
-      if (queued > 0) live_[ch.get()] = ch;
+      if (!ch->groups_.empty()) live_[ch.get()] = ch;
       wake_ = true;
       cv_.notify_one();
       throw;
     }
-    in_flight_ += samples;
     live_[ch.get()] = ch;
     wake_ = true;
   }
@@ -146,19 +142,24 @@ void AsyncEngine::on_output(const std::shared_ptr<RequestChannel>& ch, int32_t p
     }
     t.last_elapsed = o.elapsed;
   }
+  if (o.finished) {
+    metrics_.count_finished(engine::finish_reason_name(o.finish_reason));
+    if (o.finish_reason != engine::FinishReason::kAbort) metrics_.observe_e2e(o.elapsed);
+    ch->timing_.erase(o.id);
+  }
+  // Capacity is given back before the reader is woken: a client that has
+  // its whole response sees it returned.
+  std::lock_guard<std::mutex> lock(mu_);
   bool all_done = false;
   {
     std::lock_guard<std::mutex> cl(ch->mu_);
     ch->items_.push_back({prompt, o});
-    if (o.finished) all_done = --ch->unfinished_ == 0;
+    if (o.group_finished && ch->unfinished_ > 0) {
+      in_flight_ -= ch->group_size_;
+      all_done = --ch->unfinished_ == 0;
+    }
   }
   ch->cv_.notify_all();
-  if (!o.finished) return;
-  metrics_.count_finished(engine::finish_reason_name(o.finish_reason));
-  if (o.finish_reason != engine::FinishReason::kAbort) metrics_.observe_e2e(o.elapsed);
-  ch->timing_.erase(o.id);
-  std::lock_guard<std::mutex> lock(mu_);
-  --in_flight_;
   if (all_done) live_.erase(ch.get());
 }
 
@@ -170,7 +171,7 @@ void AsyncEngine::fail_all(const std::string& message) {
       {
         std::lock_guard<std::mutex> cl(ch->mu_);
         ch->failure_ = message;
-        in_flight_ -= ch->unfinished_;
+        in_flight_ -= ch->unfinished_ * ch->group_size_;
         ch->unfinished_ = 0;
       }
       ch->cv_.notify_all();

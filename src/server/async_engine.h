@@ -4,9 +4,16 @@
 // RequestChannel, which the engine's callbacks fill (on the engine thread,
 // so they only push and notify).
 //
-// Admission control: at most `max_in_flight` engine requests (prompts x n)
+// Admission control: at most `max_in_flight` engine sequences (prompts x n)
 // are admitted at once; beyond that submit() throws
 // Error(kResourceExhausted), which the server answers with 429.
+//
+// Accounting has one owner, the group (one prompt's n samples): a group
+// holds n of the in-flight count from submission until the engine reports
+// its group_finished output, whichever way it ends (finished, rejected,
+// aborted before or after its samples were forked, shutdown). Counting
+// samples instead drifts: a group that ends before its fork reports one
+// finished sample, not n.
 #pragma once
 
 #include <chrono>
@@ -36,7 +43,7 @@ class RequestChannel {
   // Moves pending outputs into `out` (appending). Blocks until there is at
   // least one, every sample has finished, or `timeout` passes.
   void wait(std::vector<ChannelItem>& out, std::chrono::milliseconds timeout);
-  // Every sample has reported its final output (some may still be pending).
+  // Every group has reported its final output (some may still be pending).
   bool finished() const;
   // Non-empty when the engine failed and the request cannot complete.
   std::string failure() const;
@@ -52,7 +59,8 @@ class RequestChannel {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ChannelItem> items_;
-  int64_t unfinished_ = 0;  // samples still running
+  int64_t unfinished_ = 0;  // groups (prompts) still running
+  int64_t group_size_ = 1;  // n: in-flight count each group holds
   std::string failure_;
   bool shutting_down_ = false;
   std::vector<engine::RequestId> groups_;  // one per prompt; guarded by AsyncEngine::mu_
@@ -83,7 +91,7 @@ class AsyncEngine {
   void shutdown();
   bool accepting() const;
 
-  int64_t in_flight() const;
+  int64_t in_flight() const;  // sequences admitted and not yet given back
   engine::EngineStats stats() const { return engine_.stats(); }
   const engine::Engine& engine() const { return engine_; }
 

@@ -63,6 +63,8 @@ class HttpServer {
   void begin_shutdown() { shutting_down_ = true; }
   // Waits until no request is being handled, or `timeout` passes.
   bool wait_idle(std::chrono::milliseconds timeout) const;
+  // Requests being handled now (streams included): one worker thread each.
+  int64_t active_requests() const { return active_.load(); }
   // Closes the listening socket and joins every worker.
   void stop();
 

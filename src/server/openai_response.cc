@@ -153,7 +153,16 @@ void ResponseBuilder::add(const ChannelItem& item, std::vector<json>* chunks) {
   const size_t index = static_cast<size_t>(item.prompt) * static_cast<size_t>(req_.params.n) + static_cast<size_t>(o.index);
   if (index >= choices_.size()) return;
   Choice& c = choices_[index];
-  c.text += o.text;
+  // A completion's text continues its prompt (" was" after "The little
+  // dog"). A chat reply starts a turn of its own, where a SentencePiece
+  // word-start space is not text: one leading space is dropped there, as
+  // llama-server does.
+  std::string_view text = o.text;
+  if (chat_ && !c.reply_started && !text.empty()) {
+    c.reply_started = true;
+    if (text.front() == ' ') text.remove_prefix(1);
+  }
+  c.text += text;
   c.num_tokens = std::max(c.num_tokens, o.num_output_tokens);
   json lp = nullptr;
   if (want_logprobs_ && !o.new_tokens.empty()) {
@@ -162,9 +171,9 @@ void ResponseBuilder::add(const ChannelItem& item, std::vector<json>* chunks) {
   }
   if (o.finished) c.finish_reason = finish_name(o.finish_reason);
   if (chunks == nullptr) return;
-  if (o.text.empty() && lp.is_null() && !o.finished) return;
+  if (text.empty() && lp.is_null() && !o.finished) return;
   json j = chunk_base();
-  j["choices"].push_back(chunk_choice(index, o.text, std::move(lp), c.finish_reason));
+  j["choices"].push_back(chunk_choice(index, std::string(text), std::move(lp), c.finish_reason));
   chunks->push_back(std::move(j));
 }
 

@@ -49,6 +49,7 @@ class ResponseBuilder {
     std::string finish_reason;  // empty while running
     int64_t num_tokens = 0;
     int64_t text_offset = 0;    // completions: running offset of the next token
+    bool reply_started = false; // chat: the reply's first text has been seen
     nlohmann::json logprobs;    // accumulated (non-streamed) logprobs object
   };
   nlohmann::json chunk_base() const;

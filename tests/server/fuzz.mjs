@@ -188,16 +188,32 @@ for (const path of ['/', '/v1', '/v1/', '/v2/completions', '/v1/completions/x', 
   record(`path ${path}`, r);
 }
 
-// The server must still be alive, with nothing left in the engine.
+// 5. Requests rejected after some of their prompts were queued (issue 13:
+// a group of n samples must give back n, not 1): a short prompt beside one
+// longer than the context, with large n, again and again.
+const longPrompt = 'Once upon a time there was a cat. '.repeat(120);
+for (let i = 0; i < 12; i++) {
+  const r = await post('/v1/completions', JSON.stringify({ prompt: ['hi', longPrompt], n: 4 + i, max_tokens: 8 }));
+  record(`mixed prompts rejected ${i}`, r);
+}
+
+// The server must still be alive, with nothing left in the engine: no KV
+// block, no request in flight or waiting.
 const health = await raw(`GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
 assert.equal(health.status, 200, 'server alive after the fuzz run');
-let used = -1;
-for (let i = 0; i < 50 && used !== 0; i++) {
+const gauges = { tessera_kv_blocks_used: -1, tessera_requests_in_flight: -1, tessera_num_requests_waiting: -1 };
+for (let i = 0; i < 50 && Object.values(gauges).some((v) => v !== 0); i++) {
+  if (i > 0) await new Promise((r) => setTimeout(r, 100));
   const m = await raw(`GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
-  used = Number(m.text.match(/^tessera_kv_blocks_used (\d+)/m)?.[1] ?? -1);
-  if (used !== 0) await new Promise((r) => setTimeout(r, 100));
+  for (const g of Object.keys(gauges)) gauges[g] = Number(m.text.match(new RegExp(`^${g} (\\d+)`, 'm'))?.[1] ?? -1);
 }
-if (used !== 0) problems.push(`KV blocks still used after the run: ${used}`);
+for (const [g, v] of Object.entries(gauges)) {
+  if (v !== 0) problems.push(`${g} is ${v} after the run, not 0`);
+}
+// Capacity really is back: a request with n = 16 (the server's whole
+// sequence budget here) is admitted.
+const full = await post('/v1/completions', JSON.stringify({ prompt: 'hi', n: 16, max_tokens: 2 }));
+if (full.status !== 200) problems.push(`n = 16 after the run: ${full.status} ${full.body.slice(0, 200)}`);
 
 console.log(JSON.stringify({ ...results, problems: problems.slice(0, 20), problem_count: problems.length }, null, 2));
 process.exit(problems.length ? 1 : 0);
