@@ -21,6 +21,15 @@ case "$out" in
 esac
 grep -q "generated 64 tokens" "$TMP/log" || { echo "FAIL: timing line missing on stderr"; cat "$TMP/log"; fail=1; }
 
+# The completion continues the prompt's text: the model's first token is
+# "▁was", so prompt + completion reads "The little dog was a little girl"
+# (issue 13). stdout is the completion, then one newline.
+dog=$("$TESSERA" generate -m "$MODEL" -p "The little dog" -n 8 --temp 0 2>/dev/null)
+case "The little dog$dog" in
+  "The little dog was a little girl"*) echo "ok: completion keeps its leading space: '$dog'";;
+  *) echo "FAIL: prompt + completion reads: The little dog$dog"; fail=1;;
+esac
+
 # Identical whatever the ISA and thread count.
 for isa in scalar avx2 avx512; do
   for t in 1 2; do
@@ -40,6 +49,15 @@ echo "ok: same output for every supported ISA and thread count"
 for i in 0 1 2 3 4 5; do
   echo "{\"prompt\": \"Once upon a time\", \"max_tokens\": $((4 + i)), \"temperature\": 0, \"id\": \"r$i\"}"
 done >"$TMP/in.jsonl"
+echo '{"prompt": "The little dog", "max_tokens": 8, "temperature": 0, "id": "dog"}' >"$TMP/dog.jsonl"
+"$TESSERA" batch -m "$MODEL" -i "$TMP/dog.jsonl" -o "$TMP/dog.out.jsonl" 2>/dev/null
+python3 - "$TMP/dog.out.jsonl" "$dog" <<'PY' || fail=1
+import json, sys
+row = json.loads(open(sys.argv[1]).readline())
+assert row["text"] == sys.argv[2], f"batch text {row['text']!r} differs from generate's {sys.argv[2]!r}"
+assert row["text"].startswith(" was"), row["text"]
+print("ok: batch gives the same completion text as generate")
+PY
 "$TESSERA" batch -m "$MODEL" -i "$TMP/in.jsonl" -o "$TMP/out.jsonl" 2>/dev/null
 [ "$(wc -l <"$TMP/out.jsonl")" -eq 6 ] || { echo "FAIL: batch wrote $(wc -l <"$TMP/out.jsonl") lines"; fail=1; }
 head -c "$(( $(head -n 3 "$TMP/out.jsonl" | wc -c) + 20 ))" "$TMP/out.jsonl" >"$TMP/cut.jsonl"

@@ -70,6 +70,15 @@ test('completion: greedy output equals `tessera generate`', async () => {
   assert.deepEqual(r.usage, { prompt_tokens: PROMPT_IDS.length, completion_tokens: 64, total_tokens: PROMPT_IDS.length + 64 });
 });
 
+test('completion text continues the prompt, streamed or not (" was", not "was")', async () => {
+  const body = { model: MODEL, prompt: 'The little dog', max_tokens: 8, temperature: 0 };
+  const r = await client.completions.create(body);
+  assert.ok(('The little dog' + r.choices[0].text).startsWith('The little dog was a little girl'), r.choices[0].text);
+  const chunks = await collect(await client.completions.create({ ...body, stream: true }));
+  assert.equal(chunks.map((c) => c.choices[0]?.text ?? '').join(''), r.choices[0].text);
+  assert.ok(chunks.some((c) => (c.choices[0]?.text ?? '').startsWith(' was')), 'the first word streams with its space');
+});
+
 test('prompt_cache extension: greedy output equals `tessera generate --prompt-schema`', async () => {
   const body = { model: MODEL, prompt: ' One day', max_tokens: 32, temperature: 0, prompt_cache: { modules: ['lily', 'moral'] } };
   const r = await client.completions.create(body);
@@ -131,7 +140,8 @@ test('chat: chatml rendering, greedy, streamed equals whole', async () => {
   assert.match(r.id, /^chatcmpl-/);
   assert.equal(r.object, 'chat.completion');
   assert.equal(r.choices[0].message.role, 'assistant');
-  assert.equal(r.choices[0].message.content, asCompletion.choices[0].text);
+  // The same tokens; a chat reply starts a turn, so its one leading space is dropped.
+  assert.equal(r.choices[0].message.content, asCompletion.choices[0].text.replace(/^ /, ''));
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.deepEqual(r.usage, { prompt_tokens: CHAT_PROMPT_IDS.length, completion_tokens: 40, total_tokens: CHAT_PROMPT_IDS.length + 40 });
 

@@ -191,7 +191,7 @@ for (const path of ['/', '/v1', '/v1/', '/v2/completions', '/v1/completions/x', 
 // 5. Requests rejected after some of their prompts were queued (issue 13:
 // a group of n samples must give back n, not 1): a short prompt beside one
 // longer than the context, with large n, again and again.
-const longPrompt = 'Once upon a time there was a cat. '.repeat(120);
+const longPrompt = 'Once upon a time there was a cat. '.repeat(300);  // ~2700 tokens: past the 2048 context
 for (let i = 0; i < 12; i++) {
   const r = await post('/v1/completions', JSON.stringify({ prompt: ['hi', longPrompt], n: 4 + i, max_tokens: 8 }));
   record(`mixed prompts rejected ${i}`, r);
