@@ -1,10 +1,11 @@
 // The engine end to end on the real stories260K model: golden continuation,
 // batch invariance, preemption, abort, parallel sampling, stop strings,
-// prefix caching.
+// prefix caching (also under forced hash collisions).
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -294,6 +295,52 @@ TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(warm[i].tokens, cold[i].tokens);
     EXPECT_EQ(warm[i].logprobs, cold[i].logprobs) << "bit-identical with cached prefix";
+  }
+}
+
+// Issue 13.6: prompts whose blocks collide under the prefix hash never share
+// K/V. The injected hash depends on a block's depth alone, so block b of
+// every prompt has one hash; each request must produce what it produces
+// with prefix caching off, and equal prefixes must still hit.
+TEST(Engine, PrefixCacheCollisionsComputeTheirOwnKv) {
+  const Loaded& s = stories();
+  std::vector<int32_t> a{1};
+  for (int i = 0; i < 52; ++i) a.push_back(3 + (i * 37) % 500);  // 53 tokens: 3 full blocks of 16
+  std::vector<int32_t> b = a, c = a, d;
+  b[5] = 499;   // block 0 differs; blocks 1 and 2 hold a's tokens after another block 0
+  c[20] = 499;  // block 0 is a's; block 1 differs; block 2 holds a's tokens
+  for (int i = 0; i < 53; ++i) d.push_back(i == 0 ? 1 : 200 + i);  // nothing in common
+  // One after another, each finding the blocks its predecessors left:
+  //   a; c hits a's block 0, collides at 1 and takes the entries from 1 on
+  //   (a's blocks are free); a hits block 0, collides at 1 with c's and
+  //   takes them back; b collides at 0; b again hits its 3 full blocks; d
+  //   collides at 0.
+  const std::vector<std::vector<int32_t>> prompts = {a, c, a, b, b, d};
+  auto run = [&](bool cache) {
+    EngineConfig cfg = small_config();
+    cfg.enable_prefix_caching = cache;
+    cfg.prefix_block_hash = [](uint64_t parent, uint64_t, std::span<const int32_t>) { return parent + 1; };
+    Engine e(*s.lm.model, s.tok.get(), cfg);
+    std::vector<Collected> outs;
+    for (const auto& p : prompts) {
+      SamplingParams sp = greedy(15);
+      sp.logprobs = true;
+      const RequestId id = e.add_request(p, sp);
+      outs.push_back(run_all(e)[id]);
+    }
+    return std::make_tuple(outs, e.stats(), e.kv_manager().pool().stats());
+  };
+  const auto [alone, alone_stats, alone_pool] = run(false);
+  const auto [shared, stats, pool] = run(true);
+  EXPECT_EQ(pool.hash_mismatches, 4);
+  EXPECT_EQ(stats.prefix_hit_tokens_total, 16 + 16 + 48);
+  EXPECT_EQ(alone_stats.prefix_hit_tokens_total, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(shared[i].tokens, alone[i].tokens) << "prompt " << i;
+    EXPECT_EQ(shared[i].logprobs, alone[i].logprobs) << "prompt " << i << ": bit-identical with collisions";
+  }
+  for (size_t i : {1, 3, 5}) {
+    EXPECT_NE(alone[i].logprobs, alone[0].logprobs) << "prompt " << i << " must not look like a's, or mixed-up K/V would pass";
   }
 }
 

@@ -121,15 +121,18 @@ TEST(KvProperty, RandomOperationSequences) {
 }
 
 TEST(KvProperty, CachedBlocksSurviveUntilEvictedInLruOrder) {
-  BlockPool pool(5);  // 4 usable
+  BlockPool pool(5, 2);  // 4 usable, 2 tokens per block
   std::vector<BlockId> ids;
   ASSERT_TRUE(pool.allocate_n(4, ids));
-  for (int i = 0; i < 4; ++i) pool.set_hash(ids[i], 100 + i);
+  // Four first blocks of four sequences: hash 100 + i, tokens {i, i}.
+  const int32_t tokens[4][2] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}};
+  auto key = [&](int i) { return BlockKey{static_cast<uint64_t>(100 + i), kNullBlock, 0, tokens[i]}; };
+  for (int i = 0; i < 4; ++i) pool.set_hash(ids[i], key(i));
   // Free in the order 2, 0, 3, 1: evictions must follow that order.
   for (int i : {2, 0, 3, 1}) pool.release(ids[i]);
   EXPECT_EQ(pool.stats().cached, 4);
   // A hit takes block 3's contents back off the free list.
-  auto hit = pool.lookup_and_retain(103);
+  auto hit = pool.lookup_and_retain(key(3));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(*hit, ids[3]);
   auto a = pool.allocate();  // evicts the least recently freed: block 2
@@ -148,7 +151,10 @@ TEST(KvProperty, TruncateIntoAHashedBlockForgetsItsHash) {
   BlockTable t;
   std::vector<CopyOp> copies;
   ASSERT_TRUE(kv.reserve(t, 8, copies));
-  kv.pool().set_hash(t.blocks[1], 77);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  kv.pool().set_hash(t.blocks[0], {76, kNullBlock, 0, std::span(tokens).subspan(0, 4)});
+  kv.pool().set_hash(t.blocks[1], {77, t.blocks[0], 0, std::span(tokens).subspan(4, 4)});
+  ASSERT_TRUE(kv.pool().contains_hash(77));
   kv.truncate(t, 6);  // block 1 becomes partial and will be written again
   EXPECT_FALSE(kv.pool().contains_hash(77));
   kv.free(t);

@@ -167,9 +167,17 @@ TEST(Scheduler, SameTokensAsAloneUnderPreemptionWithTinyPool) {
   EXPECT_EQ(h.kv.pool().num_free(), 24);
 }
 
-TEST(Scheduler, PrefixCachingGivesSameTokensAndHits) {
+struct PrefixWorkload {
+  SchedulerStats sched;
+  kv::BlockPoolStats pool;
+};
+
+// 800 requests over three shared prefixes, under eviction and preemption
+// pressure; every request's output must equal its output run alone.
+void run_prefix_workload(const kv::BlockHashFn& hash, PrefixWorkload* result) {
   std::mt19937 rng(99);
   SchedulerConfig sc;
+  sc.block_hash = hash;
   sc.max_num_seqs = 6;
   sc.max_num_batched_tokens = 24;
   sc.max_model_len = 4096;
@@ -190,12 +198,31 @@ TEST(Scheduler, PrefixCachingGivesSameTokensAndHits) {
     h.step();
     ASSERT_LT(h.steps, 200000);
   }
-  EXPECT_GT(h.sched.stats().prefix_hit_tokens, h.sched.stats().prefix_query_tokens / 4);
-  EXPECT_GT(h.sched.stats().preemptions, 0) << "eviction and preemption pressure expected";
   for (const auto& [id, spec] : specs) {
     ASSERT_EQ(h.outputs[id], run_alone(spec.first, spec.second)) << "request " << id;
   }
   EXPECT_EQ(h.kv.pool().stats().used, 0);
+  *result = {h.sched.stats(), h.kv.pool().stats()};
+}
+
+TEST(Scheduler, PrefixCachingGivesSameTokensAndHits) {
+  PrefixWorkload w;
+  run_prefix_workload({}, &w);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(w.sched.prefix_hit_tokens, w.sched.prefix_query_tokens / 4);
+  EXPECT_GT(w.sched.preemptions, 0) << "eviction and preemption pressure expected";
+}
+
+// Issue 13.6: a hash of the block's depth alone makes block b of every
+// prompt collide with block b of every other; blocks are still shared only
+// between requests whose prefixes are equal.
+TEST(Scheduler, PrefixCacheCollisionsNeverShareKv) {
+  PrefixWorkload w;
+  run_prefix_workload([](uint64_t parent, uint64_t, std::span<const int32_t>) { return parent + 1; }, &w);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(w.pool.hash_mismatches, 100) << "collisions must be exercised";
+  EXPECT_GT(w.sched.prefix_hit_tokens, w.sched.prefix_query_tokens / 10) << "equal prefixes must still hit";
+  EXPECT_GT(w.sched.preemptions, 0);
 }
 
 TEST(Scheduler, RejectsRequestsThatCanNeverFit) {

@@ -41,6 +41,7 @@ struct EngineConfig {
   size_t kv_memory_bytes = 0;     // 0: enough for max_num_seqs full contexts, at most 1 GiB
   DType kv_type = DType::kF16;
   bool enable_prefix_caching = true;
+  kv::BlockHashFn prefix_block_hash;  // empty: XXH3 keyed per process (kv/prefix_hash.h); tests inject collisions
   int threads = 0;                // 0: all cores
   uint64_t seed = 0;              // for requests without a seed; 0: random
 };

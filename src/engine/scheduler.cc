@@ -58,9 +58,9 @@ Request* Scheduler::add_running_after(std::unique_ptr<Request> req, const Reques
 
 void Scheduler::take_cached_prefix(Request* r) {
   const int32_t bs = kv_.block_size();
-  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key ^ r->cache_salt);
-  for (uint64_t h : r->block_hashes) {
-    auto id = kv_.pool().lookup_and_retain(h);
+  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key ^ r->cache_salt, config_.block_hash);
+  for (size_t b = 0; b < r->block_hashes.size(); ++b) {
+    auto id = kv_.pool().lookup_and_retain(block_key(*r, static_cast<int64_t>(b)));
     if (!id) break;
     r->blocks.blocks.push_back(*id);
   }
@@ -149,11 +149,18 @@ void Scheduler::register_full_blocks(Request* r) {
   const int64_t full = r->num_computed_tokens / bs;
   if (full <= r->num_registered_blocks) return;
   kv::extend_block_hashes(r->block_hashes, std::span<const int32_t>(r->tokens.data(), full * bs), bs,
-                          config_.cache_key ^ r->cache_salt);
+                          config_.cache_key ^ r->cache_salt, config_.block_hash);
   for (int64_t b = r->num_registered_blocks; b < full; ++b) {
-    kv_.pool().set_hash(r->blocks.blocks[b], r->block_hashes[b]);
+    kv_.pool().set_hash(r->blocks.blocks[b], block_key(*r, b));
   }
   r->num_registered_blocks = full;
+}
+
+kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
+  const int32_t bs = kv_.block_size();
+  const kv::BlockId parent = b == 0 ? kv::kNullBlock : r.blocks.blocks[b - 1];
+  return {r.block_hashes[b], parent, config_.cache_key ^ r.cache_salt,
+          std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(b) * bs, bs)};
 }
 
 void Scheduler::on_step_computed(const SchedulerOutput& out) {

@@ -21,6 +21,7 @@
 
 #include "engine/request.h"
 #include "kv/kv_manager.h"
+#include "kv/prefix_hash.h"
 
 namespace tessera::engine {
 
@@ -30,6 +31,7 @@ struct SchedulerConfig {
   int64_t max_model_len = 2048;
   bool enable_prefix_caching = true;
   uint64_t cache_key = 0;  // identity of the model (and adapter) in block hashes
+  kv::BlockHashFn block_hash;  // empty: kv::block_hash (this process's keyed XXH3); tests inject collisions
 };
 
 struct ScheduledRequest {
@@ -103,6 +105,9 @@ class Scheduler {
   // computed: takes the cached blocks of its longest cached prefix.
   void take_cached_prefix(Request* req);
   void register_full_blocks(Request* req);
+  // What the pool compares for full block b of req (its blocks before b are
+  // in req's block table).
+  kv::BlockKey block_key(const Request& req, int64_t b) const;
 
   SchedulerConfig config_;
   int64_t model_len_ = 0;  // the configured max_model_len, before the cache's cap

@@ -7,7 +7,7 @@
 namespace tessera::kv {
 
 KvManager::KvManager(const CacheConfig& config)
-    : block_size_(config.block_size), pool_(config.num_blocks), fill_(config.num_blocks, 0) {
+    : block_size_(config.block_size), pool_(config.num_blocks, config.block_size), fill_(config.num_blocks, 0) {
   TESSERA_CHECK(config.block_size >= 1, kInvalidArgument, "block size must be >= 1, got {}", config.block_size);
 }
 
