@@ -8,20 +8,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/rng.h"
 #include "engine/sampling_params.h"
 
 namespace tessera::engine {
 
-// xoshiro256** seeded by splitmix64: small, fast, and the same on every
-// platform (std:: distributions are not).
-class Rng {
- public:
-  explicit Rng(uint64_t seed = 0);
-  uint64_t next();
-  float uniform();  // [0, 1) with 24 bits
- private:
-  uint64_t s_[4];
-};
+using tessera::Rng;  // core/rng.h
 
 struct TokenLogprob {
   int32_t token = -1;

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/thread_pool.h"
-#include "engine/sampler.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
@@ -34,7 +34,7 @@ uint64_t fnv1a(const std::string& s) {
 // Each row draws from its own stream (seed, tensor, row), so the weights do
 // not depend on the thread count.
 void fill_gaussian_rows(float* out, int64_t cols, uint64_t stream, float stddev) {
-  engine::Rng rng(stream);
+  Rng rng(stream);
   for (int64_t i = 0; i < cols; i += 2) {
     // Box-Muller
     const float u1 = std::max(rng.uniform(), 1e-7f);
