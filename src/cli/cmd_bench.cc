@@ -29,7 +29,7 @@ struct BenchArgs {
 TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-bench), bandwidth, roofline", [](CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
   sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw / --peak)");
-  sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (ppN)")->capture_default_str();
   sub.add_option("-n,--n-gen", a->n_gen, "Generated tokens (tgN)")->capture_default_str();
   sub.add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/common_options.h"
 #include "core/error.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
@@ -42,7 +43,7 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
   sub.add_option("-m,--model", a->model, "GGUF model")->required();
   sub.add_option("--tokens", a->tokens, "Comma-separated token ids")->required();
   sub.add_option("-o,--out", a->out, "Raw little-endian f32 [n_tokens, n_vocab]; without it, argmax per row as JSON");
-  sub.add_option("-t,--threads", a->threads, "Threads");
+  sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
   return [a]() {

@@ -25,7 +25,7 @@ size_t parse_bytes(const std::string& s) {
 
 void RunOptions::add_to(CLI::App& app, bool engine_options) {
   app.add_option("-m,--model", model, "GGUF model file")->required();
-  app.add_option("-t,--threads", threads, "Threads (default: all cores)");
+  app.add_option("-t,--threads", threads, kThreadsHelp);
   app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
   app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();

@@ -13,9 +13,14 @@
 
 namespace tessera::cli {
 
+// -t for every subcommand: an explicit N is fixed; absent (0), the pool
+// has one thread per core and adapts its width (core/thread_pool.h).
+inline constexpr const char* kThreadsHelp =
+    "Threads, fixed (default: one per core, using fewer while other programs keep cores busy)";
+
 struct RunOptions {
   std::string model;
-  int threads = 0;
+  int threads = 0;  // 0: adaptive, all cores
   int64_t ctx = 0;           // 0: the model's training context
   std::string kv_type = "f16";
   int32_t block_size = 16;

@@ -159,6 +159,7 @@ void ThreadPool::worker_loop(int tid) {
       while (!gate->load(std::memory_order_acquire) && slot.state.load(std::memory_order_acquire) == kPosted) {
         std::this_thread::yield();
       }
+      if (!gate->load(std::memory_order_acquire)) continue;  // still held: never take a job (cancelled)
     }
     if (!slot.state.compare_exchange_strong(v, kRunning, std::memory_order_acq_rel)) continue;  // cancelled
     fn_(ctx_, tid, job_width_);

@@ -153,8 +153,8 @@ class ThreadPool {
   static ThreadPool& global(int n_threads = 0);
 
   // Adaptive policy constants (see the comment at the top).
-  static constexpr int kWindow = 16;
-  static constexpr int kLateLimit = 4;
+  static constexpr int kWindow = 64;     // about one token of a 110m decode
+  static constexpr int kLateLimit = 32;  // half the window
   static constexpr int kProbeLength = 4;
   static constexpr int kMinProbeInterval = 64;
   static constexpr int kMaxProbeInterval = 4096;

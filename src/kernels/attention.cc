@@ -115,6 +115,7 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
                      const NewKv* fresh) {
   TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
                 "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
+  TESSERA_CHECK(shape.window >= 0, kInvalidArgument, "attention: sliding window {} is negative", shape.window);
   // The new rows can be written by the units that read them only when each
   // (sequence, kv head) is one unit and the sequences cover the new tokens
   // exactly (decode, short chunks); otherwise they are written first.
@@ -137,15 +138,17 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       for (int32_t h = 0; h < kv.n_kv_heads; ++h) units.push_back({si, h, q0, std::min(kAttnQueryTile, s.q_len - q0)});
     }
   }
+  int64_t work = 0;  // multiply-adds: q.K and p.V per query row, head and key
+  for (const AttentionSeq& s : seqs) work += int64_t{s.q_len} * shape.n_heads * s.kv_len * 2 * kv.head_dim;
+  ThreadPool* pool = parallel_pool(ctx, work, kMinParallelAttentionMacs);
   const AttentionKernels& kern = kernels_for(ctx.isa);
   const size_t per_thread = attention_scratch_floats(kv.block_size, kv.head_dim, group);
-  const int nth = ctx.pool->size();
-  ctx.ws->tmp.ensure(per_thread * nth);
+  ctx.ws->tmp.ensure(per_thread * static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   float* scratch = ctx.ws->tmp.data();
   // Units differ in cost (context lengths differ): hand them out dynamically.
   // Which thread computes a unit does not change its arithmetic.
   std::atomic<size_t> next{0};
-  ctx.pool->run([&](int tid, int) {
+  auto job = [&](int tid, int) {
     AttnUnitArgs a;
     a.k = kv.k;
     a.v = kv.v;
@@ -158,6 +161,7 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     a.q_stride = q_stride;
     a.out_stride = out_stride;
     a.scale = shape.scale;
+    a.window = shape.window;
     a.scratch = scratch + per_thread * tid;
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < units.size();
          i = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -181,7 +185,12 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       }
       kern.attend(a);
     }
-  });
+  };
+  if (pool == nullptr) {
+    job(0, 1);
+  } else {
+    pool->run_dynamic(job);
+  }
 }
 
 void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
@@ -196,9 +205,12 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
       for (int32_t h = 0; h < shape.n_heads; ++h) {
         const int32_t kh = h / group;
         const float* qr = q + static_cast<int64_t>(s.q_begin + i) * q_stride + static_cast<int64_t>(h) * hd;
-        scores.assign(static_cast<size_t>(pos) + 1, 0.0);
+        // Dense scores over [0, pos]; keys before the sliding window are
+        // masked to -inf, so they get weight exp(-inf) = 0.
+        const int32_t lo = shape.window > 0 ? pos - shape.window + 1 : 0;
+        scores.assign(static_cast<size_t>(pos) + 1, -INFINITY);
         double mx = -INFINITY;
-        for (int32_t j = 0; j <= pos; ++j) {
+        for (int32_t j = std::max(lo, 0); j <= pos; ++j) {
           const uint8_t* kb = kv.k + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
           double dot = 0.0;
           for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * load_elem(kv.type, kb, static_cast<size_t>(d) * bs + j % bs);
@@ -208,7 +220,7 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
         double sum = 0.0;
         for (double& sc : scores) sum += (sc = std::exp(sc - mx));
         std::fill(o.begin(), o.end(), 0.0);
-        for (int32_t j = 0; j <= pos; ++j) {
+        for (int32_t j = std::max(lo, 0); j <= pos; ++j) {
           const uint8_t* vb = kv.v + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
           for (int32_t d = 0; d < hd; ++d) o[d] += scores[j] * load_elem(kv.type, vb, static_cast<size_t>(j % bs) * hd + d);
         }

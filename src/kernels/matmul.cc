@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "kernels/matmul_kernels.h"
@@ -41,10 +42,6 @@ ActLayout act_layout(int64_t k, int block, int group) {
   l.row_bytes = (l.sum_offset + 2 * static_cast<size_t>(k / group) + 63) / 64 * 64;
   return l;
 }
-
-// Below this many multiply-adds a call runs on the calling thread: waking
-// the pool costs more than it saves (tiny test models, small heads).
-constexpr int64_t kMinParallelWork = 64 * 1024;
 
 // One weight of a shared-input product: the weight, its repacked rows (or
 // null) and where its outputs go.
@@ -222,42 +219,33 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   }
   const QuantizeActFn quantize = kernels.quantize_act;
 
-  int nth = ctx.pool != nullptr ? ctx.pool->size() : 1;
-  if (work < kMinParallelWork) nth = 1;
-  if (nth == 1) {
+  ThreadPool* pool = parallel_pool(ctx, work, quantized ? kMinParallelQuantMatmulMacs : kMinParallelFloatMatmulMacs);
+  if (pool == nullptr) {
     if (quantized) quantize(x, x_stride, 0, n_tokens, act, layout);
     for (size_t j = 0; j < n_jobs; ++j) {
       if (args[j].rows > 0) range[j](args[j], 0, args[j].rows, 0, n_tokens);
     }
     return;
   }
-  // One token's quantization is too short to share; more are split.
+  // One token's quantization is too short to share. More tokens are
+  // quantized in chunks claimed like the rows, and the rows start once every
+  // token is done: a thread that never starts holds nothing up, one that is
+  // descheduled holds one small chunk.
   const bool quantize_inside = quantized && n_tokens > 1;
   if (quantized && !quantize_inside) quantize(x, x_stride, 0, n_tokens, act, layout);
-  ThreadPool* pool = ctx.pool;
-  // Chunks shrink as the work runs out (guided self-scheduling): big ones
-  // first, so taking one (a shared cache line) is rare, small ones at the
-  // end, so neither thread waits long for the other's last chunk. Decode
+  GuidedChunks quantize_chunks(n_tokens, 1);
+  std::atomic<int64_t> tokens_quantized{0};
+  // Chunks shrink as the work runs out (guided self-scheduling). Decode
   // chunks are whole pairs of tiles: its kernel takes two at a time.
-  const int64_t step = n_tokens == 1 ? 2 : 1;
-  std::atomic<int64_t> next_unit{0};
-  auto claim = [&](int64_t* u0, int64_t* u1) {
-    int64_t cur = next_unit.load(std::memory_order_relaxed);
-    for (;;) {
-      if (cur >= units) return false;
-      const int64_t want = (units - cur) / (2 * nth);
-      const int64_t size = want > step ? (want + step - 1) / step * step : step;
-      if (next_unit.compare_exchange_weak(cur, cur + size, std::memory_order_relaxed)) {
-        *u0 = cur;
-        *u1 = cur + size < units ? cur + size : units;
-        return true;
-      }
-    }
-  };
-  pool->run([&](int tid, int n) {
+  GuidedChunks row_chunks(units, n_tokens == 1 ? 2 : 1), token_chunks(n_tokens, 1);
+  pool->run_dynamic([&](int, int n) {
+    int64_t c0 = 0, c1 = 0;
     if (quantize_inside) {
-      quantize(x, x_stride, n_tokens * tid / n, n_tokens * (tid + 1) / n, act, layout);
-      pool->barrier();
+      while (quantize_chunks.claim(n, &c0, &c1)) {
+        quantize(x, x_stride, c0, c1, act, layout);
+        tokens_quantized.fetch_add(c1 - c0, std::memory_order_release);
+      }
+      while (tokens_quantized.load(std::memory_order_acquire) < n_tokens) std::this_thread::yield();
     }
     if (units >= n) {
       // Row tiles of all jobs, in job order, taken in chunks from a shared
@@ -266,13 +254,12 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
       // the other idle at the end of every call. Which thread computes a
       // row does not change its arithmetic, so results stay bit-identical.
       size_t j = 0;  // the first job a chunk can touch (chunks only move forward)
-      int64_t u0 = 0, u1 = 0;
-      while (claim(&u0, &u1)) {
-        while (unit_end[j] <= u0) ++j;
+      while (row_chunks.claim(n, &c0, &c1)) {
+        while (unit_end[j] <= c0) ++j;
         for (size_t k = j; k < n_jobs; ++k) {
           const int64_t first = k == 0 ? 0 : unit_end[k - 1];
-          if (first >= u1) break;
-          const int64_t lo = u0 > first ? u0 : first, hi = u1 < unit_end[k] ? u1 : unit_end[k];
+          if (first >= c1) break;
+          const int64_t lo = c0 > first ? c0 : first, hi = c1 < unit_end[k] ? c1 : unit_end[k];
           if (lo >= hi) continue;  // a job without rows
           const int64_t r0 = (lo - first) * tile, r1 = (hi - first) * tile;
           range[k](args[k], r0, r1 < args[k].rows ? r1 : args[k].rows, 0, n_tokens);
@@ -280,9 +267,10 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
       }
     } else {
       // Fewer row tiles than threads: split the tokens instead.
-      const int64_t t0 = n_tokens * tid / n, t1 = n_tokens * (tid + 1) / n;
-      for (size_t j = 0; j < n_jobs && t0 < t1; ++j) {
-        if (args[j].rows > 0) range[j](args[j], 0, args[j].rows, t0, t1);
+      while (token_chunks.claim(n, &c0, &c1)) {
+        for (size_t j = 0; j < n_jobs; ++j) {
+          if (args[j].rows > 0) range[j](args[j], 0, args[j].rows, c0, c1);
+        }
       }
     }
   });

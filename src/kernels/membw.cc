@@ -12,8 +12,8 @@ namespace tessera::kernels {
 BandwidthResult measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
   const size_t words = bytes / sizeof(uint64_t);
   AlignedBuffer<uint64_t> buf(words);
-  // Touch every page first (from each thread's own range) so the timing
-  // reads memory, not page faults.
+  // Touch every page first (on all threads) so the timing reads memory,
+  // not page faults.
   pool.parallel_for(static_cast<int64_t>(words), 4096, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
   });
