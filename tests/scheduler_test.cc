@@ -34,6 +34,14 @@ int32_t fake_next_token(const Request& r, const FakeKv& kv, int64_t n_visible) {
   return static_cast<int32_t>(h % kVocab);
 }
 
+// The fake model's next token after a whole token sequence (what
+// fake_next_token reads when the cache holds exactly these tokens).
+int32_t next_of(const std::vector<int32_t>& seq) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : seq) h = (h ^ static_cast<uint64_t>(t + 7)) * 1099511628211ull;
+  return static_cast<int32_t>(h % kVocab);
+}
+
 struct Harness {
   kv::KvManager kv;
   Scheduler sched;
@@ -41,6 +49,27 @@ struct Harness {
   std::map<RequestId, std::vector<int32_t>> outputs;
   int64_t steps = 0;
   RequestId next_id = 1;
+  // Speculative decoding: every decoding request gets a draft of 0..6
+  // tokens, each the true next token or (30%) a wrong one; verification
+  // keeps the accepted prefix and the model's own token after it.
+  bool speculate = false;
+  std::mt19937 draft_rng{77};
+  int64_t drafted = 0, accepted = 0;
+
+  void propose_drafts() {
+    std::uniform_int_distribution<int> len(0, 6), wrong(0, 9), tok(0, kVocab - 1);
+    for (Request* r : sched.running()) {
+      r->draft.clear();
+      if (r->num_tokens() - r->num_computed_tokens != 1) continue;
+      const int64_t room = r->params.max_tokens - r->num_output_tokens() - 1;
+      std::vector<int32_t> seq = r->tokens;
+      for (int64_t i = 0, n = std::min<int64_t>(len(draft_rng), room); i < n; ++i) {
+        const int32_t t = wrong(draft_rng) < 3 ? tok(draft_rng) : next_of(seq);
+        r->draft.push_back(t);
+        seq.push_back(t);
+      }
+    }
+  }
 
   Harness(int32_t num_blocks, int32_t bs, SchedulerConfig sc)
       : kv({bs, num_blocks}), sched(sc, kv), store(num_blocks, bs) {}
@@ -59,6 +88,7 @@ struct Harness {
 
   // One engine step with the fake model. Returns false if nothing ran.
   bool step() {
+    if (speculate) propose_drafts();
     SchedulerOutput out = sched.schedule();
     if (out.empty()) return false;
     ++steps;
@@ -76,8 +106,10 @@ struct Harness {
             << "request " << r.id << " writes position " << p << " into a shared block";
         EXPECT_FALSE(kv.pool().hash_of(r.blocks.blocks[p / store.block_size]).has_value())
             << "request " << r.id << " writes position " << p << " into a cached (hashed) block";
-        store.slots[slot] = r.tokens[p];
+        store.slots[slot] = r.token_or_draft(p);
       }
+      EXPECT_EQ(s.num_draft, static_cast<int64_t>(r.draft.size()));
+      EXPECT_TRUE(s.num_draft == 0 || s.sample);
     }
     sched.on_step_computed(out);
     for (const ScheduledRequest& s : out.scheduled) {
@@ -87,10 +119,24 @@ struct Harness {
             << "request " << r.id << " reads a wrong token at position " << p;
       }
       if (!s.sample) continue;
-      const int32_t tok = fake_next_token(r, store, r.num_computed_tokens);
-      r.tokens.push_back(tok);
-      outputs[r.id].push_back(tok);
-      if (r.num_output_tokens() >= r.params.max_tokens) sched.finish(&r, FinishReason::kLength);
+      // Row i sees the request's tokens and the draft's first i (all
+      // accepted, or the loop has ended).
+      const std::vector<int32_t> draft = r.draft;
+      int64_t ok = 0;
+      for (int64_t i = 0; i <= s.num_draft; ++i) {
+        const int32_t tok = fake_next_token(r, store, r.num_computed_tokens + i);
+        r.tokens.push_back(tok);
+        outputs[r.id].push_back(tok);
+        if (r.num_output_tokens() >= r.params.max_tokens) sched.finish(&r, FinishReason::kLength);
+        if (r.finished() || i == s.num_draft || tok != draft[static_cast<size_t>(i)]) break;
+        ++ok;
+      }
+      if (s.num_draft > 0) {
+        drafted += s.num_draft;
+        accepted += ok;
+        sched.on_draft_verified(&r, ok);
+        EXPECT_EQ(r.blocks.num_tokens, r.finished() ? 0 : r.num_computed_tokens);
+      }
     }
     const std::string inv = kv.pool().check_invariants();
     EXPECT_EQ(inv, "");
@@ -136,10 +182,10 @@ TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   EXPECT_EQ(h.outputs[id], run_alone(prompt, 3));
 }
 
-TEST(Scheduler, SameTokensAsAloneUnderPreemptionWithTinyPool) {
+void run_preemption_workload(bool speculate) {
   // Thousands of random arrivals against a pool far too small for all of
   // them at once: requests get preempted and recomputed, and every one must
-  // finish with the tokens it produces when run alone.
+  // finish with the tokens it produces when run alone (without drafts).
   std::mt19937 rng(1234);
   SchedulerConfig sc;
   sc.max_num_seqs = 8;
@@ -147,6 +193,7 @@ TEST(Scheduler, SameTokensAsAloneUnderPreemptionWithTinyPool) {
   sc.max_model_len = 4096;
   sc.enable_prefix_caching = false;
   Harness h(/*num_blocks=*/25, /*block_size=*/4, sc);  // 24 usable blocks = 96 token slots
+  h.speculate = speculate;
   std::map<RequestId, std::pair<std::vector<int32_t>, int32_t>> specs;
   std::uniform_int_distribution<int> len(1, 40), out(1, 30), arrivals(0, 3);
   int added = 0;
@@ -165,7 +212,18 @@ TEST(Scheduler, SameTokensAsAloneUnderPreemptionWithTinyPool) {
   }
   EXPECT_EQ(h.kv.pool().stats().used, 0);
   EXPECT_EQ(h.kv.pool().num_free(), 24);
+  if (speculate) {
+    EXPECT_GT(h.accepted, 1000);
+    EXPECT_GT(h.drafted - h.accepted, 1000);
+  }
 }
+
+TEST(Scheduler, SameTokensAsAloneUnderPreemptionWithTinyPool) { run_preemption_workload(false); }
+
+// Drafts ride on decode steps, are trimmed to the budget, dropped before
+// anyone is preempted for them, and their rejected tokens' slots are given
+// back: outputs stay those of each request alone, nothing leaks.
+TEST(Scheduler, DraftsKeepOutputsUnderPreemption) { run_preemption_workload(true); }
 
 struct PrefixWorkload {
   SchedulerStats sched;
@@ -174,7 +232,7 @@ struct PrefixWorkload {
 
 // 800 requests over three shared prefixes, under eviction and preemption
 // pressure; every request's output must equal its output run alone.
-void run_prefix_workload(const kv::BlockHashFn& hash, PrefixWorkload* result) {
+void run_prefix_workload(const kv::BlockHashFn& hash, PrefixWorkload* result, bool speculate = false) {
   std::mt19937 rng(99);
   SchedulerConfig sc;
   sc.block_hash = hash;
@@ -183,6 +241,7 @@ void run_prefix_workload(const kv::BlockHashFn& hash, PrefixWorkload* result) {
   sc.max_model_len = 4096;
   sc.enable_prefix_caching = true;
   Harness h(/*num_blocks=*/41, /*block_size=*/4, sc);
+  h.speculate = speculate;
   const std::vector<std::vector<int32_t>> prefixes = {random_prompt(rng, 23), random_prompt(rng, 9), random_prompt(rng, 40)};
   std::map<RequestId, std::pair<std::vector<int32_t>, int32_t>> specs;
   std::uniform_int_distribution<int> pick(0, 2), suffix(0, 12), out(1, 20), arrivals(0, 2);
@@ -203,6 +262,15 @@ void run_prefix_workload(const kv::BlockHashFn& hash, PrefixWorkload* result) {
   }
   EXPECT_EQ(h.kv.pool().stats().used, 0);
   *result = {h.sched.stats(), h.kv.pool().stats()};
+}
+
+// Blocks that held rejected draft tokens are never registered: a request
+// that hit one would read the wrong tokens and its output would differ.
+TEST(Scheduler, PrefixCachingWithDraftsSharesOnlyAcceptedTokens) {
+  PrefixWorkload w;
+  run_prefix_workload({}, &w, /*speculate=*/true);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(w.sched.prefix_hit_tokens, w.sched.prefix_query_tokens / 4);
 }
 
 TEST(Scheduler, PrefixCachingGivesSameTokensAndHits) {

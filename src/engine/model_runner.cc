@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <chrono>
+
 namespace tessera::engine {
 
 ModelRunner::ModelRunner(const Model& model, KvCache& kv, ThreadPool& pool) : model_(model), kv_(kv) {
@@ -22,17 +24,39 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
     const int32_t q_begin = static_cast<int32_t>(batch_.tokens.size());
     const int64_t start = r.num_computed_tokens;
     for (int64_t p = start; p < start + s.num_new_tokens; ++p) {
-      batch_.tokens.push_back(r.tokens[p]);
+      batch_.tokens.push_back(r.token_or_draft(p));
       batch_.positions.push_back(r.position(p));
       batch_.slots.push_back(r.blocks.slot(p, bs));
     }
     batch_.seqs.push_back({q_begin, static_cast<int32_t>(s.num_new_tokens),
                            static_cast<int32_t>(start + s.num_new_tokens), r.blocks.blocks.data()});
-    if (s.sample) batch_.logit_rows.push_back(static_cast<int32_t>(batch_.tokens.size() - 1));
+    // The last token's row, and each draft token's (verification).
+    const int32_t end = static_cast<int32_t>(batch_.tokens.size());
+    for (int64_t i = s.num_logit_rows(); i > 0; --i) batch_.logit_rows.push_back(end - static_cast<int32_t>(i));
   }
   model_.forward(batch_, kv_, state_);
   const size_t n = batch_.logit_rows.size() * static_cast<size_t>(model_.config().n_vocab);
   return {state_.logits.data(), n};
+}
+
+double ModelRunner::time_scratch_step(int64_t n_tokens, kv::KvManager& kv) {
+  kv::BlockTable table;
+  std::vector<kv::CopyOp> copies;
+  if (!kv.reserve(table, n_tokens, copies)) return 0.0;
+  const int32_t bs = kv_.shape().block_size;
+  batch_.clear();
+  for (int64_t p = 0; p < n_tokens; ++p) {
+    batch_.tokens.push_back(0);
+    batch_.positions.push_back(static_cast<int32_t>(p));
+    batch_.slots.push_back(table.slot(p, bs));
+    batch_.logit_rows.push_back(static_cast<int32_t>(p));
+  }
+  batch_.seqs.push_back({0, static_cast<int32_t>(n_tokens), static_cast<int32_t>(n_tokens), table.blocks.data()});
+  const auto t0 = std::chrono::steady_clock::now();
+  model_.forward(batch_, kv_, state_);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kv.free(table);
+  return s;
 }
 
 }  // namespace tessera::engine

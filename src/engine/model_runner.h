@@ -7,6 +7,7 @@
 #include <span>
 
 #include "engine/scheduler.h"
+#include "kv/kv_manager.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -16,11 +17,17 @@ class ModelRunner {
  public:
   ModelRunner(const Model& model, KvCache& kv, ThreadPool& pool);
 
-  // Logits [number of scheduled entries with sample, n_vocab], in the order
-  // of out.scheduled.
+  // Logits [sum of num_logit_rows() over out.scheduled, n_vocab], in the
+  // order of out.scheduled (a verifying request: 1 + num_draft rows).
   std::span<float> execute(const SchedulerOutput& out);
 
   ForwardState& state() { return state_; }
+
+  // Seconds of one forward step of n_tokens tokens (one sequence, every row
+  // with logits, as a decode or verify batch has) on scratch blocks taken
+  // from `kv` and given back: the cost model of speculative decoding. 0 if
+  // the pool cannot hold them.
+  double time_scratch_step(int64_t n_tokens, kv::KvManager& kv);
 
  private:
   const Model& model_;

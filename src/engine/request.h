@@ -61,6 +61,13 @@ struct Request {
   std::vector<uint64_t> block_hashes;
   int64_t num_registered_blocks = 0;
 
+  // Speculative decoding: tokens a drafter proposed to follow `tokens`,
+  // scheduled with the next decode step to be verified. They are not tokens
+  // of the request (nothing derived from tokens, nor the prefix cache, ever
+  // sees them); the engine appends those the target accepts. The scheduler
+  // trims the list to what fits the step.
+  std::vector<int32_t> draft;
+
   uint64_t seed = 0;  // the request's seed (sample i draws from stream i of it)
   Rng rng;
   TokenHistory history;
@@ -76,8 +83,16 @@ struct Request {
   Clock::time_point last_token_time;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  // Also for draft tokens past the end (index >= num_tokens()).
   int32_t position(int64_t index) const {
-    return positions.empty() ? static_cast<int32_t>(index) : positions[static_cast<size_t>(index)];
+    if (positions.empty()) return static_cast<int32_t>(index);
+    const int64_t n = static_cast<int64_t>(positions.size());
+    return index < n ? positions[static_cast<size_t>(index)] : positions.back() + static_cast<int32_t>(index - n + 1);
+  }
+  // Token `index` of the request, or of its draft past the end.
+  int32_t token_or_draft(int64_t index) const {
+    const int64_t n = num_tokens();
+    return index < n ? tokens[static_cast<size_t>(index)] : draft[static_cast<size_t>(index - n)];
   }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool finished() const { return status == RequestStatus::kFinished; }

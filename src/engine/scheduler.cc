@@ -88,7 +88,11 @@ SchedulerOutput Scheduler::schedule() {
 
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    const int64_t pending = r->num_tokens() - r->num_computed_tokens;
+    // A draft rides on a decode step (its last token pending), as far as
+    // the budget allows.
+    if (pending != 1) r->draft.clear();
+    int64_t n = std::min(pending + static_cast<int64_t>(r->draft.size()), budget);
     if (n <= 0) {
       ++i;
       continue;
@@ -97,6 +101,10 @@ SchedulerOutput Scheduler::schedule() {
     for (;;) {
       ok = kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies);
       if (ok) break;
+      if (n > pending) {
+        n = pending;  // short of blocks: drop the draft before anyone is preempted
+        continue;
+      }
       // The newest running request gives its blocks back. Requests before
       // index i are already scheduled this step, and the newest is always at
       // index >= i, so a scheduled request is never preempted.
@@ -106,7 +114,9 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == r) break;
     }
     if (!ok) break;
-    out.scheduled.push_back({r, n, r->num_computed_tokens + n == r->num_tokens()});
+    const int64_t num_draft = std::max<int64_t>(n - pending, 0);
+    r->draft.resize(static_cast<size_t>(num_draft));
+    out.scheduled.push_back({r, n, r->num_computed_tokens + n >= r->num_tokens(), num_draft});
     out.num_tokens += n;
     budget -= n;
     ++i;
@@ -116,6 +126,7 @@ SchedulerOutput Scheduler::schedule() {
   // they would take the blocks the preempted request needs to come back.
   while (!preempted && !waiting_.empty() && budget > 0) {
     Request* r = waiting_.front();
+    r->draft.clear();  // admission computes the prompt (or recomputes after preemption)
     const bool forks_later = r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0;
     const int64_t seats = forks_later ? r->params.n : 1;
     if (static_cast<int64_t>(running_.size()) + seats > config_.max_num_seqs) break;
@@ -166,13 +177,23 @@ kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
 void Scheduler::on_step_computed(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     if (s.req->finished()) continue;
-    s.req->num_computed_tokens += s.num_new_tokens;
+    s.req->num_computed_tokens += s.num_new_tokens - s.num_draft;
     if (config_.enable_prefix_caching) register_full_blocks(s.req);
   }
 }
 
+void Scheduler::on_draft_verified(Request* r, int64_t num_accepted) {
+  r->draft.clear();
+  if (r->finished()) return;
+  TESSERA_ASSERT(num_accepted >= 0 && r->num_computed_tokens + num_accepted < r->num_tokens());
+  r->num_computed_tokens += num_accepted;
+  kv_.truncate(r->blocks, r->num_computed_tokens);
+  if (config_.enable_prefix_caching) register_full_blocks(r);
+}
+
 void Scheduler::preempt(Request* r) {
   kv_.free(r->blocks);
+  r->draft.clear();
   r->num_computed_tokens = 0;
   r->num_registered_blocks = 0;
   r->status = RequestStatus::kWaiting;
@@ -199,6 +220,12 @@ void Scheduler::release(RequestId id) {
   if (it == requests_.end()) return;
   TESSERA_ASSERT(it->second->finished());
   requests_.erase(it);
+}
+
+int64_t Scheduler::num_waiting_tokens() const {
+  int64_t n = 0;
+  for (const Request* r : waiting_) n += r->num_tokens() - r->num_computed_tokens;
+  return n;
 }
 
 Request* Scheduler::find(RequestId id) {

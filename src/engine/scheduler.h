@@ -36,8 +36,13 @@ struct SchedulerConfig {
 
 struct ScheduledRequest {
   Request* req = nullptr;
-  int64_t num_new_tokens = 0;  // tokens [num_computed, num_computed + num_new) computed this step
+  // Tokens [num_computed, num_computed + num_new) computed this step; the
+  // last num_draft of them are the request's draft (past num_tokens).
+  int64_t num_new_tokens = 0;
   bool sample = false;         // the step reaches num_tokens: a new token is sampled
+  int64_t num_draft = 0;       // draft tokens verified this step (only when sample)
+  // Rows of logits this request gets: its last token's, and one per draft token.
+  int64_t num_logit_rows() const { return sample ? 1 + num_draft : 0; }
 };
 
 // Preloaded K/V (Prompt Cache modules) to write into a request's slots for
@@ -81,9 +86,17 @@ class Scheduler {
 
   SchedulerOutput schedule();
 
-  // After the forward pass: marks the scheduled tokens computed and
-  // registers newly full blocks in the prefix cache.
+  // After the forward pass: marks the scheduled tokens computed (not the
+  // drafts: see on_draft_verified) and registers newly full blocks in the
+  // prefix cache.
   void on_step_computed(const SchedulerOutput& out);
+
+  // After a draft was verified and its first `num_accepted` tokens appended
+  // to the request: their K/V (computed by the step) is kept, the slots of
+  // the rejected ones are given back (whole blocks past the kept tokens are
+  // freed), and newly full blocks are registered. Rejected tokens are never
+  // registered: registration only covers computed tokens of the request.
+  void on_draft_verified(Request* req, int64_t num_accepted);
 
   // Finishes a request (any state): frees its blocks, keeps it until
   // release() so its final output can be read.
@@ -94,6 +107,8 @@ class Scheduler {
   Request* find(RequestId id);
   size_t num_running() const { return running_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
+  // Tokens the waiting requests still have to compute.
+  int64_t num_waiting_tokens() const;
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Request*>& running() const { return running_; }
   const SchedulerStats& stats() const { return stats_; }
