@@ -18,19 +18,8 @@
 namespace tessera::engine {
 namespace {
 
-struct Loaded {
-  LoadedModel lm;
-  std::unique_ptr<Tokenizer> tok;
-};
-
-const Loaded& stories() {
-  static const Loaded* l = [] {
-    auto* p = new Loaded{load_model(testing::stories260k_path()), nullptr};
-    p->tok = Tokenizer::from_gguf(*p->lm.file);
-    return p;
-  }();
-  return *l;
-}
+using Loaded = testing::LoadedWithTokenizer;
+const Loaded& stories() { return testing::stories260k(); }
 
 struct Collected {
   std::vector<int32_t> tokens;
@@ -79,7 +68,7 @@ SamplingParams greedy(int32_t n) {
 }
 
 TEST(Engine, GreedyContinuationMatchesLlamaCpp) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());
   const RequestId id = e.add_request(std::string_view("Once upon a time"), greedy(10));
   auto out = run_all(e);
@@ -136,7 +125,7 @@ void check_batch_invariance(const Model& model, const Tokenizer* tok, int32_t vo
 }
 
 TEST(Engine, BatchInvariance) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   check_batch_invariance(*s.lm.model, s.tok.get(), 512, 60, 200);
 }
 
@@ -156,7 +145,7 @@ TEST(EngineSlow, BatchInvariance110m) {
 }
 
 TEST(Engine, PreemptionUnderTinyPoolKeepsOutputs) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   std::mt19937 rng(11);
   std::vector<std::pair<std::vector<int32_t>, SamplingParams>> reqs;
   for (int i = 0; i < 24; ++i) {
@@ -189,7 +178,7 @@ TEST(Engine, PreemptionUnderTinyPoolKeepsOutputs) {
 }
 
 TEST(Engine, AbortFreesBlocksAtNextStep) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());
   const RequestId id = e.add_request(std::string_view("Once upon a time"), greedy(200));
   const RequestId other = e.add_request(std::string_view("The dog"), greedy(30));
@@ -216,7 +205,7 @@ TEST(Engine, AbortFreesBlocksAtNextStep) {
 }
 
 TEST(Engine, StopStringIsNotEmittedAndSpansTokens) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());
   SamplingParams p = greedy(40);
   p.stop = {"girl na"};  // ends inside the token " named"
@@ -227,7 +216,7 @@ TEST(Engine, StopStringIsNotEmittedAndSpansTokens) {
 }
 
 TEST(Engine, ParallelSamplingForksPromptBlocks) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   EngineConfig cfg = small_config();
   cfg.enable_prefix_caching = false;
   Engine e(*s.lm.model, s.tok.get(), cfg);
@@ -266,7 +255,7 @@ TEST(Engine, ParallelSamplingForksPromptBlocks) {
 }
 
 TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   std::vector<int32_t> prefix{1};
   for (int i = 0; i < 70; ++i) prefix.push_back(3 + (i * 37) % 500);
   std::vector<std::vector<int32_t>> prompts;
@@ -303,7 +292,7 @@ TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
 // every prompt has one hash; each request must produce what it produces
 // with prefix caching off, and equal prefixes must still hit.
 TEST(Engine, PrefixCacheCollisionsComputeTheirOwnKv) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   std::vector<int32_t> a{1};
   for (int i = 0; i < 52; ++i) a.push_back(3 + (i * 37) % 500);  // 53 tokens: 3 full blocks of 16
   std::vector<int32_t> b = a, c = a, d;
@@ -389,7 +378,7 @@ void check_text_continues_prompt(const Model& model, const Tokenizer& tok, const
 }
 
 TEST(Engine, CompletionTextContinuesThePrompt) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   {
     Engine e(*s.lm.model, s.tok.get(), small_config());
     const RequestId id = e.add_request(std::string_view("The little dog"), greedy(8));
@@ -415,7 +404,7 @@ TEST(Engine, CompletionTextContinuesThePrompt) {
 }
 
 TEST(Engine, RejectsBadRequestsWithClearErrors) {
-  const Loaded& s = stories();
+  const auto& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());
   SamplingParams p = greedy(10);
   std::vector<int32_t> long_prompt(600, 5);

@@ -15,6 +15,7 @@ namespace {
 struct GenerateArgs {
   RunOptions run;
   SamplingOptions sampling;
+  SpecOptions spec;
   std::string prompt;
   std::string prompt_schema;         // Prompt Cache schema (JSON)
   std::vector<std::string> modules;  // modules to import, in schema order
@@ -25,6 +26,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   a->run.max_num_seqs = 1;
   a->run.add_to(sub, /*engine_options=*/false);
   a->sampling.add_to(sub);
+  a->spec.add_to(sub);
   sub.add_option("-p,--prompt", a->prompt, "Prompt text (after the modules, with --prompt-schema)")->required();
   sub.add_option("--prompt-schema", a->prompt_schema, "Prompt Cache schema (JSON): modules whose attention states are reused");
   sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');
@@ -33,6 +35,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
+    a->spec.apply(ec);
     engine::Engine eng(*lm.model, tok.get(), ec);
     std::optional<engine::PromptLayout> layout;
     std::vector<int32_t> prompt;
@@ -75,6 +78,13 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
                      "({:.1f} t/s); finish: {}; isa {}",
                      load, prompt.size(), ttft, prompt.size() / std::max(ttft, 1e-9), n_out, gen,
                      n_out > 1 ? (n_out - 1) / std::max(gen, 1e-9) : 0.0, finish, isa_name(active_isa()));
+    if (ec.spec_method != spec::Method::kNone) {
+      const engine::EngineStats st = eng.stats();
+      TESSERA_LOG_INFO("speculative ({}): drafted {}, accepted {} ({:.1f}%), {:.2f} tokens per target step",
+                       spec::method_name(ec.spec_method), st.spec_drafted_tokens_total, st.spec_accepted_tokens_total,
+                       100.0 * st.spec_accepted_tokens_total / std::max<int64_t>(st.spec_drafted_tokens_total, 1),
+                       static_cast<double>(st.generation_tokens_total - 1) / std::max<int64_t>(st.steps_total - 1, 1));
+    }
     return 0;
   };
 });

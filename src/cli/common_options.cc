@@ -39,6 +39,23 @@ void RunOptions::add_to(CLI::App& app, bool engine_options) {
   app.add_flag("--no-prefix-cache", no_prefix_cache, "Disable automatic prefix caching");
 }
 
+void SpecOptions::add_to(CLI::App& app) {
+  app.add_option("--spec", method, "Speculative decoding: none, ngram (prompt lookup)")->capture_default_str();
+  app.add_option("--spec-k", k, "Longest draft (tokens verified per step)")->capture_default_str();
+  app.add_option("--spec-ngram-min", ngram_min, "ngram: shortest suffix matched")->capture_default_str();
+  app.add_option("--spec-ngram-max", ngram_max, "ngram: longest suffix matched")->capture_default_str();
+  app.add_flag("--spec-fixed", fixed,
+               "Verify every proposal at full length (default: draft lengths chosen from measured step costs and "
+               "acceptance, none when they would not pay)");
+}
+
+void SpecOptions::apply(engine::EngineConfig& c) const {
+  c.spec_method = spec::parse_method(method);
+  c.spec_k = k;
+  c.spec_ngram = {ngram_min, ngram_max};
+  c.spec_adaptive = !fixed;
+}
+
 DType RunOptions::kv_dtype() const {
   auto t = parse_dtype(kv_type);
   TESSERA_CHECK(t && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kBF16), kInvalidArgument,

@@ -53,6 +53,18 @@ struct SamplingOptions {
   engine::SamplingParams params(int64_t remaining_context) const;
 };
 
+// --spec, --spec-k, ...: speculative decoding (spec/, engine/engine.h).
+struct SpecOptions {
+  std::string method = "none";
+  int32_t k = 8;
+  int32_t ngram_min = 2;
+  int32_t ngram_max = 4;
+  bool fixed = false;
+
+  void add_to(CLI::App& app);
+  void apply(engine::EngineConfig& c) const;
+};
+
 // Parses "512", "64M", "2G" (binary units).
 size_t parse_bytes(const std::string& s);
 

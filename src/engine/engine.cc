@@ -55,6 +55,14 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
     config_.max_model_len = scheduler_->config().max_model_len;
   }
   runner_ = std::make_unique<ModelRunner>(model, *kv_cache_, *pool_);
+  TESSERA_CHECK(config_.spec_k >= 1 && config_.spec_k <= 64, kInvalidArgument, "--spec-k {} must be in 1..64",
+                config_.spec_k);
+  switch (config_.spec_method) {
+    case spec::Method::kNone: break;
+    case spec::Method::kNgram: drafter_ = spec::make_ngram_drafter(config_.spec_ngram); break;
+  }
+  if (config_.spec_drafter) drafter_ = config_.spec_drafter;
+  if (drafter_ && config_.spec_adaptive) calibrate_step_cost();
   seed_source_ = Rng(config_.seed != 0 ? config_.seed : std::random_device{}());
   update_stats();
 }
@@ -288,27 +296,108 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
   }
 }
 
-void Engine::process_sample(Request* r, std::span<float> logits, std::vector<RequestOutput>& outputs) {
-  if (r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0) fork_samples(r, logits, outputs);
-  const SampleResult s = sampler_.sample(logits, r->params, r->history, r->rng);
+void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_draft,
+                            std::vector<RequestOutput>& outputs) {
+  const size_t V = static_cast<size_t>(model_.config().n_vocab);
+  if (r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0) fork_samples(r, logits.first(V), outputs);
   RequestOutput out = make_output(*r);
-  append_token(r, s, out);
+  if (num_draft == 0) {
+    append_token(r, sampler_.sample(logits, r->params, r->history, r->rng), out);
+    emit(outputs, std::move(out));
+    return;
+  }
+  // Verification: row i follows the request's tokens and the draft's first
+  // i tokens. Each row is sampled as if it were the next step's (history
+  // and penalties include the tokens accepted before it), with the draft
+  // token as the proposal; the first token that differs from the draft
+  // (the target's own choice) ends the verify.
+  const std::vector<int32_t> draft = r->draft;
+  int64_t accepted = 0;
+  for (int64_t i = 0; i <= num_draft; ++i) {
+    const int32_t d = i < num_draft ? draft[static_cast<size_t>(i)] : -1;
+    const SampleResult s = sampler_.sample(logits.subspan(static_cast<size_t>(i) * V, V), r->params, r->history,
+                                           r->rng, d);
+    append_token(r, s, out);
+    if (r->finished() || s.token != d) break;
+    ++accepted;
+  }
+  r->acceptance_stats.update(num_draft, accepted);
+  method_acceptance_.update(num_draft, accepted, 0.98);
+  spec_drafted_ += num_draft;
+  spec_accepted_ += accepted;
+  ++spec_verify_steps_;
+  scheduler_->on_draft_verified(r, accepted);
   emit(outputs, std::move(out));
+}
+
+void Engine::propose_drafts() {
+  draft_queries_.clear();
+  std::vector<Request*> reqs;
+  int64_t base_tokens = 0, base_outputs = 0;
+  for (Request* r : scheduler_->running()) {
+    r->draft.clear();
+    const int64_t pending = r->num_tokens() - r->num_computed_tokens;
+    base_tokens += pending;
+    if (pending != 1) continue;
+    ++base_outputs;
+    const SamplingParams& p = r->params;
+    if (!p.speculative || (p.n > 1 && r->num_output_tokens() == 0)) continue;
+    // Never past max_tokens or the context: the verify's bonus token must fit.
+    int64_t k = p.speculative_k > 0 ? p.speculative_k : config_.spec_k;
+    k = std::min<int64_t>(k, p.max_tokens - r->num_output_tokens() - 1);
+    k = std::min<int64_t>(k, config_.max_model_len - r->num_tokens() - 1);
+    if (k <= 0) continue;
+    draft_queries_.push_back({r->id, r->tokens, static_cast<int32_t>(k), &r->draft});
+    reqs.push_back(r);
+  }
+  if (reqs.empty()) return;
+  // Waiting requests' prompts also take the step's budget.
+  base_tokens = std::min<int64_t>(base_tokens + scheduler_->num_waiting_tokens(), config_.max_num_batched_tokens);
+  drafter_->propose(draft_queries_);
+  if (!config_.spec_adaptive) return;
+  draft_candidates_.clear();
+  const double prior = method_acceptance_.rate(0.5);
+  for (Request* r : reqs) {
+    draft_candidates_.push_back({r->acceptance_stats.rate(prior), static_cast<int64_t>(r->draft.size()), 0});
+  }
+  spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, draft_candidates_, config_.spec_min_gain);
+  for (size_t i = 0; i < reqs.size(); ++i) reqs[i]->draft.resize(static_cast<size_t>(draft_candidates_[i].k));
+}
+
+void Engine::calibrate_step_cost() {
+  // Steps of 1 .. 64 tokens on a scratch sequence of the engine's cache (its
+  // blocks are freed after; nothing is registered). Two runs each, the
+  // faster kept; every real step refines these.
+  const int64_t top = std::min<int64_t>({64, config_.max_num_batched_tokens, scheduler_->config().max_model_len});
+  for (int64_t n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
+    if (n > top) break;
+    double best = 0.0;
+    for (int rep = 0; rep < 2; ++rep) {
+      const double t = runner_->time_scratch_step(n, *kv_manager_);
+      if (t <= 0.0) return;  // the pool cannot hold it
+      if (rep == 0 || t < best) best = t;
+    }
+    step_cost_.set(n, best);
+  }
 }
 
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   drain_inbox(outputs);
+  if (drafter_) propose_drafts();
   const SchedulerOutput sched = scheduler_->schedule();
   if (!sched.empty()) {
+    const auto t0 = Clock::now();
     std::span<float> logits = runner_->execute(sched);
+    if (drafter_) step_cost_.observe(sched.num_tokens, seconds(Clock::now() - t0));
     scheduler_->on_step_computed(sched);
     const size_t V = static_cast<size_t>(model_.config().n_vocab);
     size_t row = 0;
     for (const ScheduledRequest& s : sched.scheduled) {
       if (!s.sample) continue;
-      process_sample(s.req, logits.subspan(row * V, V), outputs);
-      ++row;
+      const size_t rows = static_cast<size_t>(s.num_logit_rows());
+      process_sample(s.req, logits.subspan(row * V, rows * V), s.num_draft, outputs);
+      row += rows;
     }
     ++steps_total_;
   }
@@ -316,6 +405,7 @@ std::vector<RequestOutput> Engine::step() {
   for (const RequestOutput& o : outputs) {
     if (!o.finished) continue;
     scheduler_->release(o.id);
+    if (drafter_) drafter_->release(o.id);
     callbacks_.erase(o.id);
     auto g = groups_.find(o.group);
     if (g != groups_.end()) {
@@ -347,6 +437,9 @@ void Engine::update_stats() {
   s.preemptions_total = scheduler_->stats().preemptions;
   s.steps_total = steps_total_;
   s.requests_finished_total = finished_total_;
+  s.spec_drafted_tokens_total = spec_drafted_;
+  s.spec_accepted_tokens_total = spec_accepted_;
+  s.spec_verify_steps_total = spec_verify_steps_;
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

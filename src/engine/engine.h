@@ -25,6 +25,8 @@
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "spec/drafter.h"
+#include "spec/policy.h"
 
 namespace tessera {
 class Tokenizer;
@@ -44,6 +46,18 @@ struct EngineConfig {
   kv::BlockHashFn prefix_block_hash;  // empty: XXH3 keyed per process (kv/prefix_hash.h); tests inject collisions
   int threads = 0;                // 0: all cores
   uint64_t seed = 0;              // for requests without a seed; 0: random
+
+  // Speculative decoding (spec/): a drafter proposes up to spec_k tokens per
+  // decoding sequence and the step verifies them. Adaptive: each draft's
+  // length (0: none) maximises the step's expected tokens per second from
+  // measured step costs and acceptance (spec/policy.h); off: every proposal
+  // is verified at its full length (tests, and the benchmark's fixed k).
+  spec::Method spec_method = spec::Method::kNone;
+  int32_t spec_k = 8;
+  spec::NgramOptions spec_ngram;
+  bool spec_adaptive = true;
+  double spec_min_gain = 1.03;  // a draft must raise expected tokens/s by this factor
+  std::shared_ptr<spec::Drafter> spec_drafter;  // a drafter of one's own (tests); overrides spec_method
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -63,6 +77,9 @@ struct EngineStats {
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
   int64_t requests_finished_total = 0;
+  int64_t spec_drafted_tokens_total = 0;   // draft tokens verified
+  int64_t spec_accepted_tokens_total = 0;  // of which accepted
+  int64_t spec_verify_steps_total = 0;     // sequence-steps that verified a draft
 };
 
 class Engine {
@@ -104,7 +121,13 @@ class Engine {
   // Validates and queues a built request; returns its id.
   RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb);
   void drain_inbox(std::vector<RequestOutput>& outputs);
-  void process_sample(Request* r, std::span<float> logits, std::vector<RequestOutput>& outputs);
+  // Samples the rows of one scheduled request: its next token, or a draft's
+  // verification (num_draft + 1 rows).
+  void process_sample(Request* r, std::span<float> logits, int64_t num_draft, std::vector<RequestOutput>& outputs);
+  // Asks the drafter for proposals for every decoding request and sizes them.
+  void propose_drafts();
+  // Step cost at a few sizes, measured on the engine's own cache.
+  void calibrate_step_cost();
   void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);
   void append_token(Request* r, const SampleResult& s, RequestOutput& out);
   RequestOutput make_output(const Request& r) const;
@@ -124,6 +147,12 @@ class Engine {
   Sampler sampler_;
   Rng seed_source_;
   std::vector<float> logits_copy_;
+  std::shared_ptr<spec::Drafter> drafter_;
+  spec::StepCost step_cost_;
+  spec::Acceptance method_acceptance_;  // over every request: the prior of a new one
+  std::vector<spec::DraftQuery> draft_queries_;
+  std::vector<spec::DraftCandidate> draft_candidates_;
+  int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_verify_steps_ = 0;
 
   std::unordered_map<RequestId, OutputCallback> callbacks_;      // engine thread only
   std::unordered_map<RequestId, std::vector<RequestId>> groups_; // group -> members

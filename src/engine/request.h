@@ -15,6 +15,7 @@
 #include "engine/sampling_params.h"
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
+#include "spec/policy.h"
 
 namespace tessera {
 class StreamingDecoder;
@@ -67,6 +68,7 @@ struct Request {
   // sees them); the engine appends those the target accepts. The scheduler
   // trims the list to what fits the step.
   std::vector<int32_t> draft;
+  spec::Acceptance acceptance_stats;  // of its drafts so far (spec/policy.h)
 
   uint64_t seed = 0;  // the request's seed (sample i draws from stream i of it)
   Rng rng;

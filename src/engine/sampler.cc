@@ -19,6 +19,7 @@ std::string validate(const SamplingParams& p, int64_t n_vocab) {
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) return fmt::format("frequency_penalty {} must be in [-2, 2]", p.frequency_penalty);
   if (p.max_tokens < 1) return fmt::format("max_tokens {} must be >= 1", p.max_tokens);
   if (p.n < 1) return fmt::format("n {} must be >= 1", p.n);
+  if (p.speculative_k < 0 || p.speculative_k > 64) return fmt::format("speculative k {} must be in [0, 64]", p.speculative_k);
   if (p.top_logprobs < 0 || p.top_logprobs > 20) return fmt::format("top_logprobs {} must be in [0, 20]", p.top_logprobs);
   for (int32_t t : p.stop_token_ids) {
     if (t < 0 || t >= n_vocab) return fmt::format("stop token id {} is out of range", t);
@@ -35,7 +36,7 @@ float log_sum_exp(std::span<const float> logits) {
 }
 
 SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& h,
-                             Rng& rng) {
+                             Rng& rng, int32_t draft) {
   const int32_t V = static_cast<int32_t>(logits.size());
   SampleResult out;
   // Logprobs describe the model's distribution, before any processing.
@@ -145,14 +146,33 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, c
       }
       n = kept;  // order kept: still sorted if it was
     }
-    const double r = static_cast<double>(rng.uniform()) * sum;
-    double cum = 0.0;
-    out.token = idx_[n - 1];
-    for (int32_t i = 0; i < n; ++i) {
-      cum += probs_[i];
-      if (r < cum) {
-        out.token = idx_[i];
-        break;
+    // A draft is accepted with probability w(draft) / sum; rejected, the
+    // draw is over the other candidates (the residual max(0, p - q) of a
+    // point-mass q, normalised).
+    double w_draft = 0.0;
+    int32_t skip = -1;
+    if (draft >= 0) {
+      for (int32_t i = 0; i < n; ++i) {
+        if (idx_[i] == draft) {
+          w_draft = probs_[i];
+          skip = i;
+          break;
+        }
+      }
+    }
+    if (skip >= 0 && (static_cast<double>(rng.uniform()) * sum < w_draft || sum - w_draft <= 0.0)) {
+      out.token = draft;
+    } else {
+      const double r = static_cast<double>(rng.uniform()) * (sum - w_draft);
+      double cum = 0.0;
+      out.token = idx_[n - 1] != draft || n == 1 ? idx_[n - 1] : idx_[n - 2];
+      for (int32_t i = 0; i < n; ++i) {
+        if (i == skip) continue;
+        cum += probs_[i];
+        if (r < cum) {
+          out.token = idx_[i];
+          break;
+        }
       }
     }
   }

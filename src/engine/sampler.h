@@ -36,8 +36,16 @@ struct TokenHistory {
 class Sampler {
  public:
   // `logits` is modified (penalties, temperature). `scratch` is reused.
+  //
+  // With a `draft` token (>= 0), the row verifies a speculative proposal
+  // from a drafter that proposed it with certainty (q = a point mass, as
+  // n-gram and suffix lookup do): greedy returns the argmax as always; a
+  // sampled row accepts the draft with probability p(draft) and otherwise
+  // draws from p with the draft's mass removed, renormalised (Leviathan et
+  // al. 2023, rejection sampling with q(draft) = 1). Either way the token
+  // follows p exactly; it equals `draft` exactly when the draft is accepted.
   SampleResult sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& history,
-                      Rng& rng);
+                      Rng& rng, int32_t draft = -1);
 
  private:
   std::vector<int32_t> idx_;

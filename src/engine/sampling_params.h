@@ -33,6 +33,12 @@ struct SamplingParams {
   bool logprobs = false;       // logprob of each chosen token
   int32_t top_logprobs = 0;    // and of the top alternatives
 
+  // Speculative decoding, when the engine has a drafter: whether this
+  // request may use it, and its longest draft (0: the engine's). Outputs
+  // are the same either way; only speed differs.
+  bool speculative = true;
+  int32_t speculative_k = 0;
+
   bool greedy() const { return temperature <= 0.0f; }
 };
 

@@ -57,4 +57,13 @@ void write_file(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
+const LoadedWithTokenizer& stories260k() {
+  static const LoadedWithTokenizer* l = [] {
+    auto* p = new LoadedWithTokenizer{load_model(stories260k_path()), nullptr};
+    p->tok = Tokenizer::from_gguf(*p->lm.file);
+    return p;
+  }();
+  return *l;
+}
+
 }  // namespace tessera::testing

@@ -2,9 +2,13 @@
 // files, and a skip for missing data.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 namespace tessera::testing {
 
@@ -15,6 +19,13 @@ bool shared_exists(const std::string& relative);
 
 // The stories260K model, the project's golden reference.
 std::string stories260k_path();
+
+// stories260K loaded once per test process, with its tokenizer.
+struct LoadedWithTokenizer {
+  LoadedModel lm;
+  std::unique_ptr<Tokenizer> tok;
+};
+const LoadedWithTokenizer& stories260k();
 
 // A fresh directory under $TMPDIR, removed at process exit.
 std::string temp_dir();

@@ -1,0 +1,51 @@
+// Speculative decoding's proposers. A drafter guesses the next tokens of
+// running sequences; the target model verifies a whole guess in one forward
+// pass (engine/engine.cc), and rejection sampling keeps the output exactly
+// the target's (engine/sampler.h). Every drafter sits behind this interface:
+//
+//   ngram   prompt lookup: the last n tokens matched earlier in the sequence
+//           (spec/ngram.cc)
+//
+// Drafters know token ids only (no engine, no scheduler): tested alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera::spec {
+
+// One sequence asking for a proposal.
+struct DraftQuery {
+  uint64_t id = 0;                  // the request (drafters with per-sequence state key on it)
+  std::span<const int32_t> tokens;  // prompt + output so far
+  int32_t max_tokens = 0;           // propose at most this many
+  std::vector<int32_t>* out = nullptr;  // the proposal (cleared first; may stay empty)
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* name() const = 0;
+  // Proposals for every query of a step, at once (a model drafter batches).
+  // Proposals are certain (q is a point mass on each proposed token).
+  virtual void propose(std::span<const DraftQuery> queries) = 0;
+  // A sequence is gone (finished); drafters with per-sequence state drop it.
+  virtual void release(uint64_t /*id*/) {}
+};
+
+// The methods `--spec` accepts.
+enum class Method { kNone, kNgram };
+// "none", "ngram"; throws Error(kInvalidArgument) naming the known ones.
+Method parse_method(const std::string& name);
+const char* method_name(Method m);
+
+struct NgramOptions {
+  int32_t min_n = 2;  // shortest suffix matched
+  int32_t max_n = 4;  // longest suffix matched (tried first)
+};
+std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options = {});
+
+}  // namespace tessera::spec

@@ -1,0 +1,75 @@
+#include "spec/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace tessera::spec {
+
+void StepCost::observe(int64_t tokens, double seconds) {
+  auto [it, inserted] = points_.try_emplace(tokens, seconds);
+  if (!inserted) it->second = 0.8 * it->second + 0.2 * seconds;
+}
+
+double StepCost::predict(int64_t tokens) const {
+  if (points_.empty()) return 0.0;
+  auto hi = points_.lower_bound(tokens);
+  if (hi != points_.end() && hi->first == tokens) return hi->second;
+  if (hi == points_.begin()) return hi->second * static_cast<double>(tokens) / static_cast<double>(hi->first);
+  auto lo = std::prev(hi);
+  if (hi == points_.end()) {
+    // Past the largest size: the slope of the last two sizes (compute-bound
+    // territory), at least proportional growth's lower bound of zero.
+    if (lo == points_.begin()) return lo->second * static_cast<double>(tokens) / static_cast<double>(lo->first);
+    auto lo2 = std::prev(lo);
+    const double slope = std::max(0.0, (lo->second - lo2->second) / static_cast<double>(lo->first - lo2->first));
+    return lo->second + slope * static_cast<double>(tokens - lo->first);
+  }
+  const double f = static_cast<double>(tokens - lo->first) / static_cast<double>(hi->first - lo->first);
+  return lo->second + f * (hi->second - lo->second);
+}
+
+void Acceptance::update(int64_t drafted, int64_t accepted_now, double decay) {
+  // Positions up to and including the first rejection were trials.
+  const int64_t t = accepted_now < drafted ? accepted_now + 1 : drafted;
+  accepted = decay * accepted + static_cast<double>(accepted_now);
+  trials = decay * trials + static_cast<double>(t);
+}
+
+double expected_extra_tokens(double a, int64_t k) {
+  if (k <= 0 || a <= 0.0) return 0.0;
+  if (a >= 1.0) return static_cast<double>(k);
+  return a * (1.0 - std::pow(a, static_cast<double>(k))) / (1.0 - a);
+}
+
+void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t base_outputs,
+                          std::span<DraftCandidate> c, double min_gain) {
+  for (DraftCandidate& d : c) d.k = 0;
+  if (cost.empty()) return;
+  std::vector<size_t> order(c.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c[a].acceptance > c[b].acceptance; });
+  int64_t tokens = base_tokens;
+  double outputs = static_cast<double>(std::max<int64_t>(base_outputs, 1));
+  double rate = outputs / std::max(cost.predict(tokens), 1e-12);
+  for (size_t i : order) {
+    DraftCandidate& d = c[i];
+    int64_t best_k = 0;
+    double best_rate = rate * min_gain;
+    for (int64_t k = 1; k <= d.max_k; ++k) {
+      const double r = (outputs + expected_extra_tokens(d.acceptance, k)) / std::max(cost.predict(tokens + k), 1e-12);
+      if (r > best_rate) {
+        best_rate = r;
+        best_k = k;
+      }
+    }
+    if (best_k == 0) continue;
+    d.k = best_k;
+    tokens += best_k;
+    outputs += expected_extra_tokens(d.acceptance, best_k);
+    rate = best_rate;
+  }
+}
+
+}  // namespace tessera::spec
