@@ -2,7 +2,7 @@
 // (materialised scores, exact softmax in double) on random shapes: head
 // counts, GQA ratios, head dims 8/64/128, contexts 1..4096, block sizes,
 // prefill chunks that start mid-block, several sequences per call, shuffled
-// block tables, every KV type and ISA.
+// block tables, sliding windows, every KV type and ISA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@ struct Case {
   int n_heads, n_kv_heads, head_dim, block_size;
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
   DType type;
+  int window = 0;  // sliding window; 0: full causal attention
 };
 
 struct KvSetup {
@@ -80,7 +81,7 @@ KvSetup make(const Case& c, std::mt19937& rng) {
 void check_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   KvSetup s = make(c, rng);
-  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window};
   std::vector<float> ref(s.q.size(), 0.0f);
   paged_attention_naive(s.kv, s.q.data(), s.stride, ref.data(), s.stride, s.seqs, shape);
   // Error bound: outputs are convex combinations of V rows. A score error
@@ -117,7 +118,8 @@ void check_case(const Case& c, uint32_t seed) {
       for (int i = c.n_heads * c.head_dim; i < s.stride; ++i) ASSERT_EQ(out[r * s.stride + i], -7.0f);
     }
     EXPECT_LE(worst, tol) << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " hd "
-                          << c.head_dim << " bs " << c.block_size << " type " << dtype_name(c.type);
+                          << c.head_dim << " bs " << c.block_size << " type " << dtype_name(c.type) << " window "
+                          << c.window;
   }
 }
 
@@ -157,6 +159,69 @@ TEST(Attention, RandomShapes) {
   }
 }
 
+// Sliding window (a query at p sees keys (p - window, p]) on every ISA
+// against the naive reference, which computes dense scores and masks those
+// before the window: windows of one key, shorter and longer than a block,
+// not a multiple of it, and longer than the context; decode and prefill
+// chunks that start mid-block; GQA; every KV type.
+TEST(Attention, SlidingWindowMatchesDenseMaskedReference) {
+  uint32_t seed = 500;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int window : {1, 5, 16, 17, 40, 1000}) {
+      for (int bs : {16, 7, 1, 32}) {
+        check_case({8, 2, 64, bs, {{1, 1}, {1, 37}, {5, 5}, {16, 100}, {17, 40}, {3, 64}, {40, 90}}, t, window},
+                   seed++);
+      }
+    }
+  }
+  std::mt19937 rng(4343);
+  for (int it = 0; it < 40; ++it) {
+    const int kv_heads = 1 + static_cast<int>(rng() % 3);
+    const int group = std::vector<int>{1, 2, 4}[rng() % 3];
+    const int hd = std::vector<int>{8, 16, 64, 128, 24}[rng() % 5];
+    const int bs = 1 + static_cast<int>(rng() % 40);
+    std::vector<std::pair<int, int>> seqs;
+    for (int n = 1 + static_cast<int>(rng() % 3); n > 0; --n) {
+      const int kl = 1 + static_cast<int>(rng() % 300);
+      seqs.emplace_back(1 + static_cast<int>(rng() % std::min(kl, 40)), kl);
+    }
+    const int window = 1 + static_cast<int>(rng() % 120);
+    check_case({kv_heads * group, kv_heads, hd, bs, seqs, DType::kF16, window}, static_cast<uint32_t>(rng()));
+  }
+}
+
+// Keys before a decode token's window are never read: with them overwritten
+// by NaN, every ISA still gives the result of the clean cache, finite.
+TEST(Attention, SlidingWindowNeverReadsKeysBeforeTheWindow) {
+  std::mt19937 rng(8);
+  for (int bs : {16, 5}) {
+    for (int window : {3, 16, 21}) {
+      const int kv_len = 77;
+      KvSetup s = make({4, 2, 64, bs, {{1, kv_len}}, DType::kF32}, rng);
+      const AttentionShape shape{4, 0.125f, window};
+      std::vector<float> want(s.q.size(), 0.0f);
+      paged_attention_naive(s.kv, s.q.data(), s.stride, want.data(), s.stride, s.seqs, shape);
+      const int64_t kvw = int64_t{2} * 64;
+      std::vector<float> nan(static_cast<size_t>(kvw), std::numeric_limits<float>::quiet_NaN());
+      for (int p = 0; p <= kv_len - 1 - window; ++p) {
+        const int64_t slot = static_cast<int64_t>(s.tables[0][p / bs]) * bs + p % bs;
+        store_kv(s.kv, nan.data(), nan.data(), kvw, &slot, 1, Isa::kScalar);
+      }
+      for (Isa isa : supported_isas()) {
+        ThreadPool pool(2);
+        Workspace ws;
+        KernelContext ctx{&pool, isa, &ws};
+        std::vector<float> got(s.q.size(), 0.0f);
+        paged_attention(s.kv, s.q.data(), s.stride, got.data(), s.stride, s.seqs, shape, ctx);
+        for (int i = 0; i < 4 * 64; ++i) {
+          ASSERT_TRUE(std::isfinite(got[i])) << isa_name(isa) << " bs " << bs << " window " << window << " i " << i;
+          ASSERT_NEAR(got[i], want[i], 1e-5) << isa_name(isa) << " bs " << bs << " window " << window << " i " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
   // The same queries computed as one chunk, or as the tail of a chunked
   // prefill (fewer query rows per call, down to one token: a decode step),
@@ -167,25 +232,27 @@ TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
   std::mt19937 rng(77);
   for (int n_kv : {8, 4, 2}) {  // GQA groups 1, 2, 4
     for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16}) {
-      KvSetup s = make({8, n_kv, 64, 16, {{40, 90}}, kv_type}, rng);
-      const AttentionShape shape{8, 0.125f};
-      for (Isa isa : supported_isas()) {
-        ThreadPool pool(2);
-        Workspace ws;
-        KernelContext ctx{&pool, isa, &ws};
-        std::vector<float> whole(s.q.size());
-        paged_attention(s.kv, s.q.data(), s.stride, whole.data(), s.stride, s.seqs, shape, ctx);
-        for (int split : {1, 7, 16, 23, 39}) {
-          std::vector<float> parts(s.q.size());
-          std::vector<AttentionSeq> a = {{0, split, 90 - 40 + split, s.tables[0].data()}};
-          std::vector<AttentionSeq> b = {{split, 40 - split, 90, s.tables[0].data()}};
-          paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, a, shape, ctx);
-          paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, b, shape, ctx);
-          for (int r = 0; r < 40; ++r) {
-            for (int i = 0; i < 8 * 64; ++i) {
-              ASSERT_EQ(whole[r * s.stride + i], parts[r * s.stride + i])
-                  << isa_name(isa) << " kv heads " << n_kv << " " << dtype_name(kv_type) << " split " << split
-                  << " row " << r;
+      for (int window : {0, 9, 33}) {  // and with sliding windows
+        KvSetup s = make({8, n_kv, 64, 16, {{40, 90}}, kv_type}, rng);
+        const AttentionShape shape{8, 0.125f, window};
+        for (Isa isa : supported_isas()) {
+          ThreadPool pool(2);
+          Workspace ws;
+          KernelContext ctx{&pool, isa, &ws};
+          std::vector<float> whole(s.q.size());
+          paged_attention(s.kv, s.q.data(), s.stride, whole.data(), s.stride, s.seqs, shape, ctx);
+          for (int split : {1, 7, 16, 23, 39}) {
+            std::vector<float> parts(s.q.size());
+            std::vector<AttentionSeq> a = {{0, split, 90 - 40 + split, s.tables[0].data()}};
+            std::vector<AttentionSeq> b = {{split, 40 - split, 90, s.tables[0].data()}};
+            paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, a, shape, ctx);
+            paged_attention(s.kv, s.q.data(), s.stride, parts.data(), s.stride, b, shape, ctx);
+            for (int r = 0; r < 40; ++r) {
+              for (int i = 0; i < 8 * 64; ++i) {
+                ASSERT_EQ(whole[r * s.stride + i], parts[r * s.stride + i])
+                    << isa_name(isa) << " kv heads " << n_kv << " " << dtype_name(kv_type) << " split " << split
+                    << " window " << window << " row " << r;
+              }
             }
           }
         }

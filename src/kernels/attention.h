@@ -41,7 +41,8 @@ bool kv_type_supported(DType type);
 
 // One sequence's share of a step. Its query rows are q[q_begin, q_begin +
 // q_len); query i sits at position kv_len - q_len + i and attends causally to
-// keys at positions [0, that position]. block_table covers kv_len tokens.
+// keys at positions [0, that position] (the last AttentionShape::window of
+// them with a sliding window). block_table covers kv_len tokens.
 struct AttentionSeq {
   int32_t q_begin = 0;
   int32_t q_len = 0;
@@ -52,6 +53,10 @@ struct AttentionSeq {
 struct AttentionShape {
   int32_t n_heads = 0;     // query heads; a multiple of kv.n_kv_heads (GQA)
   float scale = 1.0f;      // usually 1/sqrt(head_dim)
+  // Sliding window (Mistral v0.1): when > 0, a query at position p attends
+  // only to keys at positions (p - window, p]. Whole blocks before the window
+  // are not read.
+  int32_t window = 0;
 };
 
 // Writes the K and V rows of n_tokens new tokens into their slots

@@ -134,9 +134,9 @@ static inline void score_block(const Tiles& t, int bs_pad, int rows, int hd, con
   }
 }
 
-// ar[0, hd) = ar * corr + sum_{j < n_valid} p[j] * V[j], in j order.
+// ar[0, hd) = ar * corr + sum_{j0 <= j < n_valid} p[j] * V[j], in j order.
 template <class F, class Tiles>
-static inline void accumulate_v(const Tiles& t, const float* p, int n_valid, float corr, int hd, float* ar) {
+static inline void accumulate_v(const Tiles& t, const float* p, int j0, int n_valid, float corr, int hd, float* ar) {
   using V = typename F::V;
   constexpr int W = F::kW;
   const V cv = F::set1(corr);
@@ -144,7 +144,7 @@ static inline void accumulate_v(const Tiles& t, const float* p, int n_valid, flo
     const int nv = (hd - d0) / W < 8 ? (hd - d0) / W : 8;
     V o[8];
     for (int u = 0; u < nv; ++u) o[u] = F::mul(F::load(ar + d0 + u * W), cv);
-    for (int j = 0; j < n_valid; ++j) {
+    for (int j = j0; j < n_valid; ++j) {
       const V pj = F::set1(p[j]);
       for (int u = 0; u < nv; ++u) o[u] = F::fmadd(pj, t.v(j, d0 + u * W), o[u]);
     }
@@ -178,7 +178,9 @@ void attend_tiled(const AttnUnitArgs& a) {
   const bool direct = rows <= 2 && bs == bs_pad;
   const int last_key = a.first_pos + a.nq - 1;
   const int n_blocks = last_key / bs + 1;
-  for (int b = 0; b < n_blocks; ++b) {
+  // With a sliding window, blocks wholly before the first row's window hold
+  // no key any row of the unit sees: they are not read.
+  for (int b = first_key(a.first_pos, a.window) / bs; b < n_blocks; ++b) {
     const size_t base = static_cast<size_t>(a.block_table[b]) * a.block_bytes +
                         static_cast<size_t>(a.kv_head) * a.head_bytes;
     const int j_end = last_key + 1 - b * bs < bs ? last_key + 1 - b * bs : bs;
@@ -213,21 +215,26 @@ void attend_tiled(const AttnUnitArgs& a) {
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
       const int n_valid = pos + 1 - b * bs < j_end ? pos + 1 - b * bs : j_end;
-      if (n_valid <= 0) continue;
+      // Keys [j0, n_valid) of this block are in the row's window.
+      const int j0 = first_key(pos, a.window) - b * bs > 0 ? first_key(pos, a.window) - b * bs : 0;
+      if (n_valid <= j0) continue;
       float* s = sc + static_cast<size_t>(r) * bs_pad;
-      float tile_max = s[0];
-      for (int j = 1; j < n_valid; ++j) tile_max = s[j] > tile_max ? s[j] : tile_max;
+      float tile_max = s[j0];
+      for (int j = j0 + 1; j < n_valid; ++j) tile_max = s[j] > tile_max ? s[j] : tile_max;
       const float m_new = m[r] > tile_max ? m[r] : tile_max;
       const float corr = m[r] == -__builtin_inff() ? 0.0f : M::exp1(m[r] - m_new);
       const V mv = F::set1(m_new);
       V sum = F::zero();
-      for (int c = 0; c < bs_pad; c += W) {
+      for (int c = j0 - j0 % W; c < bs_pad; c += W) {
         V p = M::exp(F::sub(F::load(s + c), mv));
-        if (c + W > n_valid) {
-          // Keys past n_valid (masked or padding) get weight 0.
+        if (c + W > n_valid || c < j0) {
+          // Keys past n_valid (masked or padding) and before j0 (out of
+          // the window) get weight 0.
           alignas(64) float tmp[W];
           F::store(tmp, p);
-          for (int j = (n_valid > c ? n_valid - c : 0); j < W; ++j) tmp[j] = 0.0f;
+          for (int j = 0; j < W; ++j) {
+            if (c + j < j0 || c + j >= n_valid) tmp[j] = 0.0f;
+          }
           p = F::load(tmp);
         }
         F::store(s + c, p);
@@ -237,9 +244,9 @@ void attend_tiled(const AttnUnitArgs& a) {
       m[r] = m_new;
       float* ar = acc + static_cast<size_t>(r) * hd;
       if (direct) {
-        accumulate_v<F>(stored, s, n_valid, corr, hd, ar);
+        accumulate_v<F>(stored, s, j0, n_valid, corr, hd, ar);
       } else {
-        accumulate_v<F>(scratch, s, n_valid, corr, hd, ar);
+        accumulate_v<F>(scratch, s, j0, n_valid, corr, hd, ar);
       }
     }
   }

@@ -31,8 +31,13 @@ struct AttnUnitArgs {
   float* out = nullptr;      // same layout as q
   int64_t out_stride = 0;
   float scale = 1.0f;
+  int32_t window = 0;        // > 0: row at position p sees keys (p - window, p] only
   float* scratch = nullptr;  // attention_scratch_floats() floats
 };
+
+// The first key a query at `pos` attends to (static: included by the
+// per-ISA files, see docs/KERNELS.md "ODR rule").
+static inline int32_t first_key(int32_t pos, int32_t window) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 
 using AttendFn = void (*)(const AttnUnitArgs& a);
 

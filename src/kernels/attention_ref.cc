@@ -31,17 +31,19 @@ void attend_ref(const AttnUnitArgs& a) {
   std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
   std::fill(l, l + rows, 0.0f);
   const int last_key = a.first_pos + a.nq - 1;
-  for (int b = 0; b <= last_key / bs; ++b) {
+  // Blocks wholly before the first row's window hold no key any row sees.
+  for (int b = first_key(a.first_pos, a.window) / bs; b <= last_key / bs; ++b) {
     const uint8_t* kb = a.k + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
     const uint8_t* vb = a.v + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
       const int n_valid = std::min(bs, pos + 1 - b * bs);
-      if (n_valid <= 0) continue;
+      const int j0 = std::max(0, first_key(pos, a.window) - b * bs);  // keys before j0 are out of the window
+      if (n_valid <= j0) continue;
       const float* q = a.q + static_cast<int64_t>(r % a.nq) * a.q_stride +
                        static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
       float tile_max = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < n_valid; ++j) {
+      for (int j = j0; j < n_valid; ++j) {
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
         s[j] = dot * a.scale;
@@ -52,7 +54,7 @@ void attend_ref(const AttnUnitArgs& a) {
       float* ar = acc + static_cast<size_t>(r) * hd;
       for (int d = 0; d < hd; ++d) ar[d] *= corr;
       float sum = 0.0f;
-      for (int j = 0; j < n_valid; ++j) {
+      for (int j = j0; j < n_valid; ++j) {
         const float p = std::exp(s[j] - m_new);
         sum += p;
         for (int d = 0; d < hd; ++d) ar[d] += p * load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);
