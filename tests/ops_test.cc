@@ -103,6 +103,59 @@ TEST(OpsReference, RopePreservesNorm) {
   EXPECT_NEAR(y[1], x[0] * s + x[1] * c, 1e-6);
 }
 
+// Llama 3's rope_freqs: pair i's angle is divided by factor i (ggml's
+// freq_factors), checked against the formula evaluated here.
+TEST(OpsReference, RopeFreqFactorsDivideTheAngles) {
+  const float factors[4] = {1.0f, 2.0f, 5.5f, 32.0f};
+  RopeParams p;
+  p.n_rot = 8;
+  p.freq_base = 500000.0f;
+  p.freq_factors = factors;
+  float c[4], s[4];
+  rope_angles(37, p, c, s);
+  for (int i = 0; i < 4; ++i) {
+    const double theta = 37.0 * std::pow(500000.0, -2.0 * i / 8.0) / factors[i];
+    EXPECT_NEAR(c[i], std::cos(theta), 1e-7) << i;
+    EXPECT_NEAR(s[i], std::sin(theta), 1e-7) << i;
+  }
+}
+
+// YaRN as llama.cpp computes it (ggml_rope_yarn_corr_dims, rope_yarn), for
+// 128 rotated dims of a model trained on 4096 positions, base 10000, factor
+// 4, betas 32 / 1: the correction range is pairs [20, 46] (floor(20.94),
+// ceil(45.03), evaluated by hand); pairs up to 20 keep their unscaled
+// angle, pairs from 46 on are divided by 4, pair 33 is half way, and cos
+// and sin are scaled by 1 + 0.1 ln 4.
+TEST(OpsReference, YarnAngles) {
+  float dims[2];
+  yarn_corr_dims(128, 4096, 10000.0f, 32.0f, 1.0f, dims);
+  EXPECT_EQ(dims[0], 20.0f);
+  EXPECT_EQ(dims[1], 46.0f);
+  RopeParams p;
+  p.n_rot = 128;
+  p.freq_base = 10000.0f;
+  p.freq_scale = 0.25f;
+  p.ext_factor = 1.0f;
+  p.yarn_low = dims[0];
+  p.yarn_high = dims[1];
+  std::vector<float> c(64), s(64);
+  const int64_t pos = 1000;
+  rope_angles(pos, p, c.data(), s.data());
+  const double mscale = 1.0 + 0.1 * std::log(4.0);
+  auto angle = [](int i) { return 1000.0 * std::pow(10000.0, -2.0 * i / 128.0); };
+  for (int i : {0, 7, 20}) {
+    EXPECT_NEAR(c[i], mscale * std::cos(angle(i)), 1e-6) << i;
+    EXPECT_NEAR(s[i], mscale * std::sin(angle(i)), 1e-6) << i;
+  }
+  for (int i : {46, 50, 63}) {
+    EXPECT_NEAR(c[i], mscale * std::cos(angle(i) / 4), 1e-6) << i;
+    EXPECT_NEAR(s[i], mscale * std::sin(angle(i) / 4), 1e-6) << i;
+  }
+  const double mid = 0.5 * angle(33) + 0.5 * angle(33) / 4;
+  EXPECT_NEAR(c[33], mscale * std::cos(mid), 1e-6);
+  EXPECT_NEAR(s[33], mscale * std::sin(mid), 1e-6);
+}
+
 TEST_P(OpsTest, SiluMulMatchesScalar) {
   std::mt19937 rng(5);
   for (int64_t n : kLengths) {

@@ -2,6 +2,7 @@
 // versions of ops_<isa>.cc.
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -34,13 +35,33 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps
 
 namespace {
 void rope_angle(int64_t pos, const RopeParams& p, int64_t i, float* c, float* s) {
-  const double theta = static_cast<double>(pos) * p.freq_scale *
-                       std::pow(static_cast<double>(p.freq_base),
-                                -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
-  *c = static_cast<float>(std::cos(theta));
-  *s = static_cast<float>(std::sin(theta));
+  const double inv_freq = std::pow(static_cast<double>(p.freq_base),
+                                   -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot));
+  const double factor = p.freq_factors != nullptr ? static_cast<double>(p.freq_factors[i]) : 1.0;
+  double theta = static_cast<double>(pos) * p.freq_scale * inv_freq / factor;
+  double mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    const double extrap = static_cast<double>(pos) * inv_freq / factor;
+    const double y = (static_cast<double>(i) - p.yarn_low) / std::max(0.001, static_cast<double>(p.yarn_high) - p.yarn_low);
+    const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * p.ext_factor;
+    theta = theta * (1.0 - mix) + extrap * mix;
+    mscale *= 1.0 + 0.1 * std::log(1.0 / static_cast<double>(p.freq_scale));
+  }
+  *c = static_cast<float>(std::cos(theta) * mscale);
+  *s = static_cast<float>(std::sin(theta) * mscale);
 }
 }  // namespace
+
+void yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                    float out[2]) {
+  // The pair i whose wavelength 2 pi base^(2i/n_rot) fits n_ctx_orig / beta times.
+  auto pair_for = [&](double beta) {
+    return static_cast<double>(n_rot) * std::log(static_cast<double>(n_ctx_orig) / (beta * 2.0 * M_PI)) /
+           (2.0 * std::log(static_cast<double>(freq_base)));
+  };
+  out[0] = static_cast<float>(std::max(0.0, std::floor(pair_for(beta_fast))));
+  out[1] = static_cast<float>(std::min(static_cast<double>(n_rot - 1), std::ceil(pair_for(beta_slow))));
+}
 
 void rope_angles(int64_t pos, const RopeParams& p, float* cos_out, float* sin_out) {
   for (int64_t i = 0; i < p.n_rot / 2; ++i) rope_angle(pos, p, i, &cos_out[i], &sin_out[i]);

@@ -17,13 +17,31 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t n, float eps
 // Rotary position embedding, in place, on n_heads heads of head_dim for one
 // token at position `pos`. Only the first n_rot dims of each head rotate.
 // Normal (GPT-J / llama) ordering rotates pairs (2i, 2i+1); NeoX ordering
-// rotates (i, i + n_rot/2). theta_i = pos * freq_scale * base^(-2i/n_rot).
+// rotates (i, i + n_rot/2). Pair i turns by
+//   theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i
+// (factor_i = 1 without freq_factors), as ggml_rope_ext computes it. With
+// YaRN (ext_factor != 0), pair i's angle mixes the scaled angle above with
+// the unscaled one (freq_scale = 1) by ramp_i * ext_factor, where ramp_i is
+// 1 below yarn_low, 0 above yarn_high and linear between (yarn_corr_dims()),
+// and cos and sin are multiplied by attn_factor * (1 + 0.1 ln(1/freq_scale));
+// without YaRN they are multiplied by attn_factor.
 struct RopeParams {
   int64_t n_rot = 0;
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   bool neox = false;
+  const float* freq_factors = nullptr;  // [n_rot / 2] divisors of theta_i (Llama 3's rope_freqs), or null
+  float ext_factor = 0.0f;              // YaRN's extrapolation mix; 0: off
+  float attn_factor = 1.0f;
+  float yarn_low = 0.0f, yarn_high = 0.0f;  // YaRN's correction range, in rotary pairs
 };
+
+// YaRN's correction range for n_rot rotated dims of a model trained on
+// n_ctx_orig positions: the pairs that turn more than beta_fast times over
+// that context keep their angle, those that turn less than beta_slow times
+// are interpolated (ggml_rope_yarn_corr_dims). out = {low, high}.
+void yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                    float out[2]);
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, Isa isa);
 
 // cos and sin of theta_i for i < n_rot / 2 (computed in double, rounded to
