@@ -43,6 +43,8 @@ struct Edit {
   std::string retensor;  // replaced by a zero tensor of new_type / new_ne
   std::optional<DType> new_type;
   std::vector<int64_t> new_ne;
+  std::string add_tensor;  // an extra F32 tensor of shape add_ne, filled with ones
+  std::vector<int64_t> add_ne;
 };
 
 // Single edits (designated initializers would trip -Wmissing-field-initializers).
@@ -73,6 +75,12 @@ Edit set_key(const std::string& key, Value v) {
   e.set_keys.emplace_back(key, std::move(v));
   return e;
 }
+Edit add_tensor(const std::string& name, std::vector<int64_t> ne) {
+  Edit e;
+  e.add_tensor = name;
+  e.add_ne = std::move(ne);
+  return e;
+}
 
 std::string rewrite(const Edit& e, const std::string& name, const std::string& arch = "llama") {
   const gguf::File src = gguf::File::open(base_model(arch));
@@ -92,6 +100,14 @@ std::string rewrite(const Edit& e, const std::string& name, const std::string& a
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
                  [&t](uint8_t* out, size_t n) { std::memcpy(out, t.data, n); });
   }
+  if (!e.add_tensor.empty()) {
+    w.add_tensor(e.add_tensor, DType::kF32, e.add_ne, [](uint8_t* out, size_t n) {
+      for (size_t i = 0; i + 4 <= n; i += 4) {
+        const float one = 1.0f;
+        std::memcpy(out + i, &one, 4);
+      }
+    });
+  }
   const std::string path = testing::temp_path(name + ".gguf");
   w.write(path);
   return path;
@@ -110,6 +126,13 @@ Value str(const std::string& x) {
   return v;
 }
 
+Value f32(float x) {
+  Value v;
+  v.type = ValueType::kF32;
+  v.f = x;
+  return v;
+}
+
 void expect_load_error(const std::string& path, std::string_view needle) {
   try {
     load_model(path);
@@ -117,6 +140,7 @@ void expect_load_error(const std::string& path, std::string_view needle) {
   } catch (const Error& e) {
     EXPECT_NE(std::string_view(e.what()).find(needle), std::string_view::npos)
         << "message '" << e.what() << "' does not contain '" << needle << "'";
+    EXPECT_EQ(std::string_view(e.what()).find('\n'), std::string_view::npos) << "not one line: " << e.what();
   }
 }
 
@@ -130,12 +154,96 @@ TEST(ModelLoad, UneditedCopiesLoad) {
   }
 }
 
+TEST(ModelLoad, EveryArchitectureLoads) {
+  // make-model's layouts: llama3 and mistral are llama files with
+  // rope_freqs.weight / a sliding window.
+  struct Want {
+    const char* spec;
+    const char* arch;
+    int64_t window;
+  };
+  for (const Want& w : {Want{"llama3", "llama", 0}, Want{"mistral", "llama", 4096}, Want{"qwen3", "qwen3", 0}}) {
+    const LoadedModel m = load_model(rewrite({}, std::string("copy-") + w.spec, w.spec));
+    EXPECT_EQ(m.model->config().arch, w.arch);
+    EXPECT_EQ(m.model->config().sliding_window, w.window);
+    EXPECT_EQ(m.model->config().rope_neox, std::string(w.arch) == "qwen3");
+  }
+}
+
 TEST(ModelLoad, MissingTensor) {
   expect_load_error(rewrite(drop_tensor("blk.1.ffn_up.weight"), "no-ffn-up"),
                     "missing tensor 'blk.1.ffn_up.weight'");
   expect_load_error(rewrite(drop_tensor("token_embd.weight"), "no-embd"), "missing tensor 'token_embd.weight'");
   expect_load_error(rewrite(drop_tensor("blk.0.attn_k.bias"), "no-k-bias", "qwen2"),
                     "missing tensor 'blk.0.attn_k.bias'");
+  expect_load_error(rewrite(drop_tensor("blk.1.attn_k_norm.weight"), "no-k-norm", "qwen3"),
+                    "missing tensor 'blk.1.attn_k_norm.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.0.attn_q_norm.weight"), "no-q-norm", "qwen3"),
+                    "missing tensor 'blk.0.attn_q_norm.weight'");
+}
+
+// A tensor the architecture does not use would change what the model
+// computes if it were dropped silently: refused, named.
+TEST(ModelLoad, UnusedTensor) {
+  expect_load_error(rewrite(add_tensor("blk.0.attn_output.bias", {64}), "o-bias"),
+                    "tensor 'blk.0.attn_output.bias' is not used by Tessera's 'llama' model");
+  expect_load_error(rewrite(add_tensor("rope_freqs.weight", {8}), "qwen2-rope-freqs", "qwen2"),
+                    "tensor 'rope_freqs.weight' is not used by Tessera's 'qwen2' model");
+  expect_load_error(rewrite(add_tensor("blk.1.attn_q_norm.weight", {16}), "llama-q-norm"),
+                    "tensor 'blk.1.attn_q_norm.weight' is not used");
+  // Qwen2 with Qwen3's norms is not Qwen3.
+  expect_load_error(rewrite(add_tensor("blk.0.attn_k_norm.weight", {16}), "qwen2-k-norm", "qwen2"),
+                    "tensor 'blk.0.attn_k_norm.weight' is not used by Tessera's 'qwen2' model");
+  // Old Llama conversions' rotary inverse frequencies are in the ignored list.
+  EXPECT_NO_THROW(load_model(rewrite(add_tensor("blk.0.attn_rot_embd", {8}), "rot-embd")));
+}
+
+// Metadata: descriptive keys (general.*, tokenizer.*, quantize.imatrix.*)
+// are ignored; anything else the architecture does not read is refused.
+TEST(ModelLoad, UnknownOrUnsupportedKey) {
+  Edit ok;
+  ok.set_keys = {{"general.license", str("mit")}, {"general.base_model.count", u32(1)},
+                 {"quantize.imatrix.file", str("x.dat")}, {"tokenizer.chat_template", str("{{ x }}")},
+                 {"split.count", u32(1)}};
+  EXPECT_NO_THROW(load_model(rewrite(ok, "ignorable-keys")));
+  expect_load_error(rewrite(set_key("llama.attention.scale", f32(0.5f)), "attn-scale"),
+                    "metadata key 'llama.attention.scale' is not supported by Tessera's 'llama' model");
+  expect_load_error(rewrite(set_key("llama.final_logit_softcapping", f32(30.0f)), "softcap"),
+                    "metadata key 'llama.final_logit_softcapping' is not supported");
+  expect_load_error(rewrite(set_key("qwen2.attention.sliding_window", u32(8)), "qwen2-swa", "qwen2"),
+                    "metadata key 'qwen2.attention.sliding_window' is not supported by Tessera's 'qwen2' model");
+  expect_load_error(rewrite(set_key("llama.rope.scaling.yarn_log_multiplier", f32(0.1f)), "yarn-log-mul"),
+                    "metadata key 'llama.rope.scaling.yarn_log_multiplier' is not supported");
+  expect_load_error(rewrite(set_key("split.count", u32(3)), "split3"), "'split.count' = 3");
+  expect_load_error(rewrite(set_key("adapter.type", str("lora")), "adapter"),
+                    "metadata key 'adapter.type' is not supported");
+  expect_load_error(rewrite(set_key("llama.vocab_size", u32(65)), "vocab65"),
+                    "'llama.vocab_size' = 65 but token_embd.weight has 64 rows");
+}
+
+TEST(ModelLoad, RopeScaling) {
+  for (const char* type : {"su", "longrope", "llama3", "dynamic"}) {
+    expect_load_error(rewrite(set_key("llama.rope.scaling.type", str(type)), std::string("rope-") + type),
+                      fmt::format("rope scaling '{}' (llama.rope.scaling.type) is not supported", type));
+  }
+  Edit yarn = set_key("llama.rope.scaling.type", str("yarn"));
+  yarn.set_keys.emplace_back("llama.rope.scaling.factor", f32(4.0f));
+  yarn.set_keys.emplace_back("llama.rope.scaling.original_context_length", u32(512));
+  const LoadedModel m = load_model(rewrite(yarn, "yarn"));
+  EXPECT_EQ(m.model->config().rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(m.model->config().rope_freq_scale, 0.25f);
+  EXPECT_EQ(m.model->config().yarn_orig_ctx, 512);
+  // No type: linear, as llama.cpp reads it; "none" never scales.
+  EXPECT_EQ(load_model(rewrite(set_key("llama.rope.scaling.factor", f32(2.0f)), "factor-only")).model->config().rope_freq_scale,
+            0.5f);
+  Edit none = set_key("llama.rope.scaling.type", str("none"));
+  none.set_keys.emplace_back("llama.rope.scaling.factor", f32(2.0f));
+  EXPECT_EQ(load_model(rewrite(none, "none-factor")).model->config().rope_freq_scale, 1.0f);
+  // Llama 3's factors: one per rotary pair, positive.
+  expect_load_error(rewrite(reshape("rope_freqs.weight", {3}), "rope-freqs-3", "llama3"),
+                    "tensor 'rope_freqs.weight' has shape [3], expected [8]");
+  expect_load_error(rewrite(retype("rope_freqs.weight", DType::kF32), "rope-freqs-0", "llama3"),
+                    "tensor 'rope_freqs.weight' holds 0, not a positive factor");
 }
 
 TEST(ModelLoad, WrongShape) {
@@ -180,13 +288,11 @@ TEST(ModelLoad, InconsistentHyperparameters) {
                     "'llama.rope.dimension_count' = 32 is out of range (1..16)");
   expect_load_error(rewrite(set_key("llama.block_count", u32(3)), "blocks3"),
                     "missing tensor 'blk.2.attn_norm.weight'");
-  expect_load_error(rewrite(set_key("llama.rope.scaling.type", str("yarn")), "yarn"),
-                    "rope scaling 'yarn' is not supported");
 }
 
 TEST(ModelLoad, UnsupportedArchitecture) {
   expect_load_error(rewrite(set_key("general.architecture", str("gpt2")), "gpt2"),
-                    "architecture 'gpt2' is not supported (supported: llama, mistral, qwen2)");
+                    "architecture 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3)");
 }
 
 TEST(ModelLoad, NotAModelFile) {

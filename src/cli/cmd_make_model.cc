@@ -1,4 +1,5 @@
-// tessera make-model: write a random-weight Llama GGUF of a named or explicit shape.
+// tessera make-model: write a random-weight GGUF (llama, llama3, mistral, qwen2,
+// qwen3 layouts) of a named or explicit shape.
 #include <fmt/format.h>
 
 #include "cli/command.h"
@@ -20,17 +21,22 @@ struct MakeModelArgs {
   uint64_t seed = 1;
   int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ff = 0, head_dim = 0, ctx = 0, rope_dims = 0;
   float rope_base = 0.0f;
+  std::string rope_scaling;
+  float rope_scaling_factor = 0.0f;
+  int64_t rope_orig_ctx = 0, sliding_window = 0;
   bool tied = false;
   int threads = 0;
 };
 
-TESSERA_COMMAND("make-model", "Write a random-weight Llama GGUF (tests, benchmarks)", [](CLI::App& sub) {
+TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmarks)", [](CLI::App& sub) {
   auto a = std::make_shared<MakeModelArgs>();
   sub.add_option("-o,--out", a->out, "Output GGUF path")->required();
   sub.add_option("--preset", a->preset, "Shape: tiny, 110m, 1b")->capture_default_str();
   sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
   sub.add_option("--output-type", a->output_type, "Type of the output matrix (default: --type)");
-  sub.add_option("--arch", a->arch, "llama or qwen2 (QKV bias, NeoX RoPE)")->capture_default_str();
+  sub.add_option("--arch", a->arch,
+                 "llama, llama3 (rope_freqs.weight), mistral (sliding window), qwen2 (QKV bias, NeoX RoPE), "
+                 "qwen3 (q/k norm, NeoX RoPE)")->capture_default_str();
   sub.add_option("--vocab-from", a->vocab_from, "Copy the tokenizer of this GGUF");
   sub.add_option("--n-vocab", a->n_vocab, "Synthetic vocabulary size (without --vocab-from)");
   sub.add_option("--seed", a->seed, "Random seed")->capture_default_str();
@@ -43,6 +49,10 @@ TESSERA_COMMAND("make-model", "Write a random-weight Llama GGUF (tests, benchmar
   sub.add_option("--ctx", a->ctx, "Override: context length");
   sub.add_option("--rope-dims", a->rope_dims, "Override: rotated dims per head");
   sub.add_option("--rope-base", a->rope_base, "Override: RoPE frequency base");
+  sub.add_option("--rope-scaling", a->rope_scaling, "Write rope.scaling.type: linear or yarn");
+  sub.add_option("--rope-scaling-factor", a->rope_scaling_factor, "RoPE scaling factor (llama3 default 32)");
+  sub.add_option("--rope-orig-ctx", a->rope_orig_ctx, "Original context of the RoPE scaling (llama3 default 8192)");
+  sub.add_option("--sliding-window", a->sliding_window, "Sliding attention window (llama family; mistral default 4096)");
   sub.add_flag("--tied", a->tied, "Tie the output matrix to the token embedding");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   return [a]() {
@@ -70,6 +80,10 @@ TESSERA_COMMAND("make-model", "Write a random-weight Llama GGUF (tests, benchmar
     if (a->ctx) s.n_ctx = a->ctx;
     if (a->rope_dims) s.n_rot = a->rope_dims;
     if (a->rope_base > 0.0f) s.rope_freq_base = a->rope_base;
+    s.rope_scaling = a->rope_scaling;
+    s.rope_scaling_factor = a->rope_scaling_factor;
+    s.rope_orig_ctx = a->rope_orig_ctx;
+    s.sliding_window = a->sliding_window;
     if (s.vocab_from.empty() && s.n_vocab == 0) s.n_vocab = 512;
     write_synthetic_model(s, a->out, a->threads);
     TESSERA_LOG_INFO("wrote {} ({} layers, dim {}, {} weights)", a->out, s.n_layer, s.n_embd, dtype_name(s.type));

@@ -5,37 +5,107 @@
 namespace tessera {
 namespace {
 
-int64_t positive(const gguf::File& f, const std::string& key, int64_t limit) {
-  const gguf::Value* v = f.find(key);
-  if (v != nullptr && v->type == gguf::ValueType::kArray) {
-    fail(ErrorCode::kCorruptFile, "{}: '{}' varies per layer, which Tessera does not support", f.path(), key);
+// The file's metadata, with every key read reported to `used`.
+class Keys {
+ public:
+  Keys(const gguf::File& f, const std::function<void(const std::string&)>& used) : f_(f), used_(used) {}
+
+  bool has(const std::string& key) const {
+    if (!f_.has(key)) return false;
+    if (used_) used_(key);
+    return true;
   }
-  const uint64_t x = f.get_uint(key);
-  if (x == 0 || x > static_cast<uint64_t>(limit)) {
-    fail(ErrorCode::kCorruptFile, "{}: '{}' = {} is out of range (1..{})", f.path(), key, x, limit);
+
+  int64_t positive(const std::string& key, int64_t limit) const {
+    has(key);
+    const gguf::Value* v = f_.find(key);
+    if (v != nullptr && v->type == gguf::ValueType::kArray) {
+      fail(ErrorCode::kCorruptFile, "{}: '{}' varies per layer, which Tessera does not support", f_.path(), key);
+    }
+    const uint64_t x = f_.get_uint(key);
+    if (x == 0 || x > static_cast<uint64_t>(limit)) {
+      fail(ErrorCode::kCorruptFile, "{}: '{}' = {} is out of range (1..{})", f_.path(), key, x, limit);
+    }
+    return static_cast<int64_t>(x);
   }
-  return static_cast<int64_t>(x);
+
+  double number_or(const std::string& key, double fallback) const {
+    return has(key) ? f_.get_float(key) : fallback;
+  }
+
+  std::string string_or(const std::string& key, const std::string& fallback) const {
+    return has(key) ? f_.get_string(key) : fallback;
+  }
+
+ private:
+  const gguf::File& f_;
+  const std::function<void(const std::string&)>& used_;
+};
+
+void read_rope(const gguf::File& f, const Keys& k, const std::string& p, ModelConfig& c) {
+  c.n_rot = k.has(p + "rope.dimension_count") ? k.positive(p + "rope.dimension_count", c.head_dim) : c.head_dim;
+  if (c.n_rot % 2 != 0) fail(ErrorCode::kCorruptFile, "{}: rope dimension count {} is odd", f.path(), c.n_rot);
+  c.rope_freq_base = static_cast<float>(k.number_or(p + "rope.freq_base", 10000.0));
+  if (!(c.rope_freq_base > 1.0f)) fail(ErrorCode::kCorruptFile, "{}: rope.freq_base {} is out of range", f.path(), c.rope_freq_base);
+  // As llama.cpp: no type means linear; the factor (or the older
+  // rope.scale_linear) divides every angle for linear and YaRN; "none" never scales.
+  const std::string scaling = k.string_or(p + "rope.scaling.type", "linear");
+  if (scaling == "none") {
+    c.rope_scaling = RopeScaling::kNone;
+  } else if (scaling == "linear") {
+    c.rope_scaling = RopeScaling::kLinear;
+  } else if (scaling == "yarn") {
+    c.rope_scaling = RopeScaling::kYarn;
+  } else {
+    fail(ErrorCode::kCorruptFile, "{}: rope scaling '{}' ({}rope.scaling.type) is not supported (supported: none, "
+         "linear, yarn; Llama 3's scaling comes as the tensor rope_freqs.weight)", f.path(), scaling, p);
+  }
+  const std::string factor_key = k.has(p + "rope.scaling.factor") ? p + "rope.scaling.factor" : p + "rope.scale_linear";
+  const double factor = k.number_or(factor_key, 1.0);
+  if (!(factor >= 1.0 && factor <= 1e6) && !(factor == 0.0)) {
+    fail(ErrorCode::kCorruptFile, "{}: {} {} is out of range", f.path(), factor_key, factor);
+  }
+  c.rope_freq_scale = c.rope_scaling == RopeScaling::kNone || factor == 0.0 ? 1.0f : static_cast<float>(1.0 / factor);
+  if (c.rope_scaling == RopeScaling::kYarn) {
+    c.yarn_orig_ctx = k.has(p + "rope.scaling.original_context_length")
+                          ? k.positive(p + "rope.scaling.original_context_length", int64_t{1} << 24)
+                          : c.n_ctx_train;
+    c.yarn_beta_fast = static_cast<float>(k.number_or(p + "rope.scaling.yarn_beta_fast", 32.0));
+    c.yarn_beta_slow = static_cast<float>(k.number_or(p + "rope.scaling.yarn_beta_slow", 1.0));
+    if (!(c.yarn_beta_fast > 0.0f && c.yarn_beta_slow > 0.0f)) {
+      fail(ErrorCode::kCorruptFile, "{}: YaRN betas {} / {} must be positive", f.path(), c.yarn_beta_fast, c.yarn_beta_slow);
+    }
+    c.rope_attn_factor = static_cast<float>(k.number_or(p + "rope.scaling.attn_factor", 1.0));
+    if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f)) {
+      fail(ErrorCode::kCorruptFile, "{}: rope.scaling.attn_factor {} is out of range", f.path(), c.rope_attn_factor);
+    }
+  }
+  // Read but without effect on the computation.
+  k.has(p + "rope.scaling.finetuned");
 }
 
 }  // namespace
 
-ModelConfig read_config(const gguf::File& f) {
+ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
+                        const std::function<void(const std::string&)>& used) {
+  const Keys k(f, used);
   ModelConfig c;
+  k.has("general.architecture");
   c.arch = f.get_string("general.architecture");
-  c.name = f.get_string_or("general.name", "");
+  c.name = k.string_or("general.name", "");
   const std::string p = c.arch + ".";
-  c.n_ctx_train = positive(f, p + "context_length", int64_t{1} << 24);
-  c.n_embd = positive(f, p + "embedding_length", 1 << 16);
-  c.n_layer = positive(f, p + "block_count", 1024);
-  c.n_ff = positive(f, p + "feed_forward_length", 1 << 20);
-  c.n_head = positive(f, p + "attention.head_count", 1024);
-  c.n_head_kv = f.has(p + "attention.head_count_kv") ? positive(f, p + "attention.head_count_kv", 1024) : c.n_head;
+  c.n_ctx_train = k.positive(p + "context_length", int64_t{1} << 24);
+  c.n_embd = k.positive(p + "embedding_length", 1 << 16);
+  c.n_layer = k.positive(p + "block_count", 1024);
+  c.n_ff = k.positive(p + "feed_forward_length", 1 << 20);
+  c.n_head = k.positive(p + "attention.head_count", 1024);
+  c.n_head_kv = k.has(p + "attention.head_count_kv") ? k.positive(p + "attention.head_count_kv", 1024) : c.n_head;
   if (c.n_head % c.n_head_kv != 0) {
     fail(ErrorCode::kCorruptFile, "{}: {} query heads is not a multiple of {} kv heads", f.path(), c.n_head, c.n_head_kv);
   }
-  if (f.has(p + "attention.key_length")) {
-    c.head_dim = positive(f, p + "attention.key_length", 1024);
-    const int64_t vlen = f.has(p + "attention.value_length") ? positive(f, p + "attention.value_length", 1024) : c.head_dim;
+  if (k.has(p + "attention.key_length")) {
+    c.head_dim = k.positive(p + "attention.key_length", 1024);
+    const int64_t vlen = k.has(p + "attention.value_length") ? k.positive(p + "attention.value_length", 1024) : c.head_dim;
     if (vlen != c.head_dim) {
       fail(ErrorCode::kCorruptFile, "{}: key length {} != value length {} is not supported", f.path(), c.head_dim, vlen);
     }
@@ -45,21 +115,13 @@ ModelConfig read_config(const gguf::File& f) {
     }
     c.head_dim = c.n_embd / c.n_head;
   }
-  c.rms_eps = static_cast<float>(f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rms_eps = static_cast<float>(k.number_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
   if (!(c.rms_eps > 0.0f && c.rms_eps < 1.0f)) {
     fail(ErrorCode::kCorruptFile, "{}: rms epsilon {} is out of range", f.path(), c.rms_eps);
   }
-  c.n_rot = f.has(p + "rope.dimension_count") ? positive(f, p + "rope.dimension_count", c.head_dim) : c.head_dim;
-  if (c.n_rot % 2 != 0) fail(ErrorCode::kCorruptFile, "{}: rope dimension count {} is odd", f.path(), c.n_rot);
-  c.rope_freq_base = static_cast<float>(f.get_float_or(p + "rope.freq_base", 10000.0));
-  if (!(c.rope_freq_base > 1.0f)) fail(ErrorCode::kCorruptFile, "{}: rope.freq_base {} is out of range", f.path(), c.rope_freq_base);
-  const std::string scaling = f.get_string_or(p + "rope.scaling.type", "none");
-  if (scaling == "linear") {
-    const double factor = f.get_float_or(p + "rope.scaling.factor", 1.0);
-    if (!(factor >= 1.0)) fail(ErrorCode::kCorruptFile, "{}: rope.scaling.factor {} is out of range", f.path(), factor);
-    c.rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none") {
-    fail(ErrorCode::kCorruptFile, "{}: rope scaling '{}' is not supported", f.path(), scaling);
+  read_rope(f, k, p, c);
+  if (options.sliding_window && k.has(p + "attention.sliding_window")) {
+    c.sliding_window = k.positive(p + "attention.sliding_window", int64_t{1} << 24);
   }
   return c;
 }

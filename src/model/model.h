@@ -1,6 +1,6 @@
 // The interface every architecture implements, and loading a model file.
 //
-// A model file (llama.cc, ...) describes topology only: which kernels run in
+// A model file (model/arch/llama.cc, ...) describes topology only: which kernels run in
 // which order on which weights. Memory for activations lives in
 // ForwardState, KV memory in KvCache, and the step's metadata in
 // ForwardBatch, all passed in explicitly.

@@ -1,23 +1,23 @@
-// Architecture name -> model. Adding an architecture: a model file and a line here.
-#include <functional>
+// Architecture name -> model. Adding an architecture: a file under
+// model/arch/ and a line here.
 #include <map>
 
 #include "core/error.h"
-#include "model/llama.h"
+#include "model/decoder.h"
+#include "model/loader.h"
 #include "model/model.h"
 
 namespace tessera {
 namespace {
 
-using Factory = std::function<std::unique_ptr<Model>(const gguf::File&)>;
+using Factory = std::unique_ptr<Model> (*)(ModelLoader&);
 
 const std::map<std::string, Factory, std::less<>>& factories() {
   static const std::map<std::string, Factory, std::less<>> table = {
-      {"llama", [](const gguf::File& f) { return std::make_unique<LlamaModel>(f, LlamaVariant{}); }},
-      {"mistral", [](const gguf::File& f) { return std::make_unique<LlamaModel>(f, LlamaVariant{}); }},
-      {"qwen2", [](const gguf::File& f) {
-         return std::make_unique<LlamaModel>(f, LlamaVariant{.qkv_bias = true, .rope_neox = true});
-       }},
+      {"llama", make_llama},
+      {"mistral", make_llama},  // the llama topology; its sliding window from mistral.attention.sliding_window
+      {"qwen2", make_qwen2},
+      {"qwen3", make_qwen3},
   };
   return table;
 }
@@ -36,7 +36,9 @@ LoadedModel load_model(const std::string& path) {
     for (const auto& [name, _] : factories()) known += (known.empty() ? "" : ", ") + name;
     fail(ErrorCode::kCorruptFile, "{}: architecture '{}' is not supported (supported: {})", path, arch, known);
   }
-  m.model = it->second(*m.file);
+  ModelLoader loader(*m.file);
+  m.model = it->second(loader);
+  loader.finish();
   return m;
 }
 

@@ -50,6 +50,7 @@ struct TensorPlan {
   DType type;
   int64_t cols, rows;
   float stddev;  // 0: a norm vector near 1
+  std::vector<float> values = {};  // a vector with these exact values (rope_freqs), if not empty
 };
 
 }  // namespace
@@ -68,9 +69,47 @@ SyntheticModelSpec preset_spec(const std::string& name) {
   return s;
 }
 
+std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx) {
+  // Hugging Face's rope_scaling {"rope_type": "llama3"}: wavelengths shorter
+  // than orig_ctx / high_freq_factor keep their frequency, longer than
+  // orig_ctx / low_freq_factor are divided by `factor`, and a smooth mix in
+  // between; the file stores the divisor of each pair's frequency.
+  const double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  const double low_wavelen = static_cast<double>(orig_ctx) / low_freq_factor;
+  const double high_wavelen = static_cast<double>(orig_ctx) / high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double freq = 1.0 / std::pow(static_cast<double>(freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const double smooth = (static_cast<double>(orig_ctx) / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
+}
+
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {
   SyntheticModelSpec s = spec;
-  TESSERA_CHECK(s.arch == "llama" || s.arch == "qwen2", kInvalidArgument, "arch '{}' must be llama or qwen2", s.arch);
+  TESSERA_CHECK(s.arch == "llama" || s.arch == "llama3" || s.arch == "mistral" || s.arch == "qwen2" ||
+                    s.arch == "qwen3", kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2 or qwen3",
+                s.arch);
+  // llama3 and mistral are llama files with more in them.
+  const std::string file_arch = s.arch == "llama3" || s.arch == "mistral" ? "llama" : s.arch;
+  const bool qkv_bias = s.arch == "qwen2", qk_norm = s.arch == "qwen3";
+  if (s.rope_freq_base == 0.0f) s.rope_freq_base = s.arch == "llama3" ? 500000.0f : s.arch == "qwen3" ? 1e6f : 10000.0f;
+  if (s.arch == "mistral" && s.sliding_window == 0) s.sliding_window = 4096;
+  TESSERA_CHECK(s.sliding_window >= 0, kInvalidArgument, "sliding window {} is negative", s.sliding_window);
+  TESSERA_CHECK(s.sliding_window == 0 || file_arch == "llama", kInvalidArgument,
+                "a sliding window is written for llama-family files only, not {}", s.arch);
+  TESSERA_CHECK(s.rope_scaling.empty() || s.rope_scaling == "linear" || s.rope_scaling == "yarn", kInvalidArgument,
+                "rope scaling '{}' must be linear or yarn", s.rope_scaling);
+  TESSERA_CHECK(s.rope_scaling_factor == 0.0f || s.rope_scaling_factor >= 1.0f, kInvalidArgument,
+                "rope scaling factor {} must be >= 1", s.rope_scaling_factor);
   TESSERA_CHECK(s.n_embd > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_head_kv > 0 && s.n_ff > 0, kInvalidArgument,
                 "model dimensions must be positive");
   TESSERA_CHECK(s.n_head % s.n_head_kv == 0, kInvalidArgument, "heads {} not a multiple of kv heads {}", s.n_head, s.n_head_kv);
@@ -85,8 +124,8 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   TESSERA_CHECK(kernels::can_quantize(out_type), kInvalidArgument, "cannot write weights of type {}", dtype_name(out_type));
 
   gguf::Writer w;
-  const std::string a = s.arch + ".";
-  w.set_string("general.architecture", s.arch);
+  const std::string a = file_arch + ".";
+  w.set_string("general.architecture", file_arch);
   w.set_string("general.name", fmt::format("tessera-synthetic-{}x{}", s.n_layer, s.n_embd));
   w.set_u32("general.file_type", file_type_of(s.type));
   w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
@@ -95,13 +134,19 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  if (s.head_dim != s.n_embd / s.n_head) {
+  if (s.head_dim != s.n_embd / s.n_head || s.arch == "qwen3") {  // Qwen3's converter always writes them
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
+  if (!s.rope_scaling.empty()) {
+    w.set_string(a + "rope.scaling.type", s.rope_scaling);
+    w.set_f32(a + "rope.scaling.factor", s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 1.0f);
+    if (s.rope_orig_ctx > 0) w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
+  }
+  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
 
   int64_t n_vocab = s.n_vocab;
   if (!s.vocab_from.empty()) {
@@ -130,12 +175,19 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     w.set_u32("tokenizer.ggml.unknown_token_id", 0);
   }
 
+  if (s.arch == "llama3") w.set_u32(a + "vocab_size", static_cast<uint32_t>(n_vocab));  // as the converter writes it
+
   const int64_t E = s.n_embd, Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, F = s.n_ff;
   // Scaled like common initialisations (std 0.02, output projections shrunk
   // by depth) so activations stay in a realistic range through the layers.
   const float std_in = 0.02f;
   const float std_out = 0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer));
   std::vector<TensorPlan> plan;
+  if (s.arch == "llama3") {
+    plan.push_back({"rope_freqs.weight", DType::kF32, s.n_rot / 2, 1, 0.0f,
+                    llama3_rope_factors(s.n_rot, s.rope_freq_base, s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 32.0f,
+                                        s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 8192)});
+  }
   plan.push_back({"token_embd.weight", s.type, E, n_vocab, std_in});
   plan.push_back({"output_norm.weight", DType::kF32, E, 1, 0.0f});
   if (!s.tied_output) plan.push_back({"output.weight", out_type, E, n_vocab, std_in});
@@ -145,10 +197,14 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
     plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
     plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
-    if (s.arch == "qwen2") {
+    if (qkv_bias) {
       plan.push_back({n("attn_q.bias"), DType::kF32, Q, 1, std_in});
       plan.push_back({n("attn_k.bias"), DType::kF32, KV, 1, std_in});
       plan.push_back({n("attn_v.bias"), DType::kF32, KV, 1, std_in});
+    }
+    if (qk_norm) {
+      plan.push_back({n("attn_q_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
+      plan.push_back({n("attn_k_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
     }
     plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
     plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
@@ -168,6 +224,10 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     const uint64_t stream = s.seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
     w.add_tensor(t.name, t.type, ne, [t, stream, is_norm, &pool](uint8_t* out, size_t) {
       const size_t rb = row_bytes(t.type, t.cols);
+      if (!t.values.empty()) {
+        kernels::quantize_row(t.type, t.values.data(), out, t.cols);
+        return;
+      }
       pool.parallel_for(t.rows, 1, [&](int64_t r0, int64_t r1) {
         std::vector<float> row(static_cast<size_t>(t.cols));
         for (int64_t r = r0; r < r1; ++r) {

@@ -7,13 +7,18 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace tessera {
 
 struct SyntheticModelSpec {
-  std::string arch = "llama";  // "llama" or "qwen2" (QKV biases, NeoX RoPE)
+  // The layout llama.cpp's converter writes for: "llama"; "llama3" (llama
+  // with rope_freqs.weight, Llama 3.1+ RoPE scaling); "mistral" (llama with
+  // llama.attention.sliding_window, Mistral 7B v0.1); "qwen2" (QKV biases,
+  // NeoX RoPE); "qwen3" (per-head q/k RMSNorm, NeoX RoPE).
+  std::string arch = "llama";
   int64_t n_embd = 64;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -22,7 +27,14 @@ struct SyntheticModelSpec {
   int64_t n_ff = 128;
   int64_t n_ctx = 2048;
   int64_t n_rot = 0;           // 0: head_dim
-  float rope_freq_base = 10000.0f;
+  float rope_freq_base = 0.0f;  // 0: the family's (llama3 500000, qwen3 1000000, else 10000)
+  // RoPE scaling: "" (none written), "linear" or "yarn", with the factor and
+  // the original context length; llama3's rope_freqs use the factor (default
+  // 32) and original context (default 8192) too, as Llama 3.2's config does.
+  std::string rope_scaling;
+  float rope_scaling_factor = 0.0f;
+  int64_t rope_orig_ctx = 0;
+  int64_t sliding_window = 0;  // > 0: written as <arch>.attention.sliding_window (mistral: default 4096)
   float rms_eps = 1e-5f;
   bool tied_output = false;
   DType type = DType::kF32;    // every matrix
@@ -34,6 +46,11 @@ struct SyntheticModelSpec {
 
 // "tiny", "110m", "1b" (shapes of ../shared/docs/PEER_BASELINE.md).
 SyntheticModelSpec preset_spec(const std::string& name);
+
+// Llama 3's per-pair RoPE divisors for n_rot rotated dims, as llama.cpp's
+// converter computes them from a Hugging Face rope_scaling of type llama3
+// (low_freq_factor 1, high_freq_factor 4).
+std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx);
 
 // Writes the model; throws Error on invalid specs or I/O failure.
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads = 0);

@@ -1,0 +1,38 @@
+// qwen3: the qwen2 layout without Q/K/V biases, with an RMSNorm over each
+// head of q and k (attn_q_norm / attn_k_norm, [head_dim]) before RoPE, which
+// is NeoX-ordered.
+#include "model/decoder.h"
+
+namespace tessera {
+namespace {
+
+class Qwen3 final : public DecoderModel {
+ public:
+  explicit Qwen3(ModelLoader& ld) : DecoderModel(ld, {}, /*neox=*/true) {
+    load_common(ld, /*rope_freqs=*/false);
+    for (int64_t il = 0; il < cfg_.n_layer; ++il) {
+      load_attention(ld, il, /*bias=*/false, layers_[il]);
+      load_qk_norm(ld, il, layers_[il]);
+      load_ffn(ld, il, layers_[il]);
+    }
+  }
+
+ private:
+  void layer(const DecoderLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv,
+             ForwardState& s) const override {
+    const int64_t T = batch.n_tokens();
+    norm(L.attn_norm, "attn_norm", il, T, s);
+    qkv(L.attn, T, s);
+    qk_norm(L.attn, T, s);
+    rope(il, T, s);
+    attention(L.attn, il, batch, kv, s);
+    norm(L.ffn_norm, "ffn_norm", il, T, s);
+    swiglu_ffn(L.ffn, il, T, s);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3(ModelLoader& ld) { return std::make_unique<Qwen3>(ld); }
+
+}  // namespace tessera

@@ -1,0 +1,236 @@
+#include "model/decoder.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/quant.h"
+#include "model/weights.h"
+
+namespace tessera {
+namespace {
+
+std::string blk(int64_t il, const char* name) { return fmt::format("blk.{}.{}", il, name); }
+
+void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<float>& b) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* row = x + t * stride;
+    for (size_t i = 0; i < b.size(); ++i) row[i] += b[i];
+  }
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool neox) {
+  cfg_ = ld.read_config(options);
+  cfg_.rope_neox = neox;
+}
+
+void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs) {
+  const gguf::File& f = ld.file();
+  cfg_.n_vocab = f.tensor("token_embd.weight").ne[1];
+  const std::string vocab_key = cfg_.arch + ".vocab_size";
+  if (f.has(vocab_key)) {
+    ld.use_key(vocab_key);
+    if (f.get_uint(vocab_key) != static_cast<uint64_t>(cfg_.n_vocab)) {
+      fail(ErrorCode::kCorruptFile, "{}: '{}' = {} but token_embd.weight has {} rows", f.path(), vocab_key,
+           f.get_uint(vocab_key), cfg_.n_vocab);
+    }
+  }
+  const int64_t E = cfg_.n_embd;
+  tok_embd_ = ld.matrix("token_embd.weight", E, cfg_.n_vocab);
+  out_norm_ = ld.vector("output_norm.weight", E);
+  cfg_.tied_output = !ld.has_tensor("output.weight");
+  output_ = kernels::prepare_weight(cfg_.tied_output ? tok_embd_ : ld.matrix("output.weight", E, cfg_.n_vocab));
+  if (rope_freqs && ld.has_tensor("rope_freqs.weight")) {
+    // Llama 3.1+: per-pair divisors of the RoPE angles, as llama.cpp's
+    // converter computes them from the HF config's rope_scaling (llama3).
+    rope_factors_ = ld.vector("rope_freqs.weight", cfg_.n_rot / 2);
+    for (float x : rope_factors_) {
+      if (!(x > 0.0f && std::isfinite(x))) {
+        fail(ErrorCode::kCorruptFile, "{}: tensor 'rope_freqs.weight' holds {}, not a positive factor", f.path(), x);
+      }
+    }
+  }
+  rope_.n_rot = cfg_.n_rot;
+  rope_.freq_base = cfg_.rope_freq_base;
+  rope_.freq_scale = cfg_.rope_freq_scale;
+  rope_.neox = cfg_.rope_neox;
+  rope_.freq_factors = rope_factors_.empty() ? nullptr : rope_factors_.data();
+  if (cfg_.rope_scaling == RopeScaling::kYarn) {
+    float dims[2];
+    kernels::yarn_corr_dims(cfg_.n_rot, cfg_.yarn_orig_ctx, cfg_.rope_freq_base, cfg_.yarn_beta_fast,
+                            cfg_.yarn_beta_slow, dims);
+    rope_.ext_factor = 1.0f;
+    rope_.yarn_low = dims[0];
+    rope_.yarn_high = dims[1];
+    rope_.attn_factor = cfg_.rope_attn_factor;
+  }
+  layers_.resize(static_cast<size_t>(cfg_.n_layer));
+}
+
+void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+  L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
+  AttentionWeights& w = L.attn;
+  w.wq = kernels::prepare_weight(ld.matrix(blk(il, "attn_q.weight"), E, Q));
+  w.wk = kernels::prepare_weight(ld.matrix(blk(il, "attn_k.weight"), E, KV));
+  w.wv = kernels::prepare_weight(ld.matrix(blk(il, "attn_v.weight"), E, KV));
+  w.wo = kernels::prepare_weight(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+  if (bias) {
+    w.bq = ld.vector(blk(il, "attn_q.bias"), Q);
+    w.bk = ld.vector(blk(il, "attn_k.bias"), KV);
+    w.bv = ld.vector(blk(il, "attn_v.bias"), KV);
+  }
+}
+
+void DecoderModel::load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), cfg_.head_dim);
+  L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), cfg_.head_dim);
+}
+
+void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+  L.ffn.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
+  L.ffn.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up.weight"), E, F));
+  L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+}
+
+size_t DecoderModel::bytes_per_token() const {
+  size_t n = tok_embd_.row_bytes + matrix_bytes(output_.view);
+  for (const DecoderLayer& L : layers_) {
+    n += matrix_bytes(L.attn.wq.view) + matrix_bytes(L.attn.wk.view) + matrix_bytes(L.attn.wv.view) +
+         matrix_bytes(L.attn.wo.view) + matrix_bytes(L.ffn.gate.view) + matrix_bytes(L.ffn.up.view) +
+         matrix_bytes(L.ffn.down.view);
+  }
+  return n;
+}
+
+Model::MatmulWork DecoderModel::matmul_work() const {
+  auto macs = [](const kernels::PreparedWeight& w) { return w.view.rows * w.view.cols; };
+  MatmulWork work;
+  for (const DecoderLayer& L : layers_) {
+    work.per_token += macs(L.attn.wq) + macs(L.attn.wk) + macs(L.attn.wv) + macs(L.attn.wo) + macs(L.ffn.gate) +
+                      macs(L.ffn.up) + macs(L.ffn.down);
+  }
+  work.per_logit_row = macs(output_);
+  return work;
+}
+
+void DecoderModel::norm(const std::vector<float>& w, const char* name, int64_t il, int64_t T, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd;
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::rmsnorm(s.x.data() + t * E, w.data(), s.xb.data() + t * E, E, cfg_.rms_eps, s.ctx.isa);
+  }
+  if (s.tap) s.tap(name, il, s.xb.data(), T, E, E);
+}
+
+void DecoderModel::qkv(const AttentionWeights& w, int64_t T, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+  const kernels::MatmulOutput out[] = {{&w.wq, s.q.data(), Q}, {&w.wk, s.k.data(), KV}, {&w.wv, s.v.data(), KV}};
+  kernels::matmul_shared_input(out, s.xb.data(), E, T, s.ctx);
+  if (!w.bq.empty()) {
+    add_bias(s.q.data(), Q, T, w.bq);
+    add_bias(s.k.data(), KV, T, w.bk);
+    add_bias(s.v.data(), KV, T, w.bv);
+  }
+}
+
+void DecoderModel::qk_norm(const AttentionWeights& w, int64_t T, ForwardState& s) const {
+  const int64_t hd = cfg_.head_dim;
+  // Rows of head_dim, normalised in place.
+  for (int64_t r = 0; r < T * cfg_.n_head; ++r) {
+    float* x = s.q.data() + r * hd;
+    kernels::rmsnorm(x, w.q_norm.data(), x, hd, cfg_.rms_eps, s.ctx.isa);
+  }
+  for (int64_t r = 0; r < T * cfg_.n_head_kv; ++r) {
+    float* x = s.k.data() + r * hd;
+    kernels::rmsnorm(x, w.k_norm.data(), x, hd, cfg_.rms_eps, s.ctx.isa);
+  }
+}
+
+void DecoderModel::rope(int64_t il, int64_t T, ForwardState& s) const {
+  const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), half = cfg_.n_rot / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* c = s.rope_cos.data() + t * half;
+    const float* sn = s.rope_sin.data() + t * half;
+    kernels::rope_rotate(s.q.data() + t * Q, cfg_.n_head, cfg_.head_dim, rope_, c, sn, s.ctx.isa);
+    kernels::rope_rotate(s.k.data() + t * KV, cfg_.n_head_kv, cfg_.head_dim, rope_, c, sn, s.ctx.isa);
+  }
+  if (s.tap) {
+    s.tap("q", il, s.q.data(), T, Q, Q);
+    s.tap("k", il, s.k.data(), T, KV, KV);
+    s.tap("v", il, s.v.data(), T, KV, KV);
+  }
+}
+
+void DecoderModel::attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
+                             ForwardState& s) const {
+  const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+  const kernels::KvLayerView layer = kv.layer(il);
+  const kernels::NewKv fresh{s.k.data(), s.v.data(), KV, batch.slots.data(), T};
+  const kernels::AttentionShape shape{static_cast<int32_t>(cfg_.n_head),
+                                      1.0f / std::sqrt(static_cast<float>(cfg_.head_dim)),
+                                      static_cast<int32_t>(cfg_.sliding_window)};
+  kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, batch.seqs, shape, s.ctx, &fresh);
+  if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
+  kernels::matmul(w.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
+  kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
+}
+
+void DecoderModel::swiglu_ffn(const FfnWeights& w, int64_t il, int64_t T, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
+  kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
+  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
+  kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
+  if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
+}
+
+void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& s) const {
+  const int64_t T = batch.n_tokens(), E = cfg_.n_embd, V = cfg_.n_vocab;
+  const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
+  TESSERA_ASSERT(batch.positions.size() == batch.tokens.size() && batch.slots.size() == batch.tokens.size());
+  if (T == 0) return;
+  const size_t t = static_cast<size_t>(T);
+  s.x.ensure(t * E);
+  s.xb.ensure(t * E);
+  s.xb2.ensure(t * E);
+  s.q.ensure(t * cfg_.q_dim());
+  s.att.ensure(t * cfg_.q_dim());
+  s.k.ensure(t * cfg_.kv_dim());
+  s.v.ensure(t * cfg_.kv_dim());
+  s.ff_gate.ensure(t * cfg_.n_ff);
+  s.ff_up.ensure(t * cfg_.n_ff);
+  s.logits.ensure(static_cast<size_t>(R) * V);
+  if (s.ctx.ws == nullptr) s.ctx.ws = &s.ws;
+
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t id = batch.tokens[i];
+    TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "token id {} out of range (vocabulary {})", id, V);
+    kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes,
+                            s.x.data() + i * E, E);
+  }
+  if (s.tap) s.tap("embd", -1, s.x.data(), T, E, E);
+  // RoPE angles depend on the position only: once per token, not per layer.
+  const int64_t half = cfg_.n_rot / 2;
+  s.rope_cos.ensure(t * static_cast<size_t>(half));
+  s.rope_sin.ensure(t * static_cast<size_t>(half));
+  for (int64_t i = 0; i < T; ++i) {
+    kernels::rope_angles(batch.positions[i], rope_, s.rope_cos.data() + i * half, s.rope_sin.data() + i * half);
+  }
+  for (int64_t il = 0; il < cfg_.n_layer; ++il) layer(layers_[il], il, batch, kv, s);
+  // Final norm and logits only for the rows that are sampled.
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t row = batch.logit_rows[r];
+    TESSERA_ASSERT(row >= 0 && row < T);
+    kernels::rmsnorm(s.x.data() + static_cast<int64_t>(row) * E, out_norm_.data(), s.xb.data() + r * E, E,
+                     cfg_.rms_eps, s.ctx.isa);
+  }
+  if (s.tap) s.tap("result_norm", -1, s.xb.data(), R, E, E);
+  kernels::matmul(output_, s.xb.data(), E, R, s.logits.data(), V, s.ctx);
+}
+
+}  // namespace tessera

@@ -1,0 +1,49 @@
+// Reading a model file with every metadata key and tensor accounted for, so
+// a model that loads computes what its authors trained: an architecture
+// reads its keys and tensors through a ModelLoader, and finish() refuses the
+// file, naming the first key or tensor that was neither used nor in the one
+// list of things the loader knows it does not need (loader.cc, kIgnored*).
+// That list is logged once per load, at debug level.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/config.h"
+#include "model/gguf.h"
+
+namespace tessera {
+
+class ModelLoader {
+ public:
+  explicit ModelLoader(const gguf::File& file) : f_(file) {}
+
+  const gguf::File& file() const { return f_; }
+
+  // The hyperparameters (model/config.h), their keys marked used.
+  ModelConfig read_config(const ConfigOptions& options);
+
+  // A matrix / vector by name with its shape and type checked
+  // (model/weights.h); the tensor is marked used.
+  kernels::WeightView matrix(const std::string& name, int64_t cols, int64_t rows);
+  std::vector<float> vector(const std::string& name, int64_t n);
+  bool has_tensor(std::string_view name) const { return f_.find_tensor(name) != nullptr; }
+
+  // Marks a key as read by the caller.
+  void use_key(const std::string& key) { keys_.insert(key); }
+
+  // Throws Error(kCorruptFile) for the first metadata key or tensor neither
+  // used nor ignorable; logs what was ignored.
+  void finish() const;
+
+ private:
+  const gguf::File& f_;
+  std::set<std::string, std::less<>> keys_, tensors_;
+};
+
+}  // namespace tessera
