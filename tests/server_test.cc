@@ -609,6 +609,48 @@ TEST_F(ServerTest, RandomClientsLeaveNothingBehind) {
   EXPECT_EQ(s.async->stats().kv_blocks_used, 0);
 }
 
+// Speculation is invisible in outputs: with --spec ngram, a greedy
+// completion with the default, with "speculative": false and with
+// {"method": "ngram", "k": 3} is the same text; misuse of the field is a
+// 400 naming it; /metrics counts the drafts.
+TEST_F(ServerTest, SpeculativeFieldChangesSpeedNotText) {
+  engine::EngineConfig ec = stack_config();
+  ec.spec_method = spec::Method::kNgram;
+  ec.spec_adaptive = false;
+  Stack s(*lm_, *tok_, ec);
+  s.attach();
+  httplib::Client cli("127.0.0.1", s.port());
+  const std::string base =
+      R"("prompt": "The cat sat on the mat. The dog sat on the log. The cat sat on the", "max_tokens": 60, "temperature": 0)";
+  std::vector<std::string> texts;
+  for (const std::string extra : {"", R"(, "speculative": false)", R"(, "speculative": {"method": "ngram", "k": 3})",
+                                  R"(, "speculative": {"method": "none"})"}) {
+    auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << extra << ": " << r->body;
+    texts.push_back(json::parse(r->body)["choices"][0]["text"].get<std::string>());
+  }
+  for (const std::string& t : texts) EXPECT_EQ(t, texts[0]);
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "speculative": 3)", "speculative"},
+           {R"(, "speculative": {"k": 0})", "speculative.k"},
+           {R"(, "speculative": {"method": 7})", "speculative.method"},
+           {R"(, "speculative": {"depth": 2})", "speculative.depth"},
+           {R"(, "speculative": {"method": "medusa"})", ""},
+           {R"(, "speculative": {"method": "draft"})", ""}}) {
+    auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << extra << ": " << r->body;
+    if (!param.empty()) {
+      EXPECT_EQ(json::parse(r->body)["error"]["param"], param) << r->body;
+    }
+  }
+  auto m = cli.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("tessera_spec_accepted_tokens_total "), std::string::npos);
+  EXPECT_EQ(m->body.find("tessera_spec_draft_tokens_total 0\n"), std::string::npos) << "no draft was verified";
+}
+
 TEST_F(ServerTest, HostileRequestsGetOnly4xx) {
   Stack s(*lm_, *tok_);
   s.attach();

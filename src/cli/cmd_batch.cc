@@ -11,19 +11,23 @@ namespace {
 
 struct BatchArgs {
   RunOptions run;
+  SpecOptions spec;
   server::BatchJobOptions job;
 };
 
 TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](CLI::App& sub) {
   auto a = std::make_shared<BatchArgs>();
   a->run.add_to(sub);
+  a->spec.add_to(sub);
   sub.add_option("-i,--input", a->job.input_path, "Requests, one JSON object per line")->required();
   sub.add_option("-o,--output", a->job.output_path, "Results, one JSON object per line, in input order")->required();
   sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();
   return [a]() {
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
-    engine::Engine eng(*lm.model, tok.get(), a->run.engine_config());
+    engine::EngineConfig ec = a->run.engine_config();
+    a->spec.apply(ec);
+    engine::Engine eng(*lm.model, tok.get(), ec);
     const server::BatchJobResult r = server::run_batch_job(eng, a->job);
     TESSERA_LOG_INFO("batch: {} requests, {} skipped (already done), {} computed, {} rejected; {} output tokens in "
                      "{:.2f} s ({:.1f} tokens/s)",

@@ -62,7 +62,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
     case spec::Method::kNgram: drafter_ = spec::make_ngram_drafter(config_.spec_ngram); break;
   }
   if (config_.spec_drafter) drafter_ = config_.spec_drafter;
-  if (drafter_ && config_.spec_adaptive) calibrate_step_cost();
+  if (drafter_) calibrate_step_cost();
   seed_source_ = Rng(config_.seed != 0 ? config_.seed : std::random_device{}());
   update_stats();
 }
@@ -109,6 +109,14 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
   for (int32_t t : r->tokens) {
     TESSERA_CHECK(t >= 0 && t < V, kInvalidArgument, "prompt token id {} is out of range (vocabulary of {})", t, V);
+  }
+  if (!params.speculative_method.empty()) {
+    const spec::Method m = spec::parse_method(params.speculative_method);
+    const spec::Method mine = drafter_ && !config_.spec_drafter ? config_.spec_method : spec::Method::kNone;
+    TESSERA_CHECK(m == spec::Method::kNone || m == mine, kInvalidArgument,
+                  "speculative method '{}' is not available: this server speculates with '{}' (--spec)",
+                  params.speculative_method, drafter_ ? (config_.spec_drafter ? drafter_->name() : spec::method_name(mine)) : "none");
+    if (m == spec::Method::kNone) r->params.speculative = false;
   }
   TESSERA_CHECK(params.n <= config_.max_num_seqs, kInvalidArgument, "n = {} exceeds the engine's {} sequences",
                 params.n, config_.max_num_seqs);
@@ -379,6 +387,10 @@ void Engine::calibrate_step_cost() {
     }
     step_cost_.set(n, best);
   }
+  TESSERA_LOG_INFO("speculative decoding ({}): a step costs {:.3f} ms at 1 token, {:.3f} at 4, {:.3f} at 8, {:.3f} at "
+                   "16 (measured; drafts are sized against these)",
+                   drafter_->name(), 1e3 * step_cost_.predict(1), 1e3 * step_cost_.predict(4),
+                   1e3 * step_cost_.predict(8), 1e3 * step_cost_.predict(16));
 }
 
 std::vector<RequestOutput> Engine::step() {

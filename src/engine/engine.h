@@ -110,6 +110,9 @@ class Engine {
   const Model& model() const { return model_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
 
+  // Speculative decoding's measured step costs (empty without a drafter).
+  const spec::StepCost& step_cost() const { return step_cost_; }
+
   // For tests: the KV manager's pool (call only from the engine thread).
   const kv::KvManager& kv_manager() const { return *kv_manager_; }
 

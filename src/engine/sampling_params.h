@@ -38,6 +38,7 @@ struct SamplingParams {
   // are the same either way; only speed differs.
   bool speculative = true;
   int32_t speculative_k = 0;
+  std::string speculative_method;  // empty: the engine's; else must name it ("none": off)
 
   bool greedy() const { return temperature <= 0.0f; }
 };

@@ -120,6 +120,14 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight) co
            st->prefix_evictions_total);
     scalar(out, "tessera_preemptions_total", "counter", "Sequences preempted (recomputed later).", st->preemptions_total);
     scalar(out, "tessera_engine_steps_total", "counter", "Engine iterations run.", st->steps_total);
+    scalar(out, "tessera_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
+           st->spec_drafted_tokens_total);
+    scalar(out, "tessera_spec_accepted_tokens_total", "counter", "Speculative draft tokens accepted.",
+           st->spec_accepted_tokens_total);
+    scalar(out, "tessera_spec_verify_steps_total", "counter", "Sequence-steps that verified a draft.",
+           st->spec_verify_steps_total);
+    scalar(out, "tessera_generation_tokens_per_step", "gauge", "Tokens generated per engine step, over the run.",
+           st->steps_total > 0 ? static_cast<double>(st->generation_tokens_total) / st->steps_total : 0.0);
   }
   scalar(out, "tessera_model_loaded", "gauge", "1 once the model is loaded and the server is ready.", st != nullptr ? 1 : 0);
   scalar(out, "tessera_requests_in_flight", "gauge", "Engine requests admitted and not yet finished.",

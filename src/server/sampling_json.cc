@@ -111,6 +111,28 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
       p.stop_token_ids.push_back(static_cast<int32_t>(integer_value(e, "stop_token_ids", 0, std::numeric_limits<int32_t>::max())));
     }
   }
+  // Speculative decoding (docs/SERVER.md): false turns it off for this
+  // request; an object may name the method (the server's, or "none") and the
+  // longest draft k. Outputs are the same either way.
+  if (const json* s = get(body, "speculative")) {
+    if (s->is_boolean()) {
+      p.speculative = s->get<bool>();
+    } else if (s->is_object()) {
+      for (const auto& [key, v] : s->items()) {
+        if (key == "method") {
+          if (!v.is_string()) bad("speculative.method", "'speculative.method' must be a string");
+          p.speculative_method = v.get<std::string>();
+          if (p.speculative_method.empty()) bad("speculative.method", "'speculative.method' must not be empty");
+        } else if (key == "k") {
+          p.speculative_k = static_cast<int32_t>(integer_value(v, "speculative.k", 1, 64));
+        } else {
+          bad("speculative." + key, fmt::format("unknown field 'speculative.{}' (known: method, k)", key));
+        }
+      }
+    } else {
+      bad("speculative", "'speculative' must be a boolean or an object {\"method\", \"k\"}");
+    }
+  }
   return p;
 }
 

@@ -1,0 +1,251 @@
+// bench/speculative: speculative decoding against plain decoding, same
+// engine, same model, alternating rounds. Prints JSON.
+//
+//  copy:    batch 1, a prompt that repeats a passage of real text (the
+//           model's induction copies it): ngram drafts, adaptive and fixed k.
+//  oracle:  batch 1, a drafter that knows the target's greedy continuation
+//           and proposes each next token right with probability a (0.2 ..
+//           0.9), fixed k: the measured speed-up beside the one Leviathan et
+//           al.'s formula predicts from the engine's measured step costs,
+//           E[tokens per verify] * t(1) / t(1 + k).
+//  load:    1, 4, 16, 64 concurrent clients (closed loop) of a mixed
+//           workload (half copy prompts, half plain story openings), adaptive
+//           ngram against off: total output tokens/s.
+//
+//   tessera_speculative_bench --model F [--text FILE] [--threads 2] [--rounds 3]
+//       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,oracle,load]
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "bench/bench_util.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+using namespace tessera;
+
+namespace {
+
+// Proposes the reference continuation, each token right with probability a.
+class OracleDrafter final : public spec::Drafter {
+ public:
+  OracleDrafter(std::vector<int32_t> reference, double a, int32_t n_vocab)
+      : ref_(std::move(reference)), a_(a), n_vocab_(n_vocab) {}
+  const char* name() const override { return "oracle"; }
+  void propose(std::span<const spec::DraftQuery> qs) override {
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (const spec::DraftQuery& q : qs) {
+      q.out->clear();
+      const size_t at = q.tokens.size();
+      for (int32_t i = 0; i < q.max_tokens && at + i < ref_.size(); ++i) {
+        const int32_t right = ref_[at + i];
+        q.out->push_back(u(rng_) < a_ ? right : (right + 1) % n_vocab_);
+      }
+    }
+  }
+
+ private:
+  std::vector<int32_t> ref_;
+  double a_;
+  int32_t n_vocab_;
+  std::mt19937 rng_{11};
+};
+
+struct One {
+  double seconds = 0;
+  int64_t tokens = 0;
+  engine::EngineStats stats;
+  std::vector<int32_t> output;
+};
+
+One run_one(const Model& m, const Tokenizer& tok, engine::EngineConfig cfg, const std::vector<int32_t>& prompt,
+            int32_t n) {
+  engine::Engine e(m, &tok, cfg);
+  engine::SamplingParams p;
+  p.temperature = 0.0f;
+  p.ignore_eos = true;
+  p.max_tokens = n;
+  One r;
+  e.add_request(prompt, p);
+  const auto t0 = engine::Clock::now();
+  bool first = true;
+  engine::Clock::time_point t_first;
+  while (e.has_unfinished()) {
+    for (const engine::RequestOutput& o : e.step()) {
+      if (first && !o.new_tokens.empty()) {
+        t_first = engine::Clock::now();  // decode speed excludes the prompt
+        first = false;
+      }
+      r.output.insert(r.output.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+  }
+  r.seconds = std::chrono::duration<double>(engine::Clock::now() - t_first).count();
+  (void)t0;
+  r.tokens = static_cast<int64_t>(r.output.size()) - 1;
+  r.stats = e.stats();
+  return r;
+}
+
+double median(std::vector<double> v) { return bench::percentile(std::move(v), 0.5); }
+
+nlohmann::json spread(const std::vector<double>& v) {
+  return {{"median", median(v)}, {"min", *std::min_element(v.begin(), v.end())},
+          {"max", *std::max_element(v.begin(), v.end())}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Args args(argc, argv);
+  const std::string path = args.str("model");
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: %s --model FILE [--text FILE] [--threads T] [--rounds R] ...\n", argv[0]);
+    return 1;
+  }
+  try {
+    const LoadedModel lm = load_model(path);
+    const auto tok = Tokenizer::from_gguf(*lm.file);
+    const Model& m = *lm.model;
+    const int32_t V = static_cast<int32_t>(m.config().n_vocab);
+    const int rounds = static_cast<int>(args.num("rounds", 3));
+    const int32_t n = static_cast<int32_t>(args.num("tokens", 128));
+    const int32_t k = static_cast<int32_t>(args.num("k", 6));
+    const std::string skip = args.str("skip");
+    std::string text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+                       "One day, she saw a big red ball under a tree. She ran to the ball and picked it up. ";
+    if (!args.str("text").empty()) {
+      std::ifstream f(args.str("text"));
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str().substr(0, 600);
+    }
+    // The passage twice and its start a third time: continuing means copying.
+    const std::string copy_prompt = text + "\n" + text + "\n" + text.substr(0, text.size() / 3);
+    const std::vector<int32_t> copy = tok->encode(copy_prompt, true, false);
+
+    engine::EngineConfig base;
+    base.threads = static_cast<int>(args.num("threads", 2));
+    base.max_model_len = std::min<int64_t>(m.config().n_ctx_train, 2048);
+    base.seed = 1;
+    base.spec_k = k;
+    if (!args.str("min-gain").empty()) base.spec_min_gain = std::atof(args.str("min-gain").c_str());
+    nlohmann::json out = {{"benchmark", "speculative"}, {"model", path}, {"threads", base.threads},
+                          {"isa", std::string(isa_name(active_isa()))}, {"tokens", n}, {"k", k},
+                          {"copy_prompt_tokens", copy.size()}};
+
+    if (skip.find("copy") == std::string::npos) {
+      std::vector<double> off, adaptive, fixed, acc_a, acc_f, len_a, len_f;
+      for (int r = 0; r < rounds; ++r) {
+        engine::EngineConfig c = base;
+        const One a = run_one(m, *tok, c, copy, n);
+        c.spec_method = spec::Method::kNgram;
+        const One b = run_one(m, *tok, c, copy, n);
+        c.spec_adaptive = false;
+        const One f = run_one(m, *tok, c, copy, n);
+        if (a.output != b.output || a.output != f.output) throw std::runtime_error("outputs differ with speculation");
+        off.push_back(a.tokens / a.seconds);
+        adaptive.push_back(b.tokens / b.seconds);
+        fixed.push_back(f.tokens / f.seconds);
+        auto acc = [](const One& o) {
+          return static_cast<double>(o.stats.spec_accepted_tokens_total) / std::max<int64_t>(o.stats.spec_drafted_tokens_total, 1);
+        };
+        auto len = [](const One& o) {
+          return static_cast<double>(o.stats.spec_accepted_tokens_total) / std::max<int64_t>(o.stats.spec_verify_steps_total, 1);
+        };
+        acc_a.push_back(acc(b));
+        acc_f.push_back(acc(f));
+        len_a.push_back(len(b));
+        len_f.push_back(len(f));
+      }
+      std::vector<double> ra, rf;
+      for (size_t i = 0; i < off.size(); ++i) ra.push_back(adaptive[i] / off[i]), rf.push_back(fixed[i] / off[i]);
+      out["copy"] = {{"off_tps", spread(off)},
+                     {"ngram_adaptive", {{"tps", spread(adaptive)}, {"speedup", spread(ra)}, {"acceptance", median(acc_a)},
+                                         {"mean_accepted_per_verify", median(len_a)}}},
+                     {"ngram_fixed_k", {{"tps", spread(fixed)}, {"speedup", spread(rf)}, {"acceptance", median(acc_f)},
+                                        {"mean_accepted_per_verify", median(len_f)}}}};
+    }
+
+    if (skip.find("oracle") == std::string::npos) {
+      // The target's own greedy continuation of a plain prompt.
+      const std::vector<int32_t> prompt = tok->encode("Once upon a time", true, false);
+      engine::EngineConfig c = base;
+      const One ref = run_one(m, *tok, c, prompt, n + k + 2);
+      std::vector<int32_t> full = prompt;
+      full.insert(full.end(), ref.output.begin(), ref.output.end());
+      // Step costs as the engine measures them (one engine, calibrated).
+      engine::EngineConfig cc = base;
+      cc.spec_method = spec::Method::kNgram;
+      const engine::Engine probe(m, tok.get(), cc);
+      const double t1 = probe.step_cost().predict(1), tk = probe.step_cost().predict(1 + k);
+      nlohmann::json rows = nlohmann::json::array();
+      for (const double a : {0.2, 0.4, 0.6, 0.8, 0.9}) {
+        std::vector<double> sp, tps_on;
+        double acc = 0;
+        for (int r = 0; r < rounds; ++r) {
+          engine::EngineConfig p = base;
+          const One off = run_one(m, *tok, p, prompt, n);
+          p.spec_drafter = std::make_shared<OracleDrafter>(full, a, V);
+          p.spec_adaptive = false;
+          const One on = run_one(m, *tok, p, prompt, n);
+          if (on.output != off.output) throw std::runtime_error("oracle run differs from the plain run");
+          sp.push_back((on.tokens / on.seconds) / (off.tokens / off.seconds));
+          tps_on.push_back(on.tokens / on.seconds);
+          acc = static_cast<double>(on.stats.spec_accepted_tokens_total) / std::max<int64_t>(on.stats.spec_drafted_tokens_total, 1);
+        }
+        const double e = 1.0 + spec::expected_extra_tokens(a, k);
+        rows.push_back({{"acceptance_set", a}, {"acceptance_measured", acc}, {"tps", spread(tps_on)},
+                        {"speedup_measured", spread(sp)}, {"speedup_predicted", e * t1 / tk}});
+      }
+      out["oracle"] = {{"step_seconds_1", t1}, {"step_seconds_1_plus_k", tk}, {"rows", rows}};
+    }
+
+    if (skip.find("load") == std::string::npos) {
+      // Mixed workload: copy prompts and plain openings, greedy, n tokens.
+      std::vector<bench::Job> jobs;
+      const std::vector<std::string> openings = {"One day, a big bird", "Tom had a red ball.", "The sun was hot and",
+                                                 "Sam and Mia went to"};
+      for (int i = 0; i < 256; ++i) {
+        jobs.push_back({i % 2 == 0 ? copy : tok->encode(openings[(i / 2) % openings.size()], true, false), n});
+      }
+      nlohmann::json rows = nlohmann::json::array();
+      std::string conc = args.str("concurrency", "1,4,16,64");
+      std::vector<int> levels;
+      for (size_t p = 0; p < conc.size();) {
+        const size_t q = conc.find(',', p);
+        levels.push_back(std::atoi(conc.substr(p, q - p).c_str()));
+        p = q == std::string::npos ? conc.size() : q + 1;
+      }
+      for (const int clients : levels) {
+        const int per_client = std::max(1, 64 / clients);
+        const int total = std::min<int>(static_cast<int>(jobs.size()), clients * per_client);
+        std::vector<double> off, on, ratio, acc;
+        for (int r = 0; r < rounds; ++r) {
+          for (const bool spec_on : {false, true}) {
+            engine::EngineConfig c = base;
+            c.max_num_seqs = std::max(clients, 1);
+            if (spec_on) c.spec_method = spec::Method::kNgram;
+            engine::Engine e(m, tok.get(), c);
+            const bench::RunStats st = bench::run_closed_loop(
+                e, std::vector<bench::Job>(jobs.begin(), jobs.begin() + total), clients,
+                [&](int cl, int j) { return j < per_client ? cl * per_client + j : -1; });
+            (spec_on ? on : off).push_back(static_cast<double>(st.output_tokens) / st.seconds);
+            if (spec_on) {
+              acc.push_back(static_cast<double>(st.engine.spec_accepted_tokens_total) /
+                            std::max<int64_t>(st.engine.spec_drafted_tokens_total, 1));
+            }
+          }
+          ratio.push_back(on.back() / off.back());
+        }
+        rows.push_back({{"clients", clients}, {"requests", total}, {"off_tps", spread(off)}, {"ngram_tps", spread(on)},
+                        {"ratio", spread(ratio)}, {"acceptance", median(acc)}});
+      }
+      out["load"] = rows;
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
