@@ -1,6 +1,6 @@
 """A float64 numpy forward pass of Llama-family models read from GGUF.
 
-Deliberately written differently from the C++ engine (src/model/llama.cc and
+Deliberately written differently from the C++ engine (src/model/arch/*.cc and
 the kernels): the whole sequence is processed as matrices, causal attention is
 materialised as a [heads, T, T] score matrix with an exact softmax, RoPE is a
 multiplication of complex numbers, and grouped-query attention repeats each
@@ -19,11 +19,15 @@ from gguf_ref import GGUFError, GGUFFile
 from error_model import Exact
 
 # Architectures this reference knows, and how they differ from "llama".
-# qwen2 adds biases to the Q, K and V projections and rotates NeoX-style.
+# qwen2 adds biases to the Q, K and V projections and rotates NeoX-style;
+# qwen3 drops the biases and RMS-normalises each head of q and k before
+# RoPE. llama (Llama 3.1+) may divide its RoPE frequencies by the factors in
+# rope_freqs.weight; llama and mistral may declare a sliding window.
 ARCHS = {
-    "llama": {"qkv_bias": False, "neox": False},
-    "mistral": {"qkv_bias": False, "neox": False},
-    "qwen2": {"qkv_bias": True, "neox": True},
+    "llama": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
+    "mistral": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
+    "qwen2": {"qkv_bias": True, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
+    "qwen3": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
 }
 
 
@@ -41,13 +45,26 @@ class Config:
         self.head_dim = int(g.get(a + "attention.key_length", self.n_embd // self.n_head))
         self.n_rot = int(g.get(a + "rope.dimension_count", self.head_dim))
         self.rope_base = float(g.get(a + "rope.freq_base", 10000.0))
-        scale = 1.0
-        if g.get(a + "rope.scaling.type", "none") == "linear":
-            scale = 1.0 / float(g.get(a + "rope.scaling.factor", 1.0))
-        self.rope_scale = scale
+        # As llama.cpp reads them: no type means linear, "none" never scales,
+        # and the factor divides the angles for linear and YaRN alike.
+        self.rope_scaling = g.get(a + "rope.scaling.type", "linear")
+        if self.rope_scaling not in ("none", "linear", "yarn"):
+            raise GGUFError(f"rope scaling {self.rope_scaling!r} not supported by the reference")
+        factor = float(g.get(a + "rope.scaling.factor", g.get(a + "rope.scale_linear", 1.0)))
+        self.rope_factor = 1.0 if self.rope_scaling == "none" or factor == 0.0 else factor
+        if self.rope_scaling == "yarn":
+            self.yarn_orig_ctx = int(g.get(a + "rope.scaling.original_context_length", g.get(a + "context_length")))
+            self.yarn_beta_fast = float(g.get(a + "rope.scaling.yarn_beta_fast", 32.0))
+            self.yarn_beta_slow = float(g.get(a + "rope.scaling.yarn_beta_slow", 1.0))
+            self.rope_attn_factor = float(g.get(a + "rope.scaling.attn_factor", 1.0))
         self.rms_eps = float(g.get(a + "attention.layer_norm_rms_epsilon", 1e-5))
-        self.qkv_bias = ARCHS[self.arch]["qkv_bias"]
-        self.neox = ARCHS[self.arch]["neox"]
+        traits = ARCHS[self.arch]
+        self.qkv_bias = traits["qkv_bias"]
+        self.neox = traits["neox"]
+        self.qk_norm = traits["qk_norm"]
+        self.window = int(g.get(a + "attention.sliding_window", 0)) if traits["window"] else 0
+        # Llama 3's per-pair divisors of the RoPE frequencies, if the file has them.
+        self.rope_freqs = g.tensor("rope_freqs.weight") if traits["rope_freqs"] and "rope_freqs.weight" in g.tensors else None
         assert self.n_head % self.n_head_kv == 0
         assert self.n_rot % 2 == 0 and self.n_rot <= self.head_dim
 
@@ -82,6 +99,9 @@ class LlamaRef:
             if c.qkv_bias:
                 for m in ("attn_q", "attn_k", "attn_v"):
                     L[m + ".bias"] = g.tensor(p + m + ".bias")
+            if c.qk_norm:
+                L["attn_q_norm"] = g.tensor(p + "attn_q_norm.weight")
+                L["attn_k_norm"] = g.tensor(p + "attn_k_norm.weight")
             self.layers.append(L)
 
     # -- building blocks ---------------------------------------------------
@@ -91,14 +111,43 @@ class LlamaRef:
         y = x / np.sqrt(ms + self.cfg.rms_eps) * w
         return num.reduction_op(y, x.shape[-1])
 
-    def rope(self, x, positions, num):
-        """x: [T, heads, head_dim]. Pairs (2i, 2i+1) (normal) or (i, i + n_rot/2)
-        (NeoX) of the first n_rot dims rotate by pos * base^(-2i / n_rot)."""
+    def rope_frequencies(self):
+        """(inverse frequency of each rotary pair [n_rot/2], magnitude factor).
+        Llama 3's rope_freqs divide the frequencies; linear scaling divides
+        them all by the factor; YaRN follows Hugging Face's
+        _compute_yarn_parameters: pairs below the correction range keep their
+        frequency, pairs above it are divided by the factor, a linear ramp
+        between, and cos/sin are scaled by 0.1 ln(factor) + 1."""
         c = self.cfg
         half = c.n_rot // 2
         inv_freq = c.rope_base ** (-2.0 * np.arange(half) / c.n_rot)
-        angle = np.outer(positions * c.rope_scale, inv_freq)       # [T, half]
-        rot = np.exp(1j * angle)[:, None, :]                        # [T, 1, half]
+        if c.rope_freqs is not None:
+            inv_freq = inv_freq / c.rope_freqs
+        if c.rope_scaling != "yarn":
+            return inv_freq / c.rope_factor, 1.0
+
+        def correction_dim(rotations):  # the pair that turns `rotations` times over the original context
+            return c.n_rot * np.log(c.yarn_orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(c.rope_base))
+
+        low = max(np.floor(correction_dim(c.yarn_beta_fast)), 0)
+        high = min(np.ceil(correction_dim(c.yarn_beta_slow)), c.n_rot - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(half) - low) / (high - low), 0, 1)
+        keep = 1 - ramp  # weight of the unscaled frequency
+        inv_freq = (inv_freq / c.rope_factor) * (1 - keep) + inv_freq * keep
+        mscale = 0.1 * np.log(c.rope_factor) + 1.0 if c.rope_factor > 1 else 1.0
+        return inv_freq, mscale * c.rope_attn_factor
+
+    def rope(self, x, positions, num):
+        """x: [T, heads, head_dim]. Pairs (2i, 2i+1) (normal) or (i, i + n_rot/2)
+        (NeoX) of the first n_rot dims rotate by pos * inv_freq_i
+        (rope_frequencies), times the magnitude factor."""
+        c = self.cfg
+        half = c.n_rot // 2
+        inv_freq, mscale = self.rope_frequencies()
+        angle = np.outer(positions, inv_freq)                       # [T, half]
+        rot = mscale * np.exp(1j * angle)[:, None, :]               # [T, 1, half]
         if c.neox:
             re_idx, im_idx = np.arange(half), np.arange(half) + half
         else:
@@ -107,10 +156,11 @@ class LlamaRef:
         y = x.copy()
         y[..., re_idx] = z.real
         y[..., im_idx] = z.imag
-        return num.rope_op(y, x, positions, re_idx, im_idx)
+        return num.rope_op(y, mscale * x, positions, re_idx, im_idx)
 
     def attention(self, q, k, v, num):
-        """q: [T, H, d]; k, v: [T, H_kv, d]. Causal, materialised."""
+        """q: [T, H, d]; k, v: [T, H_kv, d]. Causal, materialised; with a
+        sliding window W, query t also masks keys s <= t - W."""
         c = self.cfg
         group = c.n_head // c.n_head_kv
         k = np.repeat(k, group, axis=1)  # query head h reads KV head h // group
@@ -119,8 +169,10 @@ class LlamaRef:
         scale = 1.0 / np.sqrt(c.head_dim)
         scores = np.einsum("thd,shd->hts", q, k) * scale
         scores = num.float_dot(scores, np.einsum("thd,shd->hts", np.abs(q), np.abs(k)) * scale, c.head_dim)
-        future = np.triu(np.ones((T, T), dtype=bool), k=1)
-        scores = np.where(future[None], -np.inf, scores)
+        masked = np.triu(np.ones((T, T), dtype=bool), k=1)  # the future
+        if c.window > 0:
+            masked |= np.tril(np.ones((T, T), dtype=bool), k=-c.window)  # before the window
+        scores = np.where(masked[None], -np.inf, scores)
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         p = p / p.sum(axis=-1, keepdims=True)
         p = num.softmax_op(p, T)
@@ -148,8 +200,13 @@ class LlamaRef:
                 q = num.pointwise(q + L["attn_q.bias"])
                 k = num.pointwise(k + L["attn_k.bias"])
                 v = num.pointwise(v + L["attn_v.bias"])
-            q = self.rope(q.reshape(T, c.n_head, c.head_dim), positions, num)
-            k = self.rope(k.reshape(T, c.n_head_kv, c.head_dim), positions, num)
+            q = q.reshape(T, c.n_head, c.head_dim)
+            k = k.reshape(T, c.n_head_kv, c.head_dim)
+            if c.qk_norm:  # over each head's head_dim values
+                q = self.rmsnorm(q, L["attn_q_norm"], num)
+                k = self.rmsnorm(k, L["attn_k_norm"], num)
+            q = self.rope(q, positions, num)
+            k = self.rope(k, positions, num)
             v = v.reshape(T, c.n_head_kv, c.head_dim)
             att = self.attention(q, k, v, num).reshape(T, c.n_head * c.head_dim)
             x = num.pointwise(x + num.matmul(att, L["attn_output"]))
@@ -165,7 +222,7 @@ class LlamaRef:
 def main():
     import argparse
 
-    ap = argparse.ArgumentParser(description="float64 logits of a GGUF Llama/Qwen2 model")
+    ap = argparse.ArgumentParser(description="float64 logits of a GGUF Llama/Mistral/Qwen2/Qwen3 model")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("-o", "--out", help="write float64 [T, n_vocab] here; else print argmax per row")

@@ -2,6 +2,8 @@
 # Engine logits against the independent float64 numpy reference
 # (tests/reference/): random small models from `tessera make-model` covering
 # GQA ratios 1/2/4/8, head dims 8..128, normal and NeoX RoPE, partial rotary,
+# Llama 3 RoPE factors, YaRN and linear RoPE scaling, Qwen3's q/k norms,
+# sliding windows shorter than the prompt (Mistral v0.1),
 # tied and untied output, F32/F16/BF16/Q8_0/Q4_0 weights and several seeds,
 # each evaluated on a random token sequence with the scalar kernels, the
 # default ISA, and a small batch (chunked prefill) on 2 threads; then the real
@@ -80,6 +82,26 @@ model qwen2-q8-gqa4-tied  29  --dim 128 --layers 2 --heads 8 --kv-heads 2 --head
 model llama-q4-gqa8-part  70  --dim 128 --layers 2 --heads 8 --kv-heads 1 --rope-dims 8 --ff 256 --type q4_0 --output-type q8_0 --seed 10
 model qwen2-q4-hd64       48  --dim 128 --layers 2 --heads 2 --kv-heads 1 --head-dim 64 --ff 128 --arch qwen2 --type q4_0 --seed 11
 model llama-q4-hd32-seed  26  --dim 64  --layers 3 --heads 2 --kv-heads 2 --ff 192 --type q4_0 --output-type f16 --seed 12
+# Llama 3 RoPE factors (rope_freqs.weight; an original context of 64 so that
+# most pairs are scaled at these positions), YaRN and linear scaling.
+model llama3-f32-gqa2     40  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch llama3 --rope-orig-ctx 64 --type f32 --seed 13
+model llama3-f16-hd64-tied 33 --dim 128 --layers 2 --heads 4 --kv-heads 1 --head-dim 64 --rope-dims 32 --ff 256 --arch llama3 --rope-orig-ctx 128 --type f16 --tied --seed 14
+model llama3-q8-gqa4      45  --dim 128 --layers 2 --heads 8 --kv-heads 2 --ff 256 --arch llama3 --rope-scaling-factor 8 --rope-orig-ctx 32 --type q8_0 --seed 15
+model llama-yarn-f32      50  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --rope-scaling yarn --rope-scaling-factor 4 --rope-orig-ctx 32 --type f32 --seed 16
+model qwen3-yarn-f32-hd32 37  --dim 64  --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3 --rope-scaling yarn --rope-scaling-factor 8 --rope-orig-ctx 16 --type f32 --seed 17
+model llama-linear-bf16   30  --dim 64  --layers 2 --heads 4 --kv-heads 4 --ff 128 --rope-scaling linear --rope-scaling-factor 2 --type bf16 --seed 18
+# Qwen3 (per-head q/k RMSNorm, NeoX RoPE, head_dim set apart from dim/heads).
+model qwen3-f32-gqa4-hd32 41  --dim 64  --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3 --type f32 --seed 19
+model qwen3-bf16-gqa1-tied 29 --dim 64  --layers 3 --heads 4 --kv-heads 4 --ff 160 --arch qwen3 --type bf16 --tied --seed 20
+model qwen3-q8-hd128      36  --dim 128 --layers 2 --heads 2 --kv-heads 1 --head-dim 128 --ff 256 --arch qwen3 --type q8_0 --seed 21
+model qwen3-q4-part-gqa8  44  --dim 128 --layers 2 --heads 8 --kv-heads 1 --head-dim 16 --rope-dims 8 --ff 256 --arch qwen3 --type q4_0 --output-type q8_0 --seed 22
+# Sliding windows shorter than the prompt (Mistral v0.1's layout): inside one
+# KV block, across block boundaries, whole blocks skipped, one key.
+model mistral-f32-w8      50  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch mistral --sliding-window 8 --type f32 --seed 23
+model mistral-f16-w20-tied 60 --dim 128 --layers 2 --heads 4 --kv-heads 1 --head-dim 64 --ff 256 --arch mistral --sliding-window 20 --type f16 --tied --seed 24
+model mistral-bf16-w37-gqa8 70 --dim 128 --layers 2 --heads 8 --kv-heads 1 --ff 256 --arch mistral --sliding-window 37 --type bf16 --seed 25
+model mistral-q8-w1       24  --dim 64  --layers 2 --heads 2 --kv-heads 2 --ff 128 --arch mistral --sliding-window 1 --type q8_0 --seed 26
+model llama3-mistral-q4-w16 48 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --arch llama3 --rope-orig-ctx 64 --sliding-window 16 --type q4_0 --seed 27
 
 # The real model: BOS plus the first 63 golden greedy tokens. Teacher-forced,
 # the reference's argmax must reproduce the golden ids (checking the reference
