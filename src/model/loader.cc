@@ -1,5 +1,7 @@
 #include "model/loader.h"
 
+#include <fmt/ranges.h>
+
 #include <map>
 
 #include "core/error.h"
@@ -71,7 +73,7 @@ std::vector<float> ModelLoader::vector(const std::string& name, int64_t n) {
 
 void ModelLoader::finish() const {
   const std::string arch = f_.get_string_or("general.architecture", "?");
-  std::map<const Ignored*, int> counts;
+  std::map<const Ignored*, std::vector<std::string>> ignored;  // what was ignored, by reason
   for (const auto& [key, value] : f_.metadata()) {
     if (keys_.count(key) != 0) continue;
     const Ignored* why = ignored_key(key);
@@ -83,7 +85,7 @@ void ModelLoader::finish() const {
       fail(ErrorCode::kCorruptFile, "{}: 'split.count' = {}: models split over several files are not supported",
            f_.path(), f_.get_uint(key));
     }
-    ++counts[why];
+    ignored[why].push_back(key);
   }
   for (const gguf::TensorInfo& t : f_.tensors()) {
     if (tensors_.count(t.name) != 0) continue;
@@ -92,11 +94,13 @@ void ModelLoader::finish() const {
       fail(ErrorCode::kCorruptFile, "{}: tensor '{}' is not used by Tessera's '{}' model (it may change what the "
            "model computes)", f_.path(), t.name, arch);
     }
-    ++counts[why];
+    ignored[why].push_back(t.name);
   }
   std::string list;
-  for (const auto& [why, n] : counts) list += fmt::format("{}{} {} ({})", list.empty() ? "" : "; ", n, why->name, why->why);
-  TESSERA_LOG_DEBUG("{}: ignored: {}", f_.path(), list.empty() ? "nothing" : list);
+  for (const auto& [why, names] : ignored) {
+    list += fmt::format("{}{}: {}", list.empty() ? "" : "; ", why->why, fmt::join(names, ", "));
+  }
+  TESSERA_LOG_DEBUG("{}: ignored {}", f_.path(), list.empty() ? "nothing" : list);
 }
 
 }  // namespace tessera
