@@ -99,7 +99,17 @@ doc = {"what": "greedy tokens of llama.cpp (through node-llama-cpp, F32 KV cache
        "vocab": "ggml-vocab-llama-spm.gguf", "prompt": [int(t) for t in sys.argv[1].split(",")],
        "models": [{"label": r["label"], "make_model": r["make_model"], "tokens": r["tokens"],
                    "logit_diffs": [[[t, round(d, 7)] for t, d in row] for row in r["logit_diffs"]]} for r in rows]}
-json.dump(doc, open(sys.argv[2], "w"), indent=1)
+# One line per step of a model: reviewable, and small in a diff.
+dump = json.dumps
+lines = ["{"] + [" %s: %s," % (dump(k), dump(v)) for k, v in doc.items() if k != "models"] + [" %s: [" % dump("models")]
+for i, m in enumerate(doc["models"]):
+    rows = m["logit_diffs"]
+    lines.append("  {%s: %s, %s: %s," % (dump("label"), dump(m["label"]), dump("make_model"), dump(m["make_model"])))
+    lines.append("   %s: %s," % (dump("tokens"), dump(m["tokens"])))
+    lines.append("   %s: [" % dump("logit_diffs"))
+    lines += ["    " + dump(r) + ("," if j + 1 < len(rows) else "") for j, r in enumerate(rows)]
+    lines.append("   ]}" + ("," if i + 1 < len(doc["models"]) else ""))
+open(sys.argv[2], "w").write("\n".join(lines + [" ]", "}"]) + "\n")
 ' "$PROMPT" "$DATA"
   echo "wrote $DATA"
   exit 0
