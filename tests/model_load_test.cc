@@ -236,6 +236,12 @@ TEST(ModelLoad, RopeScaling) {
   // No type: linear, as llama.cpp reads it; "none" never scales.
   EXPECT_EQ(load_model(rewrite(set_key("llama.rope.scaling.factor", f32(2.0f)), "factor-only")).model->config().rope_freq_scale,
             0.5f);
+  // The original context matters to YaRN only; llama.cpp reads it and leaves linear scaling alone.
+  Edit linear = set_key("llama.rope.scaling.type", str("linear"));
+  linear.set_keys.emplace_back("llama.rope.scaling.original_context_length", u32(512));
+  EXPECT_EQ(load_model(rewrite(linear, "linear-orig-ctx")).model->config().rope_scaling, RopeScaling::kLinear);
+  expect_load_error(rewrite(set_key("llama.rope.scaling.attn_factor", f32(1.5f)), "attn-factor-linear"),
+                    "metadata key 'llama.rope.scaling.attn_factor' is not supported");
   Edit none = set_key("llama.rope.scaling.type", str("none"));
   none.set_keys.emplace_back("llama.rope.scaling.factor", f32(2.0f));
   EXPECT_EQ(load_model(rewrite(none, "none-factor")).model->config().rope_freq_scale, 1.0f);

@@ -80,8 +80,10 @@ void read_rope(const gguf::File& f, const Keys& k, const std::string& p, ModelCo
       fail(ErrorCode::kCorruptFile, "{}: rope.scaling.attn_factor {} is out of range", f.path(), c.rope_attn_factor);
     }
   }
-  // Read but without effect on the computation.
+  // Read but without effect on the computation (the original context
+  // matters to YaRN only, as in llama.cpp).
   k.has(p + "rope.scaling.finetuned");
+  k.has(p + "rope.scaling.original_context_length");
 }
 
 }  // namespace
