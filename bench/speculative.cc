@@ -8,12 +8,14 @@
 //           0.9), fixed k: the measured speed-up beside the one Leviathan et
 //           al.'s formula predicts from the engine's measured step costs,
 //           E[tokens per verify] * t(1) / t(1 + k).
+//  templated: 4 prompts asked 4 times each, one at a time: later answers
+//           repeat earlier ones (suffix's shared index), ngram and suffix.
 //  load:    1, 4, 16, 64 concurrent clients (closed loop) of a mixed
 //           workload (half copy prompts, half plain story openings), adaptive
-//           ngram against off: total output tokens/s.
+//           ngram and suffix against off: total output tokens/s.
 //
 //   tessera_speculative_bench --model F [--text FILE] [--threads 2] [--rounds 3]
-//       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,oracle,load]
+//       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,templated,oracle,load] [--min-gain G]
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -166,6 +168,37 @@ int main(int argc, char** argv) {
                                         {"mean_accepted_per_verify", median(len_f)}}}};
     }
 
+    if (skip.find("templated") == std::string::npos) {
+      // Templated answers: 4 prompts, each asked 4 times, one request at a
+      // time (a later request's answer repeats an earlier one's).
+      const std::vector<std::string> prompts = {"One day, a big bird", "Tom had a red ball.", "The sun was hot and",
+                                                "Sam and Mia went to"};
+      std::vector<bench::Job> jobs;
+      for (int rep = 0; rep < 4; ++rep) {
+        for (const std::string& p : prompts) jobs.push_back({tok->encode(p, true, false), n});
+      }
+      std::map<spec::Method, std::vector<double>> tps, ratio, acc;
+      for (int r = 0; r < rounds; ++r) {
+        for (const spec::Method method : {spec::Method::kNone, spec::Method::kNgram, spec::Method::kSuffix}) {
+          engine::EngineConfig c = base;
+          c.spec_method = method;
+          engine::Engine e(m, tok.get(), c);
+          const bench::RunStats st =
+              bench::run_closed_loop(e, jobs, 1, [&](int, int j) { return j < static_cast<int>(jobs.size()) ? j : -1; });
+          tps[method].push_back(static_cast<double>(st.output_tokens) / st.seconds);
+          ratio[method].push_back(tps[method].back() / tps[spec::Method::kNone].back());
+          acc[method].push_back(static_cast<double>(st.engine.spec_accepted_tokens_total) /
+                                std::max<int64_t>(st.engine.spec_drafted_tokens_total, 1));
+        }
+      }
+      nlohmann::json t = {{"requests", jobs.size()}, {"off_tps", spread(tps[spec::Method::kNone])}};
+      for (const spec::Method method : {spec::Method::kNgram, spec::Method::kSuffix}) {
+        t[spec::method_name(method)] = {{"tps", spread(tps[method])}, {"ratio", spread(ratio[method])},
+                                        {"acceptance", median(acc[method])}};
+      }
+      out["templated"] = t;
+    }
+
     if (skip.find("oracle") == std::string::npos) {
       // The target's own greedy continuation of a plain prompt.
       const std::vector<int32_t> prompt = tok->encode("Once upon a time", true, false);
@@ -219,26 +252,30 @@ int main(int argc, char** argv) {
       for (const int clients : levels) {
         const int per_client = std::max(1, 64 / clients);
         const int total = std::min<int>(static_cast<int>(jobs.size()), clients * per_client);
-        std::vector<double> off, on, ratio, acc;
+        // Per method: tokens/s, ratio to off in the same round, acceptance.
+        const std::vector<spec::Method> methods = {spec::Method::kNone, spec::Method::kNgram, spec::Method::kSuffix};
+        std::map<spec::Method, std::vector<double>> tps, ratio, acc;
         for (int r = 0; r < rounds; ++r) {
-          for (const bool spec_on : {false, true}) {
+          for (const spec::Method method : methods) {
             engine::EngineConfig c = base;
             c.max_num_seqs = std::max(clients, 1);
-            if (spec_on) c.spec_method = spec::Method::kNgram;
+            c.spec_method = method;
             engine::Engine e(m, tok.get(), c);
             const bench::RunStats st = bench::run_closed_loop(
                 e, std::vector<bench::Job>(jobs.begin(), jobs.begin() + total), clients,
                 [&](int cl, int j) { return j < per_client ? cl * per_client + j : -1; });
-            (spec_on ? on : off).push_back(static_cast<double>(st.output_tokens) / st.seconds);
-            if (spec_on) {
-              acc.push_back(static_cast<double>(st.engine.spec_accepted_tokens_total) /
-                            std::max<int64_t>(st.engine.spec_drafted_tokens_total, 1));
-            }
+            tps[method].push_back(static_cast<double>(st.output_tokens) / st.seconds);
+            ratio[method].push_back(tps[method].back() / tps[spec::Method::kNone].back());
+            acc[method].push_back(static_cast<double>(st.engine.spec_accepted_tokens_total) /
+                                  std::max<int64_t>(st.engine.spec_drafted_tokens_total, 1));
           }
-          ratio.push_back(on.back() / off.back());
         }
-        rows.push_back({{"clients", clients}, {"requests", total}, {"off_tps", spread(off)}, {"ngram_tps", spread(on)},
-                        {"ratio", spread(ratio)}, {"acceptance", median(acc)}});
+        nlohmann::json row = {{"clients", clients}, {"requests", total}, {"off_tps", spread(tps[spec::Method::kNone])}};
+        for (const spec::Method method : {spec::Method::kNgram, spec::Method::kSuffix}) {
+          row[spec::method_name(method)] = {{"tps", spread(tps[method])}, {"ratio", spread(ratio[method])},
+                                            {"acceptance", median(acc[method])}};
+        }
+        rows.push_back(row);
       }
       out["load"] = rows;
     }

@@ -22,9 +22,10 @@
 namespace tessera {
 namespace {
 
-std::vector<int32_t> propose(spec::Drafter& d, const std::vector<int32_t>& tokens, int32_t k) {
+std::vector<int32_t> propose(spec::Drafter& d, const std::vector<int32_t>& tokens, int32_t k, uint64_t id = 1,
+                             int64_t num_prompt = 0) {
   std::vector<int32_t> out = {-7};  // cleared by the drafter
-  const spec::DraftQuery q{1, tokens, k, &out};
+  const spec::DraftQuery q{id, tokens, num_prompt, k, &out};
   d.propose(std::span<const spec::DraftQuery>(&q, 1));
   return out;
 }
@@ -49,6 +50,44 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLatestLongestMatch) {
   EXPECT_EQ(propose(*d, {1, 1, 1}, 4), (std::vector<int32_t>{1}));
   EXPECT_THROW(spec::make_ngram_drafter({0, 2}), tessera::Error);
   EXPECT_THROW(spec::parse_method("medusa"), tessera::Error);
+}
+
+TEST(SuffixDrafter, FollowsTheMostFrequentContinuationOfItsOwnTokens) {
+  auto d = spec::make_suffix_drafter({.depth = 4, .min_n = 2, .min_share = 0.5, .global_tokens = 1000});
+  // [1 2] was followed by 3 twice and by 9 once; [2 3] by 4, [3 4] by 5,
+  // [4 5] by 6, each twice.
+  const std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 1, 2, 9, 1, 2, 3, 4, 5, 6, 7, 1, 2};
+  EXPECT_EQ(propose(*d, t, 4), (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(propose(*d, t, 2), (std::vector<int32_t>{3, 4}));
+  // The request grows: its index follows (incremental), [2 7] unseen.
+  std::vector<int32_t> t2 = t;
+  t2.push_back(7);
+  EXPECT_TRUE(propose(*d, t2, 4).empty());
+  // An unconfident context (each continuation under min_share) stops it.
+  auto strict = spec::make_suffix_drafter({.depth = 4, .min_n = 2, .min_share = 0.7, .global_tokens = 1000});
+  EXPECT_TRUE(propose(*strict, {1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2}, 4).empty());
+}
+
+TEST(SuffixDrafter, PredictsFromEarlierRequestsOutputsAndEvictsOldOnes) {
+  auto d = spec::make_suffix_drafter({.depth = 6, .min_n = 2, .min_share = 0.3, .global_tokens = 12});
+  const std::vector<int32_t> prompt = {50, 51, 52};
+  std::vector<int32_t> a = prompt;
+  for (int32_t t : {10, 11, 12, 13, 14, 15}) a.push_back(t);
+  // Request 1 runs to the end and finishes: its output enters the shared index.
+  propose(*d, a, 4, 1, 3);
+  d->release(1);
+  // Request 2, another prompt, reaches [10 11]: the shared index continues it.
+  EXPECT_EQ(propose(*d, {60, 61, 10, 11}, 4, 2, 2), (std::vector<int32_t>{12, 13, 14, 15}));
+  d->release(2);  // its output [10 11] (2 tokens) joins: 8 held
+  // Two more outputs of 4 and 6 tokens push the bound (12): request 1's
+  // output (the oldest) is evicted, and with it the prediction.
+  propose(*d, {70, 20, 21, 22, 23}, 4, 3, 1);
+  d->release(3);
+  propose(*d, {80, 30, 31, 32, 33, 34, 35}, 4, 4, 1);
+  d->release(4);
+  EXPECT_TRUE(propose(*d, {90, 91, 10, 11}, 4, 5, 2).empty());
+  EXPECT_EQ(propose(*d, {99, 30, 31}, 3, 6, 1), (std::vector<int32_t>{32, 33, 34}));
+  EXPECT_THROW(spec::make_suffix_drafter({.depth = 0}), tessera::Error);
 }
 
 TEST(SpecPolicy, StepCostInterpolatesAndExtrapolates) {
@@ -274,6 +313,40 @@ TEST(SpeculativeEngine, SingleRequestStopsExactlyWhereThePlainOneDoes) {
       EXPECT_EQ(a.tokens, b.tokens) << max_tokens;
       EXPECT_EQ(a.text, b.text) << max_tokens;
     }
+  }
+}
+
+TEST(SpeculativeEngine, SuffixDraftsKeepOutputsAndLearnRepeatedAnswers) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+  const Loaded& l = stories();
+  engine::Engine plain(*l.lm.model, l.tok.get(), config(spec::Method::kNone));
+  engine::Engine fast(*l.lm.model, l.tok.get(), config(spec::Method::kSuffix));
+  // The same templated request three times, one after the other: the
+  // second and third are drafted from the first's output.
+  std::vector<engine::EngineStats> after;
+  for (int i = 0; i < 3; ++i) {
+    plain.add_request(kPrompts[3], greedy(64));
+    fast.add_request(kPrompts[3], greedy(64));
+    const Outcome a = run(plain), b = run(fast);
+    EXPECT_EQ(a.tokens.begin()->second, b.tokens.begin()->second) << "request " << i;
+    after.push_back(b.stats);
+  }
+  const int64_t drafted = after[2].spec_drafted_tokens_total - after[0].spec_drafted_tokens_total;
+  const int64_t accepted = after[2].spec_accepted_tokens_total - after[0].spec_accepted_tokens_total;
+  EXPECT_GT(accepted, 100) << "repeats of an earlier answer are drafted from it";
+  EXPECT_GT(accepted, drafted * 9 / 10);
+  // Batched mixed prompts, with preemption: the same tokens as without.
+  for (const int kv_blocks : {0, 24}) {
+    engine::Engine p2(*l.lm.model, l.tok.get(), config(spec::Method::kNone, kv_blocks));
+    engine::Engine f2(*l.lm.model, l.tok.get(), config(spec::Method::kSuffix, kv_blocks));
+    for (const std::string& p : kPrompts) {
+      p2.add_request(p, greedy(100));
+      f2.add_request(p, greedy(100));
+    }
+    const Outcome a = run(p2), b = run(f2);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.logprobs, b.logprobs);
+    EXPECT_GT(b.stats.spec_accepted_tokens_total, 0);
   }
 }
 

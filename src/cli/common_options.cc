@@ -40,7 +40,7 @@ void RunOptions::add_to(CLI::App& app, bool engine_options) {
 }
 
 void SpecOptions::add_to(CLI::App& app) {
-  app.add_option("--spec", method, "Speculative decoding: none, ngram (prompt lookup)")->capture_default_str();
+  app.add_option("--spec", method, "Speculative decoding: none, ngram (prompt lookup), suffix (SuffixDecoding over this and earlier outputs)")->capture_default_str();
   app.add_option("--spec-k", k, "Longest draft (tokens verified per step)")->capture_default_str();
   app.add_option("--spec-ngram-min", ngram_min, "ngram: shortest suffix matched")->capture_default_str();
   app.add_option("--spec-ngram-max", ngram_max, "ngram: longest suffix matched")->capture_default_str();

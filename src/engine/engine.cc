@@ -60,6 +60,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   switch (config_.spec_method) {
     case spec::Method::kNone: break;
     case spec::Method::kNgram: drafter_ = spec::make_ngram_drafter(config_.spec_ngram); break;
+    case spec::Method::kSuffix: drafter_ = spec::make_suffix_drafter(config_.spec_suffix); break;
   }
   if (config_.spec_drafter) drafter_ = config_.spec_drafter;
   if (drafter_) calibrate_step_cost();
@@ -355,7 +356,7 @@ void Engine::propose_drafts() {
     k = std::min<int64_t>(k, p.max_tokens - r->num_output_tokens() - 1);
     k = std::min<int64_t>(k, config_.max_model_len - r->num_tokens() - 1);
     if (k <= 0) continue;
-    draft_queries_.push_back({r->id, r->tokens, static_cast<int32_t>(k), &r->draft});
+    draft_queries_.push_back({r->id, r->tokens, r->num_prompt_tokens, static_cast<int32_t>(k), &r->draft});
     reqs.push_back(r);
   }
   if (reqs.empty()) return;

@@ -55,6 +55,7 @@ struct EngineConfig {
   spec::Method spec_method = spec::Method::kNone;
   int32_t spec_k = 8;
   spec::NgramOptions spec_ngram;
+  spec::SuffixOptions spec_suffix;
   bool spec_adaptive = true;
   double spec_min_gain = 1.03;  // a draft must raise expected tokens/s by this factor
   std::shared_ptr<spec::Drafter> spec_drafter;  // a drafter of one's own (tests); overrides spec_method

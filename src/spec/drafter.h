@@ -5,6 +5,8 @@
 //
 //   ngram   prompt lookup: the last n tokens matched earlier in the sequence
 //           (spec/ngram.cc)
+//   suffix  SuffixDecoding: context frequencies over the request's tokens and
+//           the outputs of recently finished requests (spec/suffix.cc)
 //
 // Drafters know token ids only (no engine, no scheduler): tested alone.
 #pragma once
@@ -21,6 +23,7 @@ namespace tessera::spec {
 struct DraftQuery {
   uint64_t id = 0;                  // the request (drafters with per-sequence state key on it)
   std::span<const int32_t> tokens;  // prompt + output so far
+  int64_t num_prompt_tokens = 0;    // of which prompt
   int32_t max_tokens = 0;           // propose at most this many
   std::vector<int32_t>* out = nullptr;  // the proposal (cleared first; may stay empty)
 };
@@ -37,8 +40,8 @@ class Drafter {
 };
 
 // The methods `--spec` accepts.
-enum class Method { kNone, kNgram };
-// "none", "ngram"; throws Error(kInvalidArgument) naming the known ones.
+enum class Method { kNone, kNgram, kSuffix };
+// "none", "ngram", "suffix"; throws Error(kInvalidArgument) naming the known ones.
 Method parse_method(const std::string& name);
 const char* method_name(Method m);
 
@@ -47,5 +50,13 @@ struct NgramOptions {
   int32_t max_n = 4;  // longest suffix matched (tried first)
 };
 std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options = {});
+
+struct SuffixOptions {
+  int32_t depth = 8;            // longest context indexed
+  int32_t min_n = 2;            // shortest context a draft may follow
+  double min_share = 0.3;       // a continuation must hold this share of its context's count
+  int64_t global_tokens = 1 << 18;  // finished outputs kept in the shared index (FIFO)
+};
+std::unique_ptr<Drafter> make_suffix_drafter(const SuffixOptions& options = {});
 
 }  // namespace tessera::spec

@@ -57,13 +57,15 @@ std::unique_ptr<Drafter> make_ngram_drafter(const NgramOptions& options) {
 Method parse_method(const std::string& name) {
   if (name == "none" || name.empty()) return Method::kNone;
   if (name == "ngram") return Method::kNgram;
-  fail(ErrorCode::kInvalidArgument, "unknown speculative method '{}' (known: none, ngram)", name);
+  if (name == "suffix") return Method::kSuffix;
+  fail(ErrorCode::kInvalidArgument, "unknown speculative method '{}' (known: none, ngram, suffix)", name);
 }
 
 const char* method_name(Method m) {
   switch (m) {
     case Method::kNone: return "none";
     case Method::kNgram: return "ngram";
+    case Method::kSuffix: return "suffix";
   }
   return "?";
 }
