@@ -403,6 +403,33 @@ TEST(Engine, CompletionTextContinuesThePrompt) {
   check_text_continues_prompt(*bpe.model, *bpe_tok, prompts);
 }
 
+// A callback runs after the step's stats are taken: the output that
+// finishes the only request sees no block in use and nothing running (a
+// server that wakes a client on it must not report a stale block).
+TEST(Engine, CallbacksSeeTheStatsOfTheirStep) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+  const auto& s = stories();
+  Engine e(*s.lm.model, s.tok.get(), small_config());
+  int finished = 0, outputs = 0;
+  auto cb = [&](const RequestOutput& o) {
+    ++outputs;
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.generation_tokens_total, outputs);
+    if (o.finished) {
+      ++finished;
+      EXPECT_EQ(st.kv_blocks_used, 0);
+      EXPECT_EQ(st.num_running, 0);
+      EXPECT_EQ(st.requests_finished_total, 1);
+    } else {
+      EXPECT_GT(st.kv_blocks_used, 0);
+    }
+  };
+  e.add_request("Once upon a time", greedy(5), cb);
+  while (e.has_unfinished()) e.step();
+  EXPECT_EQ(finished, 1);
+  EXPECT_EQ(outputs, 5);
+}
+
 TEST(Engine, RejectsBadRequestsWithClearErrors) {
   const auto& s = stories();
   Engine e(*s.lm.model, s.tok.get(), small_config());

@@ -229,10 +229,7 @@ void Engine::finish(Request* r, FinishReason reason, bool flush, RequestOutput& 
   unfinished_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Engine::emit(std::vector<RequestOutput>& outputs, RequestOutput out) {
-  if (auto it = callbacks_.find(out.id); it != callbacks_.end()) it->second(out);
-  outputs.push_back(std::move(out));
-}
+void Engine::emit(std::vector<RequestOutput>& outputs, RequestOutput out) { outputs.push_back(std::move(out)); }
 
 void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out) {
   const int32_t tok = s.token;
@@ -414,6 +411,12 @@ std::vector<RequestOutput> Engine::step() {
     }
     ++steps_total_;
   }
+  // Callbacks run once the stats describe the step: whoever a finished
+  // request's output wakes sees its blocks already given back.
+  update_stats();
+  for (const RequestOutput& o : outputs) {
+    if (auto it = callbacks_.find(o.id); it != callbacks_.end()) it->second(o);
+  }
   // Finished requests are forgotten once their last output is out.
   for (const RequestOutput& o : outputs) {
     if (!o.finished) continue;
@@ -429,7 +432,6 @@ std::vector<RequestOutput> Engine::step() {
       if (all_done) groups_.erase(g);
     }
   }
-  update_stats();
   return outputs;
 }
 

@@ -5,7 +5,8 @@
 // add_request() and abort() may be called from any thread (a server's
 // handlers); step() runs on one thread (the engine loop). Outputs are
 // returned by step() and, when a callback was given, also handed to it on
-// the engine thread.
+// the engine thread at the end of the step, after stats() describes it (a
+// finished request's blocks are free by the time its last output arrives).
 #pragma once
 
 #include <atomic>
