@@ -224,10 +224,11 @@ int main(int argc, char** argv) {
           if (on.output != off.output) throw std::runtime_error("oracle run differs from the plain run");
           sp.push_back((on.tokens / on.seconds) / (off.tokens / off.seconds));
           tps_on.push_back(on.tokens / on.seconds);
-          acc = static_cast<double>(on.stats.spec_accepted_tokens_total) / std::max<int64_t>(on.stats.spec_drafted_tokens_total, 1);
+          acc = static_cast<double>(on.stats.spec_accepted_tokens_total) / std::max<int64_t>(on.stats.spec_verify_steps_total, 1);
         }
         const double e = 1.0 + spec::expected_extra_tokens(a, k);
-        rows.push_back({{"acceptance_set", a}, {"acceptance_measured", acc}, {"tps", spread(tps_on)},
+        rows.push_back({{"acceptance_set", a}, {"accepted_per_verify_measured", acc},
+                        {"accepted_per_verify_expected", e - 1.0}, {"tps", spread(tps_on)},
                         {"speedup_measured", spread(sp)}, {"speedup_predicted", e * t1 / tk}});
       }
       out["oracle"] = {{"step_seconds_1", t1}, {"step_seconds_1_plus_k", tk}, {"rows", rows}};

@@ -359,6 +359,16 @@ void Engine::propose_drafts() {
   if (reqs.empty()) return;
   // Waiting requests' prompts also take the step's budget.
   base_tokens = std::min<int64_t>(base_tokens + scheduler_->num_waiting_tokens(), config_.max_num_batched_tokens);
+  if (config_.spec_adaptive) {
+    // When even one certain draft token would not pay (a step already
+    // compute-bound), the drafter is not asked at all: no drafting cost.
+    spec::DraftCandidate perfect{1.0, 1, 0};
+    spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, std::span(&perfect, 1), config_.spec_min_gain);
+    if (perfect.k == 0) {
+      for (Request* r : reqs) r->draft.clear();
+      return;
+    }
+  }
   drafter_->propose(draft_queries_);
   if (!config_.spec_adaptive) return;
   draft_candidates_.clear();
@@ -372,13 +382,17 @@ void Engine::propose_drafts() {
 
 void Engine::calibrate_step_cost() {
   // Steps of 1 .. 64 tokens on a scratch sequence of the engine's cache (its
-  // blocks are freed after; nothing is registered). Two runs each, the
-  // faster kept; every real step refines these.
+  // blocks are freed after; nothing is registered). Three runs each, the
+  // fastest kept; every real step refines these.
   const int64_t top = std::min<int64_t>({64, config_.max_num_batched_tokens, scheduler_->config().max_model_len});
+  // Warm-up first: the first steps fault the weights in and grow buffers.
+  for (int rep = 0; rep < 2; ++rep) {
+    if (runner_->time_scratch_step(std::min<int64_t>(top, 16), *kv_manager_) <= 0.0) return;
+  }
   for (int64_t n : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
     if (n > top) break;
     double best = 0.0;
-    for (int rep = 0; rep < 2; ++rep) {
+    for (int rep = 0; rep < 3; ++rep) {
       const double t = runner_->time_scratch_step(n, *kv_manager_);
       if (t <= 0.0) return;  // the pool cannot hold it
       if (rep == 0 || t < best) best = t;

@@ -98,13 +98,15 @@ class SuffixDrafter final : public Drafter {
     for (const DraftQuery& q : queries) {
       q.out->clear();
       Seq& s = seqs_.try_emplace(q.id, opt_.depth).first->second;
-      // The request's own index follows its tokens (prompt and output).
-      if (q.tokens.size() < s.tokens.size() ||
-          !std::equal(s.tokens.begin(), s.tokens.end(), q.tokens.begin())) {
-        s = Seq(opt_.depth);  // not a continuation of what was indexed: start over
+      // The request's own index follows its tokens (prompt and output),
+      // which only grow: new tokens are appended and indexed (checked at
+      // the boundary; anything else starts the index over).
+      size_t had = s.tokens.size();
+      if (q.tokens.size() < had || (had > 0 && q.tokens[had - 1] != s.tokens.back())) {
+        s = Seq(opt_.depth);
+        had = 0;
       }
-      const size_t had = s.tokens.size();
-      s.tokens.assign(q.tokens.begin(), q.tokens.end());
+      s.tokens.insert(s.tokens.end(), q.tokens.begin() + static_cast<int64_t>(had), q.tokens.end());
       s.index.add(s.tokens, had);
       if (s.num_prompt < 0) s.num_prompt = q.num_prompt_tokens;
       draft(s, q.max_tokens, q.out);
