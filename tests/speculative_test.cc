@@ -137,6 +137,18 @@ TEST(SpecPolicy, DraftsOnlyWhereTheyRaiseTokensPerSecond) {
   c = {{0.7, 8, 0}};
   spec::choose_draft_lengths(flat, 48, 48, c, 1.03);
   EXPECT_EQ(c[0].k, 0);
+  // A step's cost outside the forward pass, per row: on a flat forward,
+  // drafts of moderate acceptance pay without it and stop paying when each
+  // row costs as much as the forward pass.
+  spec::StepCost flat_overhead = flat;
+  c = {{0.5, 4, 0}};
+  spec::choose_draft_lengths(flat_overhead, 1, 1, c, 1.03);
+  EXPECT_GE(c[0].k, 1);
+  flat_overhead.observe_overhead(1, 1.0);  // 1 s per row: each row costs as much as the forward pass
+  EXPECT_DOUBLE_EQ(flat_overhead.predict(4, 2), 1.0 + 2.0);
+  c = {{0.5, 4, 0}};
+  spec::choose_draft_lengths(flat_overhead, 1, 1, c, 1.03);
+  EXPECT_EQ(c[0].k, 0);
   // No measurement, no speculation.
   c = {{0.99, 8, 0}};
   spec::choose_draft_lengths(spec::StepCost{}, 1, 1, c, 1.03);

@@ -408,12 +408,14 @@ void Engine::calibrate_step_cost() {
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   drain_inbox(outputs);
+  const auto t_step = Clock::now();
   if (drafter_) propose_drafts();
   const SchedulerOutput sched = scheduler_->schedule();
   if (!sched.empty()) {
     const auto t0 = Clock::now();
     std::span<float> logits = runner_->execute(sched);
-    if (drafter_) step_cost_.observe(sched.num_tokens, seconds(Clock::now() - t0));
+    const double forward = seconds(Clock::now() - t0);
+    if (drafter_) step_cost_.observe(sched.num_tokens, forward);
     scheduler_->on_step_computed(sched);
     const size_t V = static_cast<size_t>(model_.config().n_vocab);
     size_t row = 0;
@@ -423,6 +425,8 @@ std::vector<RequestOutput> Engine::step() {
       process_sample(s.req, logits.subspan(row * V, rows * V), s.num_draft, outputs);
       row += rows;
     }
+    // What the step cost outside its forward pass, per logit row.
+    if (drafter_) step_cost_.observe_overhead(static_cast<int64_t>(row), seconds(Clock::now() - t_step) - forward);
     ++steps_total_;
   }
   // Callbacks run once the stats describe the step: whoever a finished

@@ -12,6 +12,13 @@ void StepCost::observe(int64_t tokens, double seconds) {
   if (!inserted) it->second = 0.8 * it->second + 0.2 * seconds;
 }
 
+void StepCost::observe_overhead(int64_t rows, double seconds) {
+  if (rows <= 0) return;
+  const double v = std::max(0.0, seconds) / static_cast<double>(rows);
+  per_row_ = have_overhead_ ? 0.9 * per_row_ + 0.1 * v : v;
+  have_overhead_ = true;
+}
+
 double StepCost::predict(int64_t tokens) const {
   if (points_.empty()) return 0.0;
   auto hi = points_.lower_bound(tokens);
@@ -51,14 +58,16 @@ void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t bas
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c[a].acceptance > c[b].acceptance; });
   int64_t tokens = base_tokens;
+  int64_t rows = std::max<int64_t>(base_outputs, 1);  // a draft of k adds k tokens and k rows
   double outputs = static_cast<double>(std::max<int64_t>(base_outputs, 1));
-  double rate = outputs / std::max(cost.predict(tokens), 1e-12);
+  double rate = outputs / std::max(cost.predict(tokens, rows), 1e-12);
   for (size_t i : order) {
     DraftCandidate& d = c[i];
     int64_t best_k = 0;
     double best_rate = rate * min_gain;
     for (int64_t k = 1; k <= d.max_k; ++k) {
-      const double r = (outputs + expected_extra_tokens(d.acceptance, k)) / std::max(cost.predict(tokens + k), 1e-12);
+      const double r =
+          (outputs + expected_extra_tokens(d.acceptance, k)) / std::max(cost.predict(tokens + k, rows + k), 1e-12);
       if (r > best_rate) {
         best_rate = r;
         best_k = k;
@@ -67,6 +76,7 @@ void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t bas
     if (best_k == 0) continue;
     d.k = best_k;
     tokens += best_k;
+    rows += best_k;
     outputs += expected_extra_tokens(d.acceptance, best_k);
     rate = best_rate;
   }

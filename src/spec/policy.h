@@ -13,7 +13,8 @@
 //    the prior.
 //
 // choose_draft_lengths() then gives drafts, greedily by acceptance, only
-// while the step's expected output tokens per second rises: at batch 1 with
+// while the step's expected output tokens per second rises (the forward
+// pass's cost plus the measured per-row cost of the rest of the step): at batch 1 with
 // good drafts that is long drafts; under load, or with poor drafts, none.
 // Expected tokens of a draft of k with per-token acceptance a (Leviathan et
 // al. 2023): 1 + a + ... + a^k, i.e. a(1 - a^k)/(1 - a) more than without.
@@ -31,12 +32,23 @@ class StepCost {
   void set(int64_t tokens, double seconds) { points_[tokens] = seconds; }
   // A step's measured time: averaged into its size.
   void observe(int64_t tokens, double seconds);
-  // Predicted seconds of a step of `tokens` (0 when nothing is known).
+  // Predicted seconds of the forward pass of a step of `tokens` (0 when
+  // nothing is known).
   double predict(int64_t tokens) const;
+  // The rest of a step (sampling, drafting, bookkeeping), measured per
+  // logit row: a step's measured time outside its forward pass over its rows.
+  void observe_overhead(int64_t rows, double seconds);
+  double overhead_per_row() const { return per_row_; }
+  // A whole step: forward pass of `tokens` plus the overhead of `rows`.
+  double predict(int64_t tokens, int64_t rows) const {
+    return predict(tokens) + per_row_ * static_cast<double>(rows);
+  }
   bool empty() const { return points_.empty(); }
 
  private:
   std::map<int64_t, double> points_;
+  double per_row_ = 0.0;
+  bool have_overhead_ = false;
 };
 
 // Per-sequence acceptance, decayed.
