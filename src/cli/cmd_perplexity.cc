@@ -6,6 +6,8 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "cli/progress.h"
+#include "cli/text_file.h"
+#include "engine/kl_divergence.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -19,17 +21,40 @@ struct PerplexityArgs {
   int64_t batch = 512;
   int64_t chunks = -1;
   bool json = false;
+  std::string kl_base;  // save the model's log-probabilities here
+  std::string kl;       // compare against log-probabilities saved here
 };
 
-std::string read_text(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  TESSERA_CHECK(f != nullptr, kIo, "cannot open '{}'", path);
-  std::string s;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
+void print_kl(const engine::KlResult& k, bool json) {
+  if (json) {
+    nlohmann::json q = nlohmann::json::object();
+    for (size_t i = 0; i < k.kld_quantiles.size(); ++i) {
+      q[fmt::format("{:g}", 100.0 * engine::KlResult::kQuantiles[i])] = k.kld_quantiles[i];
+    }
+    nlohmann::json j = {{"n_rows", k.n_rows}, {"ppl", k.ppl}, {"ppl_base", k.ppl_base}, {"ppl_ratio", k.ppl_ratio},
+                        {"mean_ln_ratio", k.mean_ln_ratio}, {"ln_ratio_error", k.ln_ratio_error},
+                        {"kld_mean", k.kld_mean}, {"kld_error", k.kld_error}, {"kld_max", k.kld_max},
+                        {"kld_min", k.kld_min}, {"kld_percentiles", q}, {"same_top", k.same_top},
+                        {"same_top_error", k.same_top_error}, {"rms_dp", k.rms_dp}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("====== Perplexity statistics ======\n");
+  std::printf("Mean PPL(Q)                   : %10.6f\n", k.ppl);
+  std::printf("Mean PPL(base)                : %10.6f\n", k.ppl_base);
+  std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", k.mean_ln_ratio, k.ln_ratio_error);
+  std::printf("Mean PPL(Q)/PPL(base)         : %10.6f\n", k.ppl_ratio);
+  std::printf("====== KL divergence statistics ======\n");
+  std::printf("Mean    KLD: %10.6f +/- %10.6f\n", k.kld_mean, k.kld_error);
+  std::printf("Maximum KLD: %10.6f\n", k.kld_max);
+  for (size_t i = 0; i < k.kld_quantiles.size(); ++i) {
+    const double q = 100.0 * engine::KlResult::kQuantiles[i];
+    std::printf("%5.1f%%   KLD: %10.6f\n", q, k.kld_quantiles[i]);
+  }
+  std::printf("Minimum KLD: %10.6f\n", k.kld_min);
+  std::printf("====== Token probability statistics ======\n");
+  std::printf("RMS Δp    : %6.3f %%\n", 100.0 * k.rms_dp);
+  std::printf("Same top p: %6.3f +/- %5.3f %%\n", 100.0 * k.same_top, 100.0 * k.same_top_error);
 }
 
 TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's method)", [](CLI::App& sub) {
@@ -40,10 +65,13 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--chunks", a->chunks, "Evaluate at most this many chunks (-1: all)")->capture_default_str();
   sub.add_flag("--json", a->json, "Print the result as JSON");
+  sub.add_option("--kl-base", a->kl_base, "Save this model's log-probabilities of every scored token to FILE");
+  sub.add_option("--kl", a->kl, "KL divergence from the base saved in FILE (with --kl-base)")
+      ->excludes(sub.get_option("--kl-base"));
   return [a]() {
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
-    const std::string text = read_text(a->file);
+    const std::string text = read_text_file(a->file);
     const std::vector<int32_t> tokens = tok->encode(text, /*add_special=*/true);
     ThreadPool pool(a->run.threads);
     engine::PerplexityOptions opt;
@@ -53,8 +81,16 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
     opt.kv_type = a->run.kv_dtype();
     ProgressBar bar("perplexity");
     const auto t0 = std::chrono::steady_clock::now();
-    const engine::PerplexityResult r = engine::perplexity(*lm.model, *tok, tokens, opt, pool,
-                                                          [&](int64_t done, int64_t total) { bar.update(done, total); });
+    const auto on_progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+    if (!a->kl.empty()) {
+      const engine::KlResult k = engine::kl_divergence(*lm.model, *tok, tokens, opt, pool, a->kl, on_progress);
+      bar.finish();
+      print_kl(k, a->json);
+      return 0;
+    }
+    const engine::PerplexityResult r =
+        a->kl_base.empty() ? engine::perplexity(*lm.model, *tok, tokens, opt, pool, on_progress)
+                           : engine::save_kl_base(*lm.model, *tok, tokens, opt, pool, a->kl_base, on_progress);
     bar.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (a->json) {

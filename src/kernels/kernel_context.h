@@ -17,6 +17,7 @@ namespace tessera::kernels {
 struct Workspace {
   AlignedBuffer<uint8_t> act;  // quantized activations
   AlignedBuffer<float> tmp;    // per-thread scratch
+  AlignedBuffer<float> padded_x;  // [n_tokens, cols]: x widened for weights stored with padding
 };
 
 struct KernelContext {

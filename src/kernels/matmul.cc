@@ -128,7 +128,8 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int
                 isa_name(ctx.isa));
   bool same = !outs.empty();
   for (const MatmulOutput& o : outs) {
-    same = same && o.w->view.type == outs[0].w->view.type && o.w->view.cols == outs[0].w->view.cols;
+    same = same && o.w->view.type == outs[0].w->view.type && o.w->view.cols == outs[0].w->view.cols &&
+           o.w->view.x_cols == outs[0].w->view.x_cols;
   }
   if (!same) {  // e.g. a GGUF mixing Q4_K and Q6_K: one product each
     for (const MatmulOutput& o : outs) matmul(*o.w, x, x_stride, n_tokens, o.y, o.y_stride, ctx);
@@ -157,9 +158,12 @@ void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64
   TESSERA_CHECK(w.row_bytes >= row_bytes(w.type, w.cols), kInvalidArgument,
                 "matmul: row stride {} bytes is less than a {} row of {} ({} bytes)", w.row_bytes,
                 dtype_name(w.type), w.cols, row_bytes(w.type, w.cols));
-  TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.cols && y_stride >= w.rows)),
+  TESSERA_CHECK(w.x_cols >= 0 && w.x_cols <= w.cols && w.cols - w.input_cols() < bs, kInvalidArgument,
+                "matmul: {} inputs padded to {} columns (more than one {} block)", w.x_cols, w.cols,
+                dtype_name(w.type));
+  TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.input_cols() && y_stride >= w.rows)),
                 kInvalidArgument, "matmul: {} tokens with x stride {} (< {} columns) or y stride {} (< {} rows)",
-                n_tokens, x_stride, w.cols, y_stride, w.rows);
+                n_tokens, x_stride, w.input_cols(), y_stride, w.rows);
 }
 
 // Every job has the same weight type and column count, so the activation is
@@ -176,6 +180,20 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   const bool quantized = info.block != 0;
 
   Workspace local;  // only used when the caller gave none
+  if (w0.input_cols() < w0.cols) {
+    // Padded rows: the kernels read whole blocks, so x gets the zero
+    // columns the weight has (jobs share x_cols: matmul_shared_input
+    // groups only weights of equal width).
+    Workspace* ws = ctx.ws != nullptr ? ctx.ws : &local;
+    ws->padded_x.ensure(static_cast<size_t>(n_tokens * w0.cols));
+    float* px = ws->padded_x.data();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::memcpy(px + t * w0.cols, x + t * x_stride, static_cast<size_t>(w0.x_cols) * sizeof(float));
+      std::memset(px + t * w0.cols + w0.x_cols, 0, static_cast<size_t>(w0.cols - w0.x_cols) * sizeof(float));
+    }
+    x = px;
+    x_stride = w0.cols;
+  }
   uint8_t* act = nullptr;
   ActLayout layout;
   if (quantized) {

@@ -28,6 +28,11 @@ struct WeightView {
   int64_t rows = 0;      // output features (N)
   int64_t cols = 0;      // input features (K), a multiple of the type's block size
   size_t row_bytes = 0;  // stride between rows
+  // Any-shape weights (tessera quantize, docs/QUANTIZATION.md): rows stored
+  // with zero columns appended up to a whole block. x then has only
+  // `x_cols` columns; matmul widens it with zeros. 0: x has `cols`.
+  int64_t x_cols = 0;
+  int64_t input_cols() const { return x_cols > 0 ? x_cols : cols; }
 };
 
 // Whether matmul() handles weights of this type: F32, F16, BF16, Q8_0, Q4_0,

@@ -184,6 +184,7 @@ void DecoderModel::swiglu_ffn(const FfnWeights& w, int64_t il, int64_t T, Forwar
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
   kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);

@@ -78,7 +78,8 @@ class DecoderModel : public Model {
   // window), after storing this step's K/V; then s.x += s.att Wo^T.
   void attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
                  ForwardState& s) const;
-  // s.x += W_down (silu(s.xb W_gate) * s.xb W_up); taps layer_out.
+  // s.x += W_down (silu(s.xb W_gate) * s.xb W_up); taps ffn_act (the
+  // input of W_down) and layer_out.
   void swiglu_ffn(const FfnWeights& w, int64_t il, int64_t n_tokens, ForwardState& s) const;
 
   ModelConfig cfg_;

@@ -70,6 +70,17 @@ bool power_of_two(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 }  // namespace
 
+uint32_t llama_file_type(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
 Writer::Writer(uint64_t alignment) : alignment_(alignment) {
   TESSERA_CHECK(power_of_two(alignment) && alignment <= 65536, kInvalidArgument,
                 "GGUF alignment {} is not a power of two <= 65536", alignment);

@@ -14,6 +14,10 @@
 
 namespace tessera::gguf {
 
+// general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*) for a file
+// whose matrices are mostly of type t; 0 (all F32) for a type without one.
+uint32_t llama_file_type(DType t);
+
 class Writer {
  public:
   // `alignment` must be a power of two; a general.alignment key set as

@@ -63,6 +63,11 @@ ModelConfig ModelLoader::read_config(const ConfigOptions& options) {
 
 kernels::WeightView ModelLoader::matrix(const std::string& name, int64_t cols, int64_t rows) {
   tensors_.insert(name);
+  const std::string padded = kPaddedColsKey + name;
+  if (f_.has(padded)) {
+    keys_.insert(padded);
+    return load_padded_matrix(f_, name, cols, rows);
+  }
   return load_matrix(f_, name, cols, rows);
 }
 

@@ -13,18 +13,6 @@
 namespace tessera {
 namespace {
 
-// llama.cpp's general.file_type numbering, for display in its loader.
-uint32_t file_type_of(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 7;
-    case DType::kBF16: return 32;
-    default: return 0;
-  }
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -127,7 +115,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   const std::string a = file_arch + ".";
   w.set_string("general.architecture", file_arch);
   w.set_string("general.name", fmt::format("tessera-synthetic-{}x{}", s.n_layer, s.n_embd));
-  w.set_u32("general.file_type", file_type_of(s.type));
+  w.set_u32("general.file_type", gguf::llama_file_type(s.type));
   w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
   w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));

@@ -37,6 +37,22 @@ kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, in
   return w;
 }
 
+kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
+  const std::string key = kPaddedColsKey + name;
+  const uint64_t width = f.get_uint(key);
+  TESSERA_CHECK(width == static_cast<uint64_t>(cols), kCorruptFile, "{}: '{}' = {}, but the model's width is {}",
+                f.path(), key, width, cols);
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  TESSERA_CHECK(t != nullptr, kCorruptFile, "{}: missing tensor '{}'", f.path(), name);
+  const int64_t bs = dtype_traits(t->type).block_size;
+  const int64_t stored = (cols + bs - 1) / bs * bs;
+  TESSERA_CHECK(stored > cols, kCorruptFile, "{}: '{}' pads {} columns of {}, which need no padding", f.path(),
+                key, cols, dtype_name(t->type));
+  kernels::WeightView w = load_matrix(f, name, stored, rows);
+  w.x_cols = cols;
+  return w;
+}
+
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n) {
   const gguf::TensorInfo& t = checked(f, name, 1, &n);
   if (!kernels::can_dequantize(t.type)) {

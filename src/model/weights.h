@@ -16,6 +16,14 @@ namespace tessera {
 // (ne = [cols, rows]). Must be a type the matmul kernels handle.
 kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
 
+// Tessera's any-shape storage (docs/QUANTIZATION.md): a matrix whose input
+// width is not a multiple of its type's block is stored with zero columns
+// appended up to the next whole block, and the metadata key
+// kPaddedColsKey + name (u32) holds the true width. llama.cpp does not read
+// such files. The view has cols = the stored width, x_cols = the true one.
+inline constexpr const char* kPaddedColsKey = "tessera.padded_cols.";
+kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
+
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);
 

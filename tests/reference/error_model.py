@@ -72,20 +72,31 @@ INT8_ACTIVATION_BLOCK = {2: 32, 8: 32}  # Q4_0, Q8_0
 INT8_SCALE_SLACK = 0.5 + 127.0 * 2.0 ** -11
 
 
+def _blocks(x, block):
+    """x [rows, k] as [rows, k / block, block], widened with zero columns to
+    whole blocks first (the engine does the same for weights stored padded,
+    Tessera's any-shape storage), and the width to cut back to."""
+    k = x.shape[-1]
+    pad = -k % block
+    if pad:
+        x = np.concatenate([x, np.zeros((x.shape[0], pad))], axis=-1)
+    return x.reshape(x.shape[0], -1, block), k
+
+
 def int8_rounding_bound(x, block):
     """Per-element bound on |x - x^| for int8 blocks of `block` along the last axis."""
-    xb = np.abs(x).reshape(x.shape[0], -1, block)
+    xb, k = _blocks(np.abs(x), block)
     d = xb.max(axis=-1, keepdims=True) / 127.0
-    return np.broadcast_to(d * INT8_SCALE_SLACK, xb.shape).reshape(x.shape)
+    return np.broadcast_to(d * INT8_SCALE_SLACK, xb.shape).reshape(x.shape[0], -1)[:, :k]
 
 
 def int8_round(x, block):
     """x rounded to int8 blocks exactly as kernels/matmul_kernels.h specifies:
     d = amax / 127, q = round half to even (x / d), x^ = d q."""
-    xb = x.reshape(x.shape[0], -1, block)
+    xb, k = _blocks(x, block)
     d = np.abs(xb).max(axis=-1, keepdims=True) / 127.0
     q = np.clip(np.rint(np.divide(xb, d, out=np.zeros_like(xb), where=d > 0)), -127, 127)
-    return (q * d).reshape(x.shape)
+    return (q * d).reshape(x.shape[0], -1)[:, :k]
 
 
 class Exact:

@@ -166,7 +166,15 @@ class GGUFFile:
         exactly as stored (dequantization is exact in float64)."""
         t = self.tensors[name]
         flat = dequantize(t.ggml_type, self.raw(name), int(np.prod(t.ne, dtype=np.int64)))
-        return flat.reshape(t.shape)
+        out = flat.reshape(t.shape)
+        # Tessera's any-shape storage: rows padded with zero columns to a
+        # whole block, the true width in tessera.padded_cols.<name>.
+        width = self.get("tessera.padded_cols." + name, None)
+        if width is not None:
+            if not 0 < int(width) < t.ne[0] or np.any(out[..., int(width):] != 0):
+                raise GGUFError(f"{name}: bad padding to {t.ne[0]} columns from {width}")
+            out = out[..., : int(width)]
+        return out
 
 
 def _f16(raw_u16):

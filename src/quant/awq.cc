@@ -1,0 +1,101 @@
+#include "quant/awq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "quant/gptq.h"
+
+namespace tessera::quant {
+
+std::vector<double> scale_hessian(std::span<const double> h, std::span<const float> s) {
+  const size_t n = s.size();
+  TESSERA_ASSERT(h.size() == n * n);
+  std::vector<double> out(h.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) out[i * n + j] = h[i * n + j] / (static_cast<double>(s[i]) * s[j]);
+  }
+  return out;
+}
+
+AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int64_t cols, const InputStats& st,
+                          const AwqOptions& opt) {
+  TESSERA_CHECK(st.dim == cols, kInvalidArgument, "awq: statistics of {} channels for a {}-column linear", st.dim,
+                cols);
+  TESSERA_CHECK(cols % g.block == 0 && opt.grid > 0, kInvalidArgument, "awq: {} columns / grid {}", cols, opt.grid);
+  std::vector<float> mean = st.mean_abs();
+  float top = 0.0f;
+  for (float m : mean) top = std::max(top, m);
+  for (float& m : mean) m = std::max(m, top * 1e-6f + 1e-12f);  // a channel never seen gets the smallest scale
+  AwqScale best;
+  std::vector<float> s(static_cast<size_t>(cols)), ws, deq;
+  std::vector<int8_t> q;
+  std::vector<float> sc;
+  for (int k = 0; k < opt.grid; ++k) {
+    const float alpha = static_cast<float>(k) / static_cast<float>(opt.grid);
+    float lo = INFINITY, hi = 0.0f;
+    for (int64_t i = 0; i < cols; ++i) {
+      s[static_cast<size_t>(i)] = std::pow(mean[static_cast<size_t>(i)], alpha);
+      lo = std::min(lo, s[static_cast<size_t>(i)]);
+      hi = std::max(hi, s[static_cast<size_t>(i)]);
+    }
+    const float norm = std::sqrt(lo * hi);
+    for (float& v : s) v /= norm;
+    double err = 0.0;
+    for (const LinearRef& l : linears) {
+      const size_t n = static_cast<size_t>(l.rows * cols);
+      ws.resize(n);
+      deq.resize(n);
+      q.resize(n);
+      sc.resize(n / static_cast<size_t>(g.block));
+      for (int64_t r = 0; r < l.rows; ++r) {
+        for (int64_t i = 0; i < cols; ++i) ws[static_cast<size_t>(r * cols + i)] = l.w[r * cols + i] * s[static_cast<size_t>(i)];
+        rtn_row(g, ws.data() + r * cols, cols, {}, q.data() + r * cols, sc.data() + r * (cols / g.block));
+        dequant_row(g, q.data() + r * cols, sc.data() + r * (cols / g.block), cols, deq.data() + r * cols);
+        for (int64_t i = 0; i < cols; ++i) deq[static_cast<size_t>(r * cols + i)] /= s[static_cast<size_t>(i)];
+      }
+      err += output_error(l.w, deq.data(), l.rows, cols, st.h);
+    }
+    if (k == 0) best.rtn_error = err;
+    if (k == 0 || err < best.error) {
+      best.error = err;
+      best.alpha = alpha;
+      best.s = s;
+    }
+  }
+  return best;
+}
+
+std::vector<float> awq_search_clip(const Grid& g, const float* w, int64_t rows, int64_t cols,
+                                   std::span<const double> h, const AwqOptions& opt) {
+  TESSERA_CHECK(cols % g.block == 0 && static_cast<int64_t>(h.size()) == cols * cols, kInvalidArgument,
+                "awq clip: {} columns, H of {}", cols, h.size());
+  const int64_t nb = cols / g.block, B = g.block;
+  std::vector<float> clip(static_cast<size_t>(rows * nb), 1.0f);
+  std::vector<double> d(static_cast<size_t>(B));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* x = w + r * cols + b * B;
+      double best = INFINITY;
+      for (int k = 0; k < opt.clip_steps; ++k) {
+        const float c = 1.0f - 0.05f * static_cast<float>(k);
+        const float sc = block_scale(g, x, B, c);
+        for (int64_t j = 0; j < B; ++j) d[static_cast<size_t>(j)] = x[j] - static_cast<double>(sc) * level(g, x[j], sc);
+        double e = 0.0;
+        for (int64_t i = 0; i < B; ++i) {
+          const double* hi = h.data() + (b * B + i) * cols + b * B;
+          double t = 0.0;
+          for (int64_t j = 0; j < B; ++j) t += hi[j] * d[static_cast<size_t>(j)];
+          e += d[static_cast<size_t>(i)] * t;
+        }
+        if (e < best) {
+          best = e;
+          clip[static_cast<size_t>(r * nb + b)] = c;
+        }
+      }
+    }
+  }
+  return clip;
+}
+
+}  // namespace tessera::quant

@@ -1,0 +1,169 @@
+#include "quant/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tessera::quant {
+namespace {
+
+// In-place lower Cholesky factor of the n x n matrix a (row-major): false if
+// a pivot is not positive.
+bool cholesky(std::vector<double>& a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double d = a[static_cast<size_t>(j * n + j)];
+    for (int64_t k = 0; k < j; ++k) d -= a[static_cast<size_t>(j * n + k)] * a[static_cast<size_t>(j * n + k)];
+    if (!(d > 0.0)) return false;
+    d = std::sqrt(d);
+    a[static_cast<size_t>(j * n + j)] = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double s = a[static_cast<size_t>(i * n + j)];
+      for (int64_t k = 0; k < j; ++k) s -= a[static_cast<size_t>(i * n + k)] * a[static_cast<size_t>(j * n + k)];
+      a[static_cast<size_t>(i * n + j)] = s / d;
+    }
+    for (int64_t k = j + 1; k < n; ++k) a[static_cast<size_t>(j * n + k)] = 0.0;
+  }
+  return true;
+}
+
+// U with H^-1 = U^T U (upper triangular), from the lower Cholesky factor L
+// of H: H^-1 = L^-T L^-1, and U is the transpose of the lower Cholesky
+// factor of that.
+bool inverse_cholesky_upper(std::vector<double> l, int64_t n, std::vector<double>& u) {
+  // li = L^-1 (lower), column by column by forward substitution.
+  std::vector<double> li(static_cast<size_t>(n * n), 0.0);
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t i = c; i < n; ++i) {
+      double s = i == c ? 1.0 : 0.0;
+      for (int64_t k = c; k < i; ++k) s -= l[static_cast<size_t>(i * n + k)] * li[static_cast<size_t>(k * n + c)];
+      li[static_cast<size_t>(i * n + c)] = s / l[static_cast<size_t>(i * n + i)];
+    }
+  }
+  // hinv = li^T li.
+  std::vector<double> hinv(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0.0;
+      for (int64_t k = i; k < n; ++k) s += li[static_cast<size_t>(k * n + i)] * li[static_cast<size_t>(k * n + j)];
+      hinv[static_cast<size_t>(i * n + j)] = hinv[static_cast<size_t>(j * n + i)] = s;
+    }
+  }
+  if (!cholesky(hinv, n)) return false;
+  u.assign(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j <= i; ++j) u[static_cast<size_t>(j * n + i)] = hinv[static_cast<size_t>(i * n + j)];
+  }
+  return true;
+}
+
+}  // namespace
+
+void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h_in,
+          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool) {
+  TESSERA_CHECK(cols > 0 && cols % g.block == 0 && rows >= 0, kInvalidArgument,
+                "gptq: {} columns is not a positive multiple of {}", cols, g.block);
+  TESSERA_CHECK(static_cast<int64_t>(h_in.size()) == cols * cols, kInvalidArgument,
+                "gptq: H has {} values for {} columns", h_in.size(), cols);
+  TESSERA_CHECK(opt.damp >= 0.0 && opt.batch > 0, kInvalidArgument, "gptq: damp {} / batch {}", opt.damp,
+                opt.batch);
+  const int64_t n = cols, nb = cols / g.block;
+  // Whole blocks per batch, so a block's scale sees every earlier error.
+  const int64_t batch = (opt.batch + g.block - 1) / g.block * g.block;
+  std::vector<double> h(h_in.begin(), h_in.end());
+  std::vector<bool> dead(static_cast<size_t>(n), false);
+  double mean_diag = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double& d = h[static_cast<size_t>(i * n + i)];
+    if (d == 0.0) {
+      d = 1.0;
+      dead[static_cast<size_t>(i)] = true;
+    }
+    mean_diag += d / static_cast<double>(n);
+  }
+  // Column order: storage order, or by decreasing H_ii (act-order).
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (opt.act_order) {
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+      return h[static_cast<size_t>(a * n + a)] > h[static_cast<size_t>(b * n + b)];
+    });
+  }
+  std::vector<double> u;
+  bool ok = false;
+  for (double damp = opt.damp; !ok && damp <= opt.damp * 100.0 + 0.01; damp = damp > 0 ? damp * 10.0 : 0.01) {
+    std::vector<double> hp(static_cast<size_t>(n * n));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        hp[static_cast<size_t>(i * n + j)] = h[static_cast<size_t>(perm[i] * n + perm[j])];
+      }
+      hp[static_cast<size_t>(i * n + i)] += damp * mean_diag;
+    }
+    ok = cholesky(hp, n) && inverse_cholesky_upper(std::move(hp), n, u);
+  }
+  TESSERA_CHECK(ok, kInvalidArgument, "gptq: the calibration Hessian is not positive definite even with dampening");
+
+  const auto row_fn = [&](int64_t r0, int64_t r1) {
+    std::vector<double> x(static_cast<size_t>(n)), err(static_cast<size_t>(batch));
+    std::vector<float> blk(static_cast<size_t>(g.block));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr = w + r * cols;
+      float* sr = scales + r * nb;
+      int8_t* qr = levels + r * cols;
+      if (opt.act_order) {  // static groups, from the original weights (dead inputs zeroed)
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int j = 0; j < g.block; ++j) blk[j] = dead[static_cast<size_t>(b * g.block + j)] ? 0.0f : wr[b * g.block + j];
+          sr[b] = block_scale(g, blk.data(), g.block);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = dead[static_cast<size_t>(perm[i])] ? 0.0 : wr[perm[i]];
+      for (int64_t b0 = 0; b0 < n; b0 += batch) {
+        const int64_t b1 = std::min(n, b0 + batch);
+        for (int64_t i = b0; i < b1; ++i) {
+          const int64_t col = perm[i];
+          if (!opt.act_order && col % g.block == 0) {
+            for (int j = 0; j < g.block; ++j) blk[j] = static_cast<float>(x[static_cast<size_t>(i + j)]);
+            sr[col / g.block] = block_scale(g, blk.data(), g.block);
+          }
+          const float d = sr[col / g.block];
+          const int q = level(g, static_cast<float>(x[static_cast<size_t>(i)]), d);
+          qr[col] = static_cast<int8_t>(q);
+          const double* ui = u.data() + i * n;
+          const double e = (x[static_cast<size_t>(i)] - static_cast<double>(d) * q) / ui[i];
+          err[static_cast<size_t>(i - b0)] = e;
+          for (int64_t j = i + 1; j < b1; ++j) x[static_cast<size_t>(j)] -= e * ui[j];
+        }
+        for (int64_t i = b0; i < b1; ++i) {  // the batch's errors, onto every later column at once
+          const double e = err[static_cast<size_t>(i - b0)];
+          const double* ui = u.data() + i * n;
+          for (int64_t j = b1; j < n; ++j) x[static_cast<size_t>(j)] -= e * ui[j];
+        }
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(rows, 1, row_fn);
+  } else {
+    row_fn(0, rows);
+  }
+}
+
+double output_error(const float* a, const float* b, int64_t rows, int64_t cols, std::span<const double> h) {
+  double total = 0.0;
+  std::vector<double> d(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < cols; ++i) d[static_cast<size_t>(i)] = static_cast<double>(a[r * cols + i]) - b[r * cols + i];
+    for (int64_t i = 0; i < cols; ++i) {
+      if (d[static_cast<size_t>(i)] == 0.0) continue;
+      double s = 0.0;
+      const double* hi = h.data() + i * cols;
+      for (int64_t j = 0; j < cols; ++j) s += hi[j] * d[static_cast<size_t>(j)];
+      total += d[static_cast<size_t>(i)] * s;
+    }
+  }
+  return total;
+}
+
+}  // namespace tessera::quant

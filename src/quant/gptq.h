@@ -1,0 +1,43 @@
+// GPTQ (Frantar et al. 2022): quantize a linear layer's columns in order
+// and spread each column's rounding error over the columns not yet
+// quantized, weighted by the inverse Hessian H^-1 of the layer's input
+// (H = sum x x^T over calibration tokens), which minimises the growth of
+// the output error sum_r (w_r - q_r)^T H (w_r - q_r).
+//
+// As in the paper: dampening (H += damp * mean(diag H) * I), dead inputs
+// (H_ii = 0) zeroed, the Cholesky factor U of H^-1 (H^-1 = U^T U), updates
+// inside a batch of `batch` columns applied at once to the columns after it
+// (lazy batch updates), and optional act-order (columns by decreasing
+// H_ii). A block's scale is computed from the block's current (updated)
+// values when its first column is reached; with act-order every scale is
+// fixed from the original weights first ("static groups"), since the
+// columns of a block are no longer reached together. Rows are independent
+// and run in parallel.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "quant/grid.h"
+
+namespace tessera::quant {
+
+struct GptqOptions {
+  double damp = 0.01;
+  int64_t batch = 128;  // columns per lazy batch
+  bool act_order = false;
+};
+
+// w: [rows, cols] row-major (cols a multiple of g.block); h: [cols, cols]
+// symmetric. Writes levels [rows, cols] and scales [rows, cols / g.block].
+// Throws Error(kInvalidArgument) if H stays not positive definite after
+// raising the dampening.
+void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h,
+          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool);
+
+// sum_r (a_r - b_r)^T H (a_r - b_r): the squared output error over the
+// calibration tokens of using b instead of a. a, b: [rows, cols].
+double output_error(const float* a, const float* b, int64_t rows, int64_t cols, std::span<const double> h);
+
+}  // namespace tessera::quant

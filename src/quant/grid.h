@@ -1,0 +1,57 @@
+// The value grids the quantizers round to, and packing rounded levels into
+// GGUF blocks. A method (RTN, GPTQ, AWQ) chooses each block's scale and each
+// weight's level; the storage is a standard GGUF type, so what Tessera
+// writes is what llama.cpp reads:
+//   Q4_0 (4 bits): w = d * q, q in -8..7, d = (signed max) / -8
+//   Q4_0 (3 bits): the same block with q in -4..3, d = (signed max) / -4
+//                  (3-bit values in 4-bit storage: 4.5 bits per weight)
+//   Q8_0:          q in -127..127, d = max|w| / 127
+// d is stored as fp16; levels are chosen against the stored d.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+
+namespace tessera::quant {
+
+struct Grid {
+  DType type = DType::kQ4_0;
+  int bits = 4;
+  int qmin = -8, qmax = 7;
+  int block = 32;      // elements sharing a scale
+  bool signed_max = true;  // d from the signed value of largest magnitude (Q4_0) or max|w| (Q8_0)
+};
+
+// The grid of `type` at `bits` (0: the type's own). Throws
+// Error(kInvalidArgument) for a type or bit width Tessera cannot quantize to.
+Grid make_grid(DType type, int bits);
+
+// Whether `type` is a block type these grids write (else a plain float type).
+bool is_grid_type(DType type);
+
+// The scale of one block (w: block values, clip in (0, 1] shrinks the
+// range), rounded to fp16 as stored.
+float block_scale(const Grid& g, const float* w, int64_t n, float clip = 1.0f);
+
+// The level nearest w / d, clamped to the grid (d == 0: 0).
+inline int level(const Grid& g, float w, float d) {
+  if (d == 0.0f) return 0;
+  float q = w / d;
+  q = q < static_cast<float>(g.qmin) ? static_cast<float>(g.qmin) : q;
+  q = q > static_cast<float>(g.qmax) ? static_cast<float>(g.qmax) : q;
+  return static_cast<int>(__builtin_nearbyintf(q));
+}
+
+// Rounds a row of n (a multiple of g.block) values to nearest with each
+// block's own scale (clip: one ratio per block, or empty for 1).
+void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> clip, int8_t* levels, float* scales);
+
+// Dequantized values of a row given its levels and scales.
+void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out);
+
+// Packs a row of levels and scales as row_bytes(g.type, n) bytes at dst.
+void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst);
+
+}  // namespace tessera::quant

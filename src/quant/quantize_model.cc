@@ -1,0 +1,318 @@
+#include "quant/quantize_model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/quant.h"
+#include "model/gguf_writer.h"
+#include "model/weights.h"
+
+namespace tessera::quant {
+namespace {
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+bool is_matrix(const gguf::TensorInfo& t) {
+  const std::string& n = t.name;
+  return t.n_dims == 2 && t.ne[1] > 1 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+}
+
+// Rows of a tensor in f32: [n_elements / ne0, ne0].
+std::vector<float> read_f32(const gguf::TensorInfo& t) {
+  TESSERA_CHECK(kernels::can_dequantize(t.type), kInvalidArgument, "tensor '{}' has type {}, which Tessera cannot read",
+                t.name, dtype_name(t.type));
+  const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+  const size_t rb = row_bytes(t.type, cols);
+  TESSERA_CHECK(rb * static_cast<size_t>(rows) <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape",
+                t.name);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t.type, t.data + r * rb, out.data() + r * cols, cols);
+  return out;
+}
+
+std::vector<float> pad_columns(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t cols_p) {
+  if (cols_p == cols) return w;
+  std::vector<float> out(static_cast<size_t>(rows * cols_p), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(w.data() + r * cols, cols, out.data() + r * cols_p);
+  return out;
+}
+
+// Statistics of an input widened by zero channels (padding never seen: H = 0 there).
+InputStats pad_stats(const InputStats& s, int64_t dim_p) {
+  if (s.dim == dim_p) return s;
+  InputStats p;
+  p.dim = dim_p;
+  p.n = s.n;
+  p.abs_sum.assign(static_cast<size_t>(dim_p), 0.0);
+  std::copy(s.abs_sum.begin(), s.abs_sum.end(), p.abs_sum.begin());
+  p.h.assign(static_cast<size_t>(dim_p * dim_p), 0.0);
+  for (int64_t i = 0; i < s.dim; ++i) std::copy_n(s.h.data() + i * s.dim, s.dim, p.h.data() + i * dim_p);
+  return p;
+}
+
+// What is done to one tensor besides its type: AWQ's scales.
+struct Plan {
+  DType type = DType::kF32;
+  bool matrix = false;
+  int64_t cols_p = 0;              // stored width (padded) for matrices
+  std::vector<float> col_scale;    // [cols] multiply columns (AWQ s)
+  std::vector<float> row_div;      // [rows] divide rows (1/s of ffn_down folded into ffn_up)
+  std::vector<float> vec_div;      // [n] divide a norm vector (1/s folded into RMSNorm)
+  const InputStats* stats = nullptr;
+};
+
+struct AwqGroup {
+  std::vector<std::string> linears;
+  std::string tap;
+  int64_t layer;
+  std::string norm;      // vector to divide by s, or
+  std::string producer;  // matrix whose rows are divided by s
+};
+
+std::vector<AwqGroup> awq_groups(const gguf::File& in) {
+  std::vector<AwqGroup> g;
+  for (int64_t il = 0;; ++il) {
+    const std::string b = fmt::format("blk.{}.", il);
+    if (in.find_tensor(b + "attn_q.weight") == nullptr) break;
+    g.push_back({{b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, "attn_norm", il, b + "attn_norm.weight", ""});
+    g.push_back({{b + "ffn_gate.weight", b + "ffn_up.weight"}, "ffn_norm", il, b + "ffn_norm.weight", ""});
+    g.push_back({{b + "ffn_down.weight"}, "ffn_act", il, "", b + "ffn_up.weight"});
+  }
+  if (in.find_tensor("output.weight") != nullptr) g.push_back({{"output.weight"}, "result_norm", -1, "output_norm.weight", ""});
+  return g;
+}
+
+// Searches AWQ's scale of each group and records it in the plans of the
+// group's linears and of what produces their input.
+void plan_awq(const gguf::File& in, const Grid& g, const Calibration& cal, const AwqOptions& opt,
+              std::map<std::string, Plan>& plans) {
+  for (const AwqGroup& grp : awq_groups(in)) {
+    const InputStats* st = cal.find(grp.tap, grp.layer);
+    bool ok = st != nullptr;
+    for (const std::string& n : grp.linears) {
+      auto it = plans.find(n);
+      ok = ok && it != plans.end() && it->second.matrix && is_grid_type(it->second.type);
+    }
+    const std::string& producer = grp.norm.empty() ? grp.producer : grp.norm;
+    ok = ok && plans.count(producer) != 0 && (!grp.producer.empty() ? plans[producer].matrix : !plans[producer].matrix);
+    if (!ok) {
+      TESSERA_LOG_WARN("awq: leaving {} unscaled (no statistics or a type that is not a block grid)", grp.linears[0]);
+      continue;
+    }
+    const int64_t cols = in.tensor(grp.linears[0]).ne[0];
+    const int64_t cols_p = round_up(cols, g.block);
+    std::vector<std::vector<float>> ws;
+    std::vector<LinearRef> refs;
+    for (const std::string& n : grp.linears) {
+      const gguf::TensorInfo& t = in.tensor(n);
+      TESSERA_CHECK(t.ne[0] == cols && st->dim == cols, kCorruptFile, "awq: '{}' has {} inputs, expected {}", n,
+                    t.ne[0], cols);
+      ws.push_back(pad_columns(read_f32(t), t.ne[1], cols, cols_p));
+      refs.push_back({ws.back().data(), t.ne[1]});
+    }
+    const AwqScale s = awq_search_scale(g, refs, cols_p, pad_stats(*st, cols_p), opt);
+    std::vector<float> sv(s.s.begin(), s.s.begin() + cols);
+    for (const std::string& n : grp.linears) plans[n].col_scale = sv;
+    if (!grp.norm.empty()) {
+      plans[grp.norm].vec_div = sv;
+    } else {
+      plans[grp.producer].row_div = sv;
+    }
+    TESSERA_LOG_INFO("awq: {} alpha {:.2f}, output error {:.4g} (rounding alone {:.4g})", grp.linears[0], s.alpha,
+                     s.error, s.rtn_error);
+  }
+}
+
+// The stored bytes of a matrix: method-chosen levels packed into its grid type.
+void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const QuantizeOptions& opt, ThreadPool& pool,
+                     uint8_t* out, std::string* how) {
+  const int64_t cols = t.ne[0], rows = t.ne[1];
+  std::vector<float> w = read_f32(t);
+  if (!p.col_scale.empty()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < cols; ++i) w[static_cast<size_t>(r * cols + i)] *= p.col_scale[static_cast<size_t>(i)];
+    }
+  }
+  if (!p.row_div.empty()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < cols; ++i) w[static_cast<size_t>(r * cols + i)] /= p.row_div[static_cast<size_t>(r)];
+    }
+  }
+  *how = p.col_scale.empty() && p.row_div.empty() ? "" : "awq-scaled ";
+  if (!is_grid_type(p.type)) {
+    const size_t rb = row_bytes(p.type, cols);
+    for (int64_t r = 0; r < rows; ++r) kernels::quantize_row(p.type, w.data() + r * cols, out + r * rb, cols);
+    *how += "convert";
+    return;
+  }
+  const Grid g = make_grid(p.type, opt.bits);
+  const int64_t cols_p = p.cols_p, nb = cols_p / g.block;
+  w = pad_columns(w, rows, cols, cols_p);
+  std::vector<int8_t> levels(static_cast<size_t>(rows * cols_p));
+  std::vector<float> scales(static_cast<size_t>(rows * nb));
+  const bool gptq_method = opt.method == Method::kGptq || opt.method == Method::kAwqGptq;
+  const bool awq_method = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
+  std::vector<double> h;
+  if (p.stats != nullptr && (gptq_method || (awq_method && opt.awq.clip))) {
+    h = pad_stats(*p.stats, cols_p).h;
+    if (!p.col_scale.empty()) {
+      std::vector<float> s(static_cast<size_t>(cols_p), 1.0f);
+      std::copy(p.col_scale.begin(), p.col_scale.end(), s.begin());
+      h = scale_hessian(h, s);
+    }
+  }
+  if (gptq_method && !h.empty()) {
+    gptq(g, w.data(), rows, cols_p, h, opt.gptq, levels.data(), scales.data(), &pool);
+    *how += opt.gptq.act_order ? "gptq act-order" : "gptq";
+  } else {
+    std::vector<float> clip;
+    if (awq_method && opt.awq.clip && !h.empty()) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
+      rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb);
+    }
+    *how += clip.empty() ? "rtn" : "rtn+clip";
+  }
+  const size_t rb = row_bytes(p.type, cols_p);
+  for (int64_t r = 0; r < rows; ++r) pack_row(g, levels.data() + r * cols_p, scales.data() + r * nb, cols_p, out + r * rb);
+}
+
+}  // namespace
+
+Method parse_method(const std::string& s) {
+  if (s == "rtn") return Method::kRtn;
+  if (s == "awq") return Method::kAwq;
+  if (s == "gptq") return Method::kGptq;
+  if (s == "awq+gptq" || s == "awq-gptq") return Method::kAwqGptq;
+  fail(ErrorCode::kInvalidArgument, "unknown method '{}' (rtn, awq, gptq, awq+gptq)", s);
+}
+
+const char* method_name(Method m) {
+  switch (m) {
+    case Method::kRtn: return "rtn";
+    case Method::kAwq: return "awq";
+    case Method::kGptq: return "gptq";
+    case Method::kAwqGptq: return "awq+gptq";
+  }
+  return "?";
+}
+
+QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
+                              const Calibration* cal, ThreadPool& pool,
+                              const std::function<void(const TensorDone&)>& on_tensor) {
+  TESSERA_CHECK(!needs_calibration(opt.method) || cal != nullptr, kInvalidArgument,
+                "method {} needs calibration statistics", method_name(opt.method));
+  TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
+  const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
+  TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
+                "tessera quantize cannot write {} (it writes Q4_0, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+  const Grid g = is_grid_type(opt.type) ? make_grid(opt.type, opt.bits) : Grid{};
+  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
+  TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
+                "group size {}: {} blocks hold {} weights (other group sizes need another storage type)", opt.group,
+                dtype_name(opt.type), is_grid_type(opt.type) ? g.block : 1);
+  for (const auto& [k, v] : in.metadata()) {
+    TESSERA_CHECK(k.rfind(kPaddedColsKey, 0) != 0, kInvalidArgument,
+                  "{} holds padded matrices (it was quantized by Tessera); quantize from the original model", in.path());
+  }
+  for (const auto& [name, type] : opt.keep) {
+    TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
+    TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
+                  kInvalidArgument, "--keep {}={}: Tessera writes Q4_0, Q8_0, F16, BF16, F32", name, dtype_name(type));
+  }
+
+  std::map<std::string, Plan> plans;
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    Plan p;
+    p.matrix = is_matrix(t);
+    p.type = t.type;
+    if (p.matrix) {
+      p.type = opt.type;
+      for (const auto& [name, type] : opt.keep) {
+        if (name == t.name) p.type = type;
+      }
+      const int64_t bs = dtype_traits(p.type).block_size;
+      p.cols_p = round_up(t.ne[0], bs);
+      if (p.cols_p != t.ne[0] && t.name == "token_embd.weight") {
+        // Rows of the embedding are looked up, not multiplied: keep them unpadded.
+        TESSERA_LOG_WARN("{}: {} columns is not a multiple of {}; stored as F16", t.name, t.ne[0], bs);
+        p.type = DType::kF16;
+        p.cols_p = t.ne[0];
+      }
+      if (cal != nullptr) p.stats = stats_for_tensor(*cal, t.name);
+    }
+    plans[t.name] = std::move(p);
+  }
+  if (opt.method == Method::kAwq || opt.method == Method::kAwqGptq) plan_awq(in, g, *cal, opt.awq, plans);
+
+  gguf::Writer w;
+  for (const auto& [k, v] : in.metadata()) {
+    if (k != "general.file_type" && k != "general.quantized_by") w.set_value(k, v);
+  }
+  w.set_u32("general.file_type", gguf::llama_file_type(opt.type));
+  w.set_string("general.quantized_by",
+               fmt::format("tessera quantize --type {} --method {}{}", dtype_name(opt.type), method_name(opt.method),
+                           opt.bits ? fmt::format(" --bits {}", opt.bits) : ""));
+  QuantizeResult res;
+  const int64_t total = static_cast<int64_t>(in.tensors().size());
+  int64_t index = 0;
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    const Plan& p = plans[t.name];
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    DType type = t.type;
+    if (p.matrix) {
+      type = p.type;
+      ne[0] = p.cols_p;
+      if (p.cols_p != t.ne[0]) w.set_u32(kPaddedColsKey + t.name, static_cast<uint32_t>(t.ne[0]));
+      res.n_weights += t.n_elements();
+      res.weight_bytes += row_bytes(type, p.cols_p) * static_cast<size_t>(t.ne[1]);
+    } else if (!p.vec_div.empty()) {
+      type = DType::kF32;  // a norm with AWQ's 1/s folded in
+    }
+    const int64_t i = ++index;
+    w.add_tensor(t.name, type, ne, [&t, &p, &opt, &pool, &on_tensor, type, i, total](uint8_t* out, size_t n_bytes) {
+      const auto t0 = std::chrono::steady_clock::now();
+      TensorDone d;
+      d.index = i;
+      d.total = total;
+      d.name = t.name;
+      d.type = type;
+      d.rows = t.n_dims >= 2 ? t.ne[1] : 1;
+      d.cols = t.ne[0];
+      d.bytes = n_bytes;
+      if (p.matrix) {
+        if (p.cols_p != t.ne[0]) d.padded_cols = p.cols_p;
+        quantize_matrix(t, p, opt, pool, out, &d.how);
+      } else if (!p.vec_div.empty()) {
+        std::vector<float> v = read_f32(t);
+        TESSERA_CHECK(v.size() == p.vec_div.size(), kCorruptFile, "awq: '{}' has {} values, expected {}", t.name,
+                      v.size(), p.vec_div.size());
+        for (size_t k = 0; k < v.size(); ++k) v[k] /= p.vec_div[k];
+        std::memcpy(out, v.data(), n_bytes);
+        d.how = "awq-folded";
+      } else {
+        TESSERA_CHECK(n_bytes <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape", t.name);
+        std::memcpy(out, t.data, n_bytes);
+        d.how = "copy";
+      }
+      d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (on_tensor) on_tensor(d);
+    });
+  }
+  const std::string tmp = out_path + ".partial";
+  w.write(tmp);
+  TESSERA_CHECK(std::rename(tmp.c_str(), out_path.c_str()) == 0, kIo, "cannot rename '{}' to '{}'", tmp, out_path);
+  std::FILE* f = std::fopen(out_path.c_str(), "rb");
+  if (f != nullptr) {
+    std::fseek(f, 0, SEEK_END);
+    res.file_bytes = static_cast<size_t>(std::ftell(f));
+    std::fclose(f);
+  }
+  return res;
+}
+
+}  // namespace tessera::quant

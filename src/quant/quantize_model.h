@@ -1,0 +1,71 @@
+// `tessera quantize`: a GGUF model in, the same model with its matrices in
+// another storage type out, the values chosen by a method:
+//   rtn       round each block to nearest (no calibration)
+//   awq       AWQ scales (quant/awq.h) folded into the norms / ffn_up, then
+//             rounding with AWQ's clipping search
+//   gptq      GPTQ (quant/gptq.h) per matrix
+//   awq+gptq  AWQ's scales, then GPTQ on the scaled matrices
+// Matrices without calibration statistics (token_embd) are rounded to
+// nearest. Any shape: a matrix whose input width is not a multiple of the
+// block (stories260K's ffn_down, 172) is stored padded with zero columns to
+// the next block and a tessera.padded_cols.<name> key (model/weights.h);
+// token_embd is never padded (it falls back to F16 instead). Tensors are
+// streamed to the output one at a time: peak memory is the input mapping
+// plus one tensor in f32 and its calibration statistics.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "model/gguf.h"
+#include "quant/awq.h"
+#include "quant/calibration.h"
+#include "quant/gptq.h"
+
+namespace tessera::quant {
+
+enum class Method { kRtn, kAwq, kGptq, kAwqGptq };
+Method parse_method(const std::string& s);  // "rtn", "awq", "gptq", "awq+gptq"
+const char* method_name(Method m);
+inline bool needs_calibration(Method m) { return m != Method::kRtn; }
+
+struct QuantizeOptions {
+  DType type = DType::kQ4_0;  // of every matrix not in `keep`
+  int bits = 0;               // 0: the type's own; 3: 3-bit values in Q4_0 blocks
+  Method method = Method::kRtn;
+  int64_t group = 0;          // 0: the type's block; anything else must equal it
+  std::vector<std::pair<std::string, DType>> keep;  // tensor name -> its type
+  GptqOptions gptq;
+  AwqOptions awq;
+};
+
+// What happened to one tensor (progress and the report).
+struct TensorDone {
+  int64_t index = 0, total = 0;
+  std::string name;
+  DType type = DType::kF32;
+  std::string how;           // "gptq", "rtn", "awq", "copy", "awq-folded norm", ...
+  int64_t rows = 0, cols = 0;
+  int64_t padded_cols = 0;   // stored width when padded, else 0
+  size_t bytes = 0;
+  double seconds = 0.0;
+};
+
+struct QuantizeResult {
+  int64_t n_weights = 0;     // elements of the quantized matrices
+  size_t weight_bytes = 0;   // their stored bytes
+  size_t file_bytes = 0;
+  double bits_per_weight() const { return n_weights ? 8.0 * static_cast<double>(weight_bytes) / static_cast<double>(n_weights) : 0.0; }
+};
+
+// `cal` must hold statistics when the method needs them.
+QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
+                              const Calibration* cal, ThreadPool& pool,
+                              const std::function<void(const TensorDone&)>& on_tensor = {});
+
+}  // namespace tessera::quant
