@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& field, const std::string& msg) { throw FieldError(field, msg); }
+[[noreturn]] void field_error(const std::string& field, const std::string& msg) { throw FieldError(field, msg); }
 
 const json* get(const json& body, const char* field) {
   auto it = body.find(field);
@@ -20,9 +20,9 @@ const json* get(const json& body, const char* field) {
 
 double number(const json& body, const char* field, double lo, double hi) {
   const json* v = get(body, field);
-  if (!v->is_number()) bad(field, fmt::format("'{}' must be a number", field));
+  if (!v->is_number()) field_error(field, fmt::format("'{}' must be a number", field));
   const double d = v->get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi) bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi));
+  if (!std::isfinite(d) || d < lo || d > hi) field_error(field, fmt::format("'{}' must be between {} and {}", field, lo, hi));
   return d;
 }
 
@@ -33,7 +33,7 @@ int64_t integer(const json& body, const char* field, int64_t lo, int64_t hi) {
 }  // namespace
 
 int64_t integer_value(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-  auto out_of_range = [&] { bad(field, fmt::format("'{}' must be between {} and {}", field, lo, hi)); };
+  auto out_of_range = [&] { field_error(field, fmt::format("'{}' must be between {} and {}", field, lo, hi)); };
   // Each representation is compared in its own type: a double outside the
   // int64 range must not be converted (undefined behaviour), and an int64
   // must not go through a double (a seed would lose its low bits).
@@ -49,24 +49,24 @@ int64_t integer_value(const json& v, const std::string& field, int64_t lo, int64
   }
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (!std::isfinite(d) || std::trunc(d) != d) bad(field, fmt::format("'{}' must be an integer", field));
+    if (!std::isfinite(d) || std::trunc(d) != d) field_error(field, fmt::format("'{}' must be an integer", field));
     // [-2^63, 2^63) is exactly the doubles that convert to int64.
     if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) out_of_range();
     const int64_t i = static_cast<int64_t>(d);
     if (i < lo || i > hi) out_of_range();
     return i;
   }
-  bad(field, fmt::format("'{}' must be an integer", field));
+  field_error(field, fmt::format("'{}' must be an integer", field));
 }
 
 engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& defaults) {
-  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  if (!body.is_object()) field_error("", "the request body must be a JSON object");
   engine::SamplingParams p;
   p.temperature = defaults.temperature;
   p.max_tokens = defaults.max_tokens;
   if (get(body, "temperature")) p.temperature = static_cast<float>(number(body, "temperature", 0.0, 2.0));
   if (get(body, "top_p")) p.top_p = static_cast<float>(number(body, "top_p", 0.0, 1.0));
-  if (p.top_p <= 0.0f) bad("top_p", "'top_p' must be greater than 0");
+  if (p.top_p <= 0.0f) field_error("top_p", "'top_p' must be greater than 0");
   if (get(body, "top_k")) {
     const int64_t k = integer(body, "top_k", -1, std::numeric_limits<int32_t>::max());
     p.top_k = k < 0 ? 0 : static_cast<int32_t>(k);  // -1 means off, as in vLLM
@@ -76,7 +76,7 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
   if (get(body, "frequency_penalty")) p.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2.0, 2.0));
   if (get(body, "repetition_penalty")) {
     p.repetition_penalty = static_cast<float>(number(body, "repetition_penalty", 0.0, 10.0));
-    if (p.repetition_penalty <= 0.0f) bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
+    if (p.repetition_penalty <= 0.0f) field_error("repetition_penalty", "'repetition_penalty' must be greater than 0");
   }
   if (get(body, "seed")) p.seed = static_cast<uint64_t>(integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
   // max_completion_tokens is the chat API's newer name for max_tokens.
@@ -85,29 +85,29 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
   }
   if (get(body, "n")) p.n = static_cast<int32_t>(integer(body, "n", 1, 128));
   if (get(body, "ignore_eos")) {
-    if (!body["ignore_eos"].is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean");
+    if (!body["ignore_eos"].is_boolean()) field_error("ignore_eos", "'ignore_eos' must be a boolean");
     p.ignore_eos = body["ignore_eos"].get<bool>();
   }
   if (const json* s = get(body, "stop")) {
     if (s->is_string()) {
       p.stop.push_back(s->get<std::string>());
     } else if (s->is_array()) {
-      if (s->size() > 4) bad("stop", "'stop' holds at most 4 sequences");
+      if (s->size() > 4) field_error("stop", "'stop' holds at most 4 sequences");
       for (const json& e : *s) {
-        if (!e.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+        if (!e.is_string()) field_error("stop", "'stop' must be a string or an array of strings");
         p.stop.push_back(e.get<std::string>());
       }
     } else {
-      bad("stop", "'stop' must be a string or an array of strings");
+      field_error("stop", "'stop' must be a string or an array of strings");
     }
     for (const std::string& st : p.stop) {
-      if (st.empty()) bad("stop", "stop strings must not be empty");
+      if (st.empty()) field_error("stop", "stop strings must not be empty");
     }
   }
   if (const json* s = get(body, "stop_token_ids")) {
-    if (!s->is_array()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
+    if (!s->is_array()) field_error("stop_token_ids", "'stop_token_ids' must be an array of integers");
     for (const json& e : *s) {
-      if (!e.is_number_integer()) bad("stop_token_ids", "'stop_token_ids' must be an array of integers");
+      if (!e.is_number_integer()) field_error("stop_token_ids", "'stop_token_ids' must be an array of integers");
       p.stop_token_ids.push_back(static_cast<int32_t>(integer_value(e, "stop_token_ids", 0, std::numeric_limits<int32_t>::max())));
     }
   }
@@ -120,17 +120,17 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
     } else if (s->is_object()) {
       for (const auto& [key, v] : s->items()) {
         if (key == "method") {
-          if (!v.is_string()) bad("speculative.method", "'speculative.method' must be a string");
+          if (!v.is_string()) field_error("speculative.method", "'speculative.method' must be a string");
           p.speculative_method = v.get<std::string>();
-          if (p.speculative_method.empty()) bad("speculative.method", "'speculative.method' must not be empty");
+          if (p.speculative_method.empty()) field_error("speculative.method", "'speculative.method' must not be empty");
         } else if (key == "k") {
           p.speculative_k = static_cast<int32_t>(integer_value(v, "speculative.k", 1, 64));
         } else {
-          bad("speculative." + key, fmt::format("unknown field 'speculative.{}' (known: method, k)", key));
+          field_error("speculative." + key, fmt::format("unknown field 'speculative.{}' (known: method, k)", key));
         }
       }
     } else {
-      bad("speculative", "'speculative' must be a boolean or an object {\"method\", \"k\"}");
+      field_error("speculative", "'speculative' must be a boolean or an object {\"method\", \"k\"}");
     }
   }
   return p;
