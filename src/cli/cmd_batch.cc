@@ -26,7 +26,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
-    a->spec.apply(ec);
+    a->spec.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);
     const server::BatchJobResult r = server::run_batch_job(eng, a->job);
     TESSERA_LOG_INFO("batch: {} requests, {} skipped (already done), {} computed, {} rejected; {} output tokens in "

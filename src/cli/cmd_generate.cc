@@ -35,7 +35,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
-    a->spec.apply(ec);
+    a->spec.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);
     std::optional<engine::PromptLayout> layout;
     std::vector<int32_t> prompt;

@@ -108,7 +108,7 @@ std::optional<server::ChatTemplate> chat_template(const std::string& option, con
   }
 }
 
-int serve(const ServeArgs& a) {
+int serve(ServeArgs& a) {
   SignalWaiter signals;
   server::Metrics metrics;
   server::ServerOptions http_opt = a.http;
@@ -125,7 +125,7 @@ int serve(const ServeArgs& a) {
   const LoadedModel lm = load_model(a.run.model);
   const auto tok = Tokenizer::from_gguf(*lm.file);
   engine::EngineConfig ec = a.run.engine_config();
-  a.spec.apply(ec);
+  a.spec.apply(ec, *lm.model);
   ec.seed = static_cast<uint64_t>(a.seed);
   engine::Engine eng(*lm.model, tok.get(), ec);
   const std::optional<server::ChatTemplate> chat = chat_template(a.chat_template, *lm.file);

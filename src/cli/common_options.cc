@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "spec/model_drafter.h"
+
 namespace tessera::cli {
 
 size_t parse_bytes(const std::string& s) {
@@ -40,7 +42,14 @@ void RunOptions::add_to(CLI::App& app, bool engine_options) {
 }
 
 void SpecOptions::add_to(CLI::App& app) {
-  app.add_option("--spec", method, "Speculative decoding: none, ngram (prompt lookup), suffix (SuffixDecoding over this and earlier outputs)")->capture_default_str();
+  app.add_option("--spec", method,
+                 "Speculative decoding: none, ngram (prompt lookup), suffix (SuffixDecoding over this and earlier "
+                 "outputs), draft (a smaller model: --draft-model), layers (the model itself with layers skipped)")
+      ->capture_default_str();
+  app.add_option("--draft-model", draft_model_path, "draft: the draft model (a GGUF with the target's vocabulary)");
+  app.add_option("--draft-layers", draft_layers,
+                 "layers: the layers the draft skips, 0-based, e.g. 2-5 or 1,3,4 (default: chosen at start from "
+                 "measured acceptance)");
   app.add_option("--spec-k", k, "Longest draft (tokens verified per step)")->capture_default_str();
   app.add_option("--spec-ngram-min", ngram_min, "ngram: shortest suffix matched")->capture_default_str();
   app.add_option("--spec-ngram-max", ngram_max, "ngram: longest suffix matched")->capture_default_str();
@@ -49,8 +58,18 @@ void SpecOptions::add_to(CLI::App& app) {
                "acceptance, none when they would not pay)");
 }
 
-void SpecOptions::apply(engine::EngineConfig& c) const {
+void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {
   c.spec_method = spec::parse_method(method);
+  TESSERA_CHECK(draft_model_path.empty() || c.spec_method == spec::Method::kDraft, kInvalidArgument,
+                "--draft-model is for --spec draft");
+  TESSERA_CHECK(draft_layers.empty() || c.spec_method == spec::Method::kLayers, kInvalidArgument,
+                "--draft-layers is for --spec layers");
+  if (c.spec_method == spec::Method::kDraft) {
+    TESSERA_CHECK(!draft_model_path.empty(), kInvalidArgument, "--spec draft needs --draft-model FILE");
+    draft_model = load_model(draft_model_path);
+    c.spec_draft_model = draft_model.model.get();
+  }
+  if (!draft_layers.empty()) c.spec_skip_layers = spec::parse_layer_list(draft_layers, target.config().n_layer);
   c.spec_k = k;
   c.spec_ngram = {ngram_min, ngram_max};
   c.spec_adaptive = !fixed;

@@ -60,9 +60,13 @@ struct SpecOptions {
   int32_t ngram_min = 2;
   int32_t ngram_max = 4;
   bool fixed = false;
+  std::string draft_model_path;  // --draft-model (draft)
+  std::string draft_layers;      // --draft-layers (layers)
+  LoadedModel draft_model;       // loaded by apply(); outlives the engine with these options
 
   void add_to(CLI::App& app);
-  void apply(engine::EngineConfig& c) const;
+  // Fills c's speculative fields for `target` (loads the draft model).
+  void apply(engine::EngineConfig& c, const Model& target);
 };
 
 // Parses "512", "64M", "2G" (binary units).

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "engine/stop_checker.h"
 #include "model/tokenizer.h"
+#include "spec/model_drafter.h"
 
 namespace tessera::engine {
 namespace {
@@ -61,6 +62,8 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
     case spec::Method::kNone: break;
     case spec::Method::kNgram: drafter_ = spec::make_ngram_drafter(config_.spec_ngram); break;
     case spec::Method::kSuffix: drafter_ = spec::make_suffix_drafter(config_.spec_suffix); break;
+    case spec::Method::kDraft:
+    case spec::Method::kLayers: drafter_ = make_model_drafter(); break;
   }
   if (config_.spec_drafter) drafter_ = config_.spec_drafter;
   if (drafter_) calibrate_step_cost();
@@ -69,6 +72,45 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
 }
 
 Engine::~Engine() = default;
+
+std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
+  spec::ModelDrafterOptions o;
+  // As many tokens as the target's cache holds, at the same block size.
+  o.capacity_tokens = static_cast<int64_t>(kv_manager_->pool().num_blocks() - 1) * config_.block_size;
+  o.block_size = config_.block_size;
+  o.kv_type = config_.kv_type;
+  o.max_batch_tokens = config_.max_num_batched_tokens;
+  if (config_.spec_method == spec::Method::kDraft) {
+    const Model* d = config_.spec_draft_model;
+    TESSERA_CHECK(d != nullptr, kInvalidArgument, "--spec draft needs a draft model (--draft-model FILE)");
+    TESSERA_CHECK(d->config().n_vocab == model_.config().n_vocab, kInvalidArgument,
+                  "the draft model's vocabulary ({} tokens) differs from the target's ({})", d->config().n_vocab,
+                  model_.config().n_vocab);
+    return spec::make_model_drafter(*d, o, *pool_);
+  }
+  o.skip_layers = config_.spec_skip_layers;
+  if (o.skip_layers.empty()) {
+    TESSERA_CHECK(tokenizer_ != nullptr, kInvalidArgument,
+                  "--spec layers without a tokenizer needs the skipped layers named (--draft-layers)");
+    const std::vector<int32_t> probe = tokenizer_->encode(spec::kLayerProbeText, /*add_special=*/true);
+    const spec::LayerChoice c = spec::choose_layers_to_skip(model_, *pool_, probe);
+    if (c.skip.empty()) {
+      TESSERA_LOG_WARN("--spec layers: no set of skipped layers is predicted to pay on this model (the best agreed "
+                       "with the full model on {:.0f}% of a probe text's tokens: a predicted {:.2f}x), so none is "
+                       "used; name one with --draft-layers to force it",
+                       100.0 * c.acceptance, c.predicted_speedup);
+      return nullptr;
+    }
+    std::string names;
+    for (size_t l = 0; l < c.skip.size(); ++l) {
+      if (c.skip[l]) names += (names.empty() ? "" : ",") + std::to_string(l);
+    }
+    TESSERA_LOG_INFO("speculative decoding (layers): skipping layers {} (agreement with the full "
+                     "model {:.2f} on a probe text, predicted speed-up {:.2f}x)", names, c.acceptance, c.predicted_speedup);
+    o.skip_layers = c.skip;
+  }
+  return spec::make_model_drafter(model_, o, *pool_);
+}
 
 namespace {
 // Sample i of a request draws from its own stream of the request's seed, so
@@ -338,7 +380,8 @@ void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_dra
 
 void Engine::propose_drafts() {
   draft_queries_.clear();
-  std::vector<Request*> reqs;
+  draft_reqs_.clear();
+  draft_seconds_ = 0.0;
   int64_t base_tokens = 0, base_outputs = 0;
   for (Request* r : scheduler_->running()) {
     r->draft.clear();
@@ -354,30 +397,47 @@ void Engine::propose_drafts() {
     k = std::min<int64_t>(k, config_.max_model_len - r->num_tokens() - 1);
     if (k <= 0) continue;
     draft_queries_.push_back({r->id, r->tokens, r->num_prompt_tokens, static_cast<int32_t>(k), &r->draft});
-    reqs.push_back(r);
+    draft_reqs_.push_back(r);
   }
-  if (reqs.empty()) return;
+  if (draft_reqs_.empty()) return;
   // Waiting requests' prompts also take the step's budget.
   base_tokens = std::min<int64_t>(base_tokens + scheduler_->num_waiting_tokens(), config_.max_num_batched_tokens);
+  const bool costly = drafter_->costly();
   if (config_.spec_adaptive) {
     // When even one certain draft token would not pay (a step already
     // compute-bound), the drafter is not asked at all: no drafting cost.
     spec::DraftCandidate perfect{1.0, 1, 0};
     spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, std::span(&perfect, 1), config_.spec_min_gain);
-    if (perfect.k == 0) {
-      for (Request* r : reqs) r->draft.clear();
-      return;
+    if (perfect.k == 0) return;
+  }
+  const double prior = method_acceptance_.rate(0.5);
+  auto choose = [&](auto max_k) {
+    draft_candidates_.clear();
+    for (size_t i = 0; i < draft_reqs_.size(); ++i) {
+      draft_candidates_.push_back({draft_reqs_[i]->acceptance_stats.rate(prior), max_k(i), 0});
+    }
+    spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, draft_candidates_, config_.spec_min_gain);
+  };
+  if (config_.spec_adaptive && costly) {
+    // A model's proposal is the cost: size first, then ask for that much.
+    choose([&](size_t i) { return static_cast<int64_t>(draft_queries_[i].max_tokens); });
+    for (size_t i = 0; i < draft_queries_.size(); ++i) {
+      draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
     }
   }
+  const auto t0 = Clock::now();
   drafter_->propose(draft_queries_);
-  if (!config_.spec_adaptive) return;
-  draft_candidates_.clear();
-  const double prior = method_acceptance_.rate(0.5);
-  for (Request* r : reqs) {
-    draft_candidates_.push_back({r->acceptance_stats.rate(prior), static_cast<int64_t>(r->draft.size()), 0});
+  if (costly) {
+    draft_seconds_ = seconds(Clock::now() - t0);
+    int64_t drafted = 0;
+    for (const Request* r : draft_reqs_) drafted += static_cast<int64_t>(r->draft.size());
+    step_cost_.observe_draft(drafted, draft_seconds_);
   }
-  spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, draft_candidates_, config_.spec_min_gain);
-  for (size_t i = 0; i < reqs.size(); ++i) reqs[i]->draft.resize(static_cast<size_t>(draft_candidates_[i].k));
+  if (!config_.spec_adaptive || costly) return;
+  choose([&](size_t i) { return static_cast<int64_t>(draft_reqs_[i]->draft.size()); });
+  for (size_t i = 0; i < draft_reqs_.size(); ++i) {
+    draft_reqs_[i]->draft.resize(static_cast<size_t>(draft_candidates_[i].k));
+  }
 }
 
 void Engine::calibrate_step_cost() {
@@ -399,10 +459,32 @@ void Engine::calibrate_step_cost() {
     }
     step_cost_.set(n, best);
   }
+  if (drafter_->costly()) calibrate_draft_cost();
   TESSERA_LOG_INFO("speculative decoding ({}): a step costs {:.3f} ms at 1 token, {:.3f} at 4, {:.3f} at 8, {:.3f} at "
                    "16 (measured; drafts are sized against these)",
                    drafter_->name(), 1e3 * step_cost_.predict(1), 1e3 * step_cost_.predict(4),
                    1e3 * step_cost_.predict(8), 1e3 * step_cost_.predict(16));
+  if (drafter_->costly()) {
+    TESSERA_LOG_INFO("speculative decoding ({}): a drafted token costs {:.3f} ms (measured)", drafter_->name(),
+                     1e3 * step_cost_.draft_per_token());
+  }
+}
+
+void Engine::calibrate_draft_cost() {
+  // A scratch sequence drafts 4 tokens twice (the first call warms up and
+  // fills its cache); the second costs what a running sequence's proposal
+  // does: one catch-up token and three draft positions.
+  constexpr uint64_t kScratch = ~uint64_t{0};
+  constexpr int32_t kDraft = 4;
+  std::vector<int32_t> tokens(8, 0), draft;
+  spec::DraftQuery q{kScratch, tokens, static_cast<int64_t>(tokens.size()), kDraft, &draft};
+  drafter_->propose(std::span(&q, 1));
+  tokens.insert(tokens.end(), draft.begin(), draft.end());
+  q.tokens = tokens;
+  const auto t0 = Clock::now();
+  drafter_->propose(std::span(&q, 1));
+  step_cost_.observe_draft(static_cast<int64_t>(draft.size()), seconds(Clock::now() - t0));
+  drafter_->release(kScratch);
 }
 
 std::vector<RequestOutput> Engine::step() {
@@ -426,7 +508,9 @@ std::vector<RequestOutput> Engine::step() {
       row += rows;
     }
     // What the step cost outside its forward pass, per logit row.
-    if (drafter_) step_cost_.observe_overhead(static_cast<int64_t>(row), seconds(Clock::now() - t_step) - forward);
+    if (drafter_) {
+      step_cost_.observe_overhead(static_cast<int64_t>(row), seconds(Clock::now() - t_step) - forward - draft_seconds_);
+    }
     ++steps_total_;
   }
   // Callbacks run once the stats describe the step: whoever a finished

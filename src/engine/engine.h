@@ -60,6 +60,11 @@ struct EngineConfig {
   bool spec_adaptive = true;
   double spec_min_gain = 1.03;  // a draft must raise expected tokens/s by this factor
   std::shared_ptr<spec::Drafter> spec_drafter;  // a drafter of one's own (tests); overrides spec_method
+  // `draft`: the draft model (same vocabulary; must outlive the engine).
+  const Model* spec_draft_model = nullptr;
+  // `layers`: the target's layers the draft skips ([n_layer] 0/1); empty:
+  // chosen at start from measured acceptance (spec/model_drafter.h).
+  std::vector<uint8_t> spec_skip_layers;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -133,6 +138,10 @@ class Engine {
   void propose_drafts();
   // Step cost at a few sizes, measured on the engine's own cache.
   void calibrate_step_cost();
+  // A costly drafter's time per proposed token, measured on a scratch sequence.
+  void calibrate_draft_cost();
+  // The `draft` / `layers` drafter the config asks for.
+  std::shared_ptr<spec::Drafter> make_model_drafter();
   void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);
   void append_token(Request* r, const SampleResult& s, RequestOutput& out);
   RequestOutput make_output(const Request& r) const;
@@ -157,6 +166,8 @@ class Engine {
   spec::Acceptance method_acceptance_;  // over every request: the prior of a new one
   std::vector<spec::DraftQuery> draft_queries_;
   std::vector<spec::DraftCandidate> draft_candidates_;
+  std::vector<Request*> draft_reqs_;  // the requests of draft_queries_
+  double draft_seconds_ = 0.0;        // this step's time in a costly drafter
   int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_verify_steps_ = 0;
 
   std::unordered_map<RequestId, OutputCallback> callbacks_;      // engine thread only

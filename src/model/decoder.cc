@@ -222,7 +222,11 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   for (int64_t i = 0; i < T; ++i) {
     kernels::rope_angles(batch.positions[i], rope_, s.rope_cos.data() + i * half, s.rope_sin.data() + i * half);
   }
-  for (int64_t il = 0; il < cfg_.n_layer; ++il) layer(layers_[il], il, batch, kv, s);
+  TESSERA_CHECK(batch.skip_layers.empty() || static_cast<int64_t>(batch.skip_layers.size()) == cfg_.n_layer,
+                kInvalidArgument, "skip_layers names {} layers of {}", batch.skip_layers.size(), cfg_.n_layer);
+  for (int64_t il = 0; il < cfg_.n_layer; ++il) {
+    if (batch.skip_layers.empty() || !batch.skip_layers[static_cast<size_t>(il)]) layer(layers_[il], il, batch, kv, s);
+  }
   // Final norm and logits only for the rows that are sampled.
   for (int64_t r = 0; r < R; ++r) {
     const int32_t row = batch.logit_rows[r];

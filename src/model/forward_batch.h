@@ -17,6 +17,9 @@ struct ForwardBatch {
   // refer to block tables owned by the caller and must outlive forward()).
   std::vector<kernels::AttentionSeq> seqs;
   std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+  // Layers this step skips (self-speculative drafting: the target with some
+  // layers left out; their K/V are not written). Empty: every layer runs.
+  std::vector<uint8_t> skip_layers;  // [n_layer] 0/1, or empty
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -25,7 +28,7 @@ struct ForwardBatch {
     slots.clear();
     seqs.clear();
     logit_rows.clear();
-  }
+  }  // skip_layers stays: it describes the caller, not the step's tokens
 };
 
 }  // namespace tessera

@@ -7,6 +7,10 @@
 //           (spec/ngram.cc)
 //   suffix  SuffixDecoding: context frequencies over the request's tokens and
 //           the outputs of recently finished requests (spec/suffix.cc)
+//   draft   a smaller model with the same vocabulary, batched over every
+//           speculating sequence, with its own paged KV (spec/model_drafter.h)
+//   layers  self-speculation: the target itself with some layers skipped
+//           (spec/model_drafter.h)
 //
 // Drafters know token ids only (no engine, no scheduler): tested alone.
 #pragma once
@@ -37,11 +41,16 @@ class Drafter {
   virtual void propose(std::span<const DraftQuery> queries) = 0;
   // A sequence is gone (finished); drafters with per-sequence state drop it.
   virtual void release(uint64_t /*id*/) {}
+  // True when proposing costs forward passes (a model): the engine then
+  // sizes each draft before asking (max_tokens is the chosen length) and
+  // charges propose()'s measured time per proposed token in its cost model.
+  // Cheap drafters are asked for their longest proposal and cut after.
+  virtual bool costly() const { return false; }
 };
 
 // The methods `--spec` accepts.
-enum class Method { kNone, kNgram, kSuffix };
-// "none", "ngram", "suffix"; throws Error(kInvalidArgument) naming the known ones.
+enum class Method { kNone, kNgram, kSuffix, kDraft, kLayers };
+// "none", "ngram", "suffix", "draft", "layers"; throws Error(kInvalidArgument) naming the known ones.
 Method parse_method(const std::string& name);
 const char* method_name(Method m);
 

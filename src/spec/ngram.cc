@@ -58,7 +58,9 @@ Method parse_method(const std::string& name) {
   if (name == "none" || name.empty()) return Method::kNone;
   if (name == "ngram") return Method::kNgram;
   if (name == "suffix") return Method::kSuffix;
-  fail(ErrorCode::kInvalidArgument, "unknown speculative method '{}' (known: none, ngram, suffix)", name);
+  if (name == "draft") return Method::kDraft;
+  if (name == "layers") return Method::kLayers;
+  fail(ErrorCode::kInvalidArgument, "unknown speculative method '{}' (known: none, ngram, suffix, draft, layers)", name);
 }
 
 const char* method_name(Method m) {
@@ -66,6 +68,8 @@ const char* method_name(Method m) {
     case Method::kNone: return "none";
     case Method::kNgram: return "ngram";
     case Method::kSuffix: return "suffix";
+    case Method::kDraft: return "draft";
+    case Method::kLayers: return "layers";
   }
   return "?";
 }

@@ -19,6 +19,13 @@ void StepCost::observe_overhead(int64_t rows, double seconds) {
   have_overhead_ = true;
 }
 
+void StepCost::observe_draft(int64_t drafted, double seconds) {
+  if (drafted <= 0) return;
+  const double v = std::max(0.0, seconds) / static_cast<double>(drafted);
+  draft_per_token_ = have_draft_ ? 0.8 * draft_per_token_ + 0.2 * v : v;
+  have_draft_ = true;
+}
+
 double StepCost::predict(int64_t tokens) const {
   if (points_.empty()) return 0.0;
   auto hi = points_.lower_bound(tokens);
@@ -59,6 +66,7 @@ void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t bas
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c[a].acceptance > c[b].acceptance; });
   int64_t tokens = base_tokens;
   int64_t rows = std::max<int64_t>(base_outputs, 1);  // a draft of k adds k tokens and k rows
+  int64_t drafted = 0;                                 // (and k proposed tokens)
   double outputs = static_cast<double>(std::max<int64_t>(base_outputs, 1));
   double rate = outputs / std::max(cost.predict(tokens, rows), 1e-12);
   for (size_t i : order) {
@@ -67,7 +75,7 @@ void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t bas
     double best_rate = rate * min_gain;
     for (int64_t k = 1; k <= d.max_k; ++k) {
       const double r =
-          (outputs + expected_extra_tokens(d.acceptance, k)) / std::max(cost.predict(tokens + k, rows + k), 1e-12);
+          (outputs + expected_extra_tokens(d.acceptance, k)) / std::max(cost.predict(tokens + k, rows + k, drafted + k), 1e-12);
       if (r > best_rate) {
         best_rate = r;
         best_k = k;
@@ -77,6 +85,7 @@ void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t bas
     d.k = best_k;
     tokens += best_k;
     rows += best_k;
+    drafted += best_k;
     outputs += expected_extra_tokens(d.acceptance, best_k);
     rate = best_rate;
   }

@@ -39,9 +39,13 @@ class StepCost {
   // logit row: a step's measured time outside its forward pass over its rows.
   void observe_overhead(int64_t rows, double seconds);
   double overhead_per_row() const { return per_row_; }
-  // A whole step: forward pass of `tokens` plus the overhead of `rows`.
-  double predict(int64_t tokens, int64_t rows) const {
-    return predict(tokens) + per_row_ * static_cast<double>(rows);
+  // A costly drafter's (a model's) measured time per proposed token.
+  void observe_draft(int64_t drafted, double seconds);
+  double draft_per_token() const { return draft_per_token_; }
+  // A whole step: forward pass of `tokens`, the overhead of `rows`, and
+  // drafting `drafted` tokens with a costly drafter.
+  double predict(int64_t tokens, int64_t rows, int64_t drafted = 0) const {
+    return predict(tokens) + per_row_ * static_cast<double>(rows) + draft_per_token_ * static_cast<double>(drafted);
   }
   bool empty() const { return points_.empty(); }
 
@@ -49,6 +53,8 @@ class StepCost {
   std::map<int64_t, double> points_;
   double per_row_ = 0.0;
   bool have_overhead_ = false;
+  double draft_per_token_ = 0.0;
+  bool have_draft_ = false;
 };
 
 // Per-sequence acceptance, decayed.
