@@ -10,12 +10,17 @@
 //           E[tokens per verify] * t(1) / t(1 + k).
 //  templated: 4 prompts asked 4 times each, one at a time: later answers
 //           repeat earlier ones (suffix's shared index), ngram and suffix.
+//  draft:   batch 1, plain story openings and the copy prompt: a draft
+//           model (--draft-model) and/or skipped layers (--layers LIST or
+//           "auto"), adaptive and fixed k.
 //  load:    1, 4, 16, 64 concurrent clients (closed loop) of a mixed
 //           workload (half copy prompts, half plain story openings), adaptive
-//           ngram and suffix against off: total output tokens/s.
+//           ngram, suffix (and draft, layers when given) against off: total
+//           output tokens/s.
 //
 //   tessera_speculative_bench --model F [--text FILE] [--threads 2] [--rounds 3]
-//       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,templated,oracle,load] [--min-gain G]
+//       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,templated,oracle,draft,load]
+//       [--min-gain G] [--draft-model FILE] [--layers LIST|auto]
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -23,6 +28,7 @@
 #include "bench/bench_util.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "spec/model_drafter.h"
 
 using namespace tessera;
 
@@ -69,7 +75,6 @@ One run_one(const Model& m, const Tokenizer& tok, engine::EngineConfig cfg, cons
   p.max_tokens = n;
   One r;
   e.add_request(prompt, p);
-  const auto t0 = engine::Clock::now();
   bool first = true;
   engine::Clock::time_point t_first;
   while (e.has_unfinished()) {
@@ -82,7 +87,6 @@ One run_one(const Model& m, const Tokenizer& tok, engine::EngineConfig cfg, cons
     }
   }
   r.seconds = std::chrono::duration<double>(engine::Clock::now() - t_first).count();
-  (void)t0;
   r.tokens = static_cast<int64_t>(r.output.size()) - 1;
   r.stats = e.stats();
   return r;
@@ -131,9 +135,21 @@ int main(int argc, char** argv) {
     base.seed = 1;
     base.spec_k = k;
     if (!args.str("min-gain").empty()) base.spec_min_gain = std::atof(args.str("min-gain").c_str());
+    // The model drafters, when asked for.
+    LoadedModel draft;
+    if (!args.str("draft-model").empty()) {
+      draft = load_model(args.str("draft-model"));
+      base.spec_draft_model = draft.model.get();
+    }
+    const std::string layers = args.str("layers");
+    if (!layers.empty() && layers != "auto") base.spec_skip_layers = spec::parse_layer_list(layers, m.config().n_layer);
+    std::vector<spec::Method> model_methods;
+    if (draft.model) model_methods.push_back(spec::Method::kDraft);
+    if (!layers.empty()) model_methods.push_back(spec::Method::kLayers);
     nlohmann::json out = {{"benchmark", "speculative"}, {"model", path}, {"threads", base.threads},
                           {"isa", std::string(isa_name(active_isa()))}, {"tokens", n}, {"k", k},
-                          {"copy_prompt_tokens", copy.size()}};
+                          {"copy_prompt_tokens", copy.size()}, {"draft_model", args.str("draft-model")},
+                          {"layers", layers}};
 
     if (skip.find("copy") == std::string::npos) {
       std::vector<double> off, adaptive, fixed, acc_a, acc_f, len_a, len_f;
@@ -234,6 +250,45 @@ int main(int argc, char** argv) {
       out["oracle"] = {{"step_seconds_1", t1}, {"step_seconds_1_plus_k", tk}, {"rows", rows}};
     }
 
+    if (skip.find("draft") == std::string::npos && !model_methods.empty()) {
+      // Batch 1: each opening and the copy prompt, off / adaptive / fixed k.
+      const std::vector<std::pair<std::string, std::vector<int32_t>>> prompts = {
+          {"plain", tok->encode("Once upon a time, there was a little girl named Lily.", true, false)},
+          {"plain", tok->encode("Tom had a red ball.", true, false)},
+          {"copy", copy}};
+      nlohmann::json d;
+      for (const spec::Method method : model_methods) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const auto& [kind, prompt] : prompts) {
+          std::vector<double> off, adaptive, fixed, ra, rf, acc_f, len_f;
+          for (int r = 0; r < rounds; ++r) {
+            engine::EngineConfig c = base;
+            const One a = run_one(m, *tok, c, prompt, n);
+            c.spec_method = method;
+            const One b = run_one(m, *tok, c, prompt, n);
+            c.spec_adaptive = false;
+            const One f = run_one(m, *tok, c, prompt, n);
+            if (a.output != b.output || a.output != f.output) throw std::runtime_error("outputs differ with drafts");
+            off.push_back(a.tokens / a.seconds);
+            adaptive.push_back(b.tokens / b.seconds);
+            fixed.push_back(f.tokens / f.seconds);
+            ra.push_back(adaptive.back() / off.back());
+            rf.push_back(fixed.back() / off.back());
+            acc_f.push_back(static_cast<double>(f.stats.spec_accepted_tokens_total) /
+                            std::max<int64_t>(f.stats.spec_drafted_tokens_total, 1));
+            len_f.push_back(static_cast<double>(f.stats.spec_accepted_tokens_total) /
+                            std::max<int64_t>(f.stats.spec_verify_steps_total, 1));
+          }
+          rows.push_back({{"prompt", kind}, {"prompt_tokens", prompt.size()}, {"off_tps", spread(off)},
+                          {"adaptive", {{"tps", spread(adaptive)}, {"speedup", spread(ra)}}},
+                          {"fixed_k", {{"tps", spread(fixed)}, {"speedup", spread(rf)}, {"acceptance", median(acc_f)},
+                                       {"mean_accepted_per_verify", median(len_f)}}}});
+        }
+        d[spec::method_name(method)] = rows;
+      }
+      out["draft"] = d;
+    }
+
     if (skip.find("load") == std::string::npos) {
       // Mixed workload: copy prompts and plain openings, greedy, n tokens.
       std::vector<bench::Job> jobs;
@@ -254,7 +309,8 @@ int main(int argc, char** argv) {
         const int per_client = std::max(1, 64 / clients);
         const int total = std::min<int>(static_cast<int>(jobs.size()), clients * per_client);
         // Per method: tokens/s, ratio to off in the same round, acceptance.
-        const std::vector<spec::Method> methods = {spec::Method::kNone, spec::Method::kNgram, spec::Method::kSuffix};
+        std::vector<spec::Method> methods = {spec::Method::kNone, spec::Method::kNgram, spec::Method::kSuffix};
+        methods.insert(methods.end(), model_methods.begin(), model_methods.end());
         std::map<spec::Method, std::vector<double>> tps, ratio, acc;
         for (int r = 0; r < rounds; ++r) {
           for (const spec::Method method : methods) {
@@ -272,7 +328,8 @@ int main(int argc, char** argv) {
           }
         }
         nlohmann::json row = {{"clients", clients}, {"requests", total}, {"off_tps", spread(tps[spec::Method::kNone])}};
-        for (const spec::Method method : {spec::Method::kNgram, spec::Method::kSuffix}) {
+        for (const spec::Method method : methods) {
+          if (method == spec::Method::kNone) continue;
           row[spec::method_name(method)] = {{"tps", spread(tps[method])}, {"ratio", spread(ratio[method])},
                                             {"acceptance", median(acc[method])}};
         }

@@ -400,8 +400,12 @@ void Engine::propose_drafts() {
     draft_reqs_.push_back(r);
   }
   if (draft_reqs_.empty()) return;
-  // Waiting requests' prompts also take the step's budget.
-  base_tokens = std::min<int64_t>(base_tokens + scheduler_->num_waiting_tokens(), config_.max_num_batched_tokens);
+  // Waiting requests' prompts also take the step's budget. When they fill
+  // it, a draft token would only displace a prompt token to a later step:
+  // the steps to come are as many either way, and a rejected draft is work
+  // added, so nothing is drafted.
+  base_tokens += scheduler_->num_waiting_tokens();
+  if (config_.spec_adaptive && base_tokens >= config_.max_num_batched_tokens) return;
   const bool costly = drafter_->costly();
   if (config_.spec_adaptive) {
     // When even one certain draft token would not pay (a step already

@@ -2,7 +2,8 @@
 # The README's first run: `tessera generate` on stories260K, greedy, writes
 # only the continuation to stdout and it continues as llama.cpp does
 # (", there was a little girl named Lily"); the same for every ISA and
-# thread count; and the batch mode resumes after an interruption.
+# thread count, and with every speculative method; and the batch mode
+# resumes after an interruption.
 #
 # usage: tests/scripts/cli_generate.sh BUILD_DIR   (from the repo root)
 set -euo pipefail
@@ -43,6 +44,33 @@ for isa in scalar avx2 avx512; do
   done
 done
 echo "ok: same output for every supported ISA and thread count"
+
+# Speculative decoding keeps greedy output: every method on stories1M, the
+# draft method with stories260K as the draft model; acceptance and tokens
+# per target step are reported on stderr.
+M1=${TESSERA_SHARED:-../shared}/models/stories1M/stories1M.gguf
+plain=$("$TESSERA" generate -m "$M1" -p "Once upon a time" -n 80 --temp 0 2>/dev/null)
+for spec in "ngram" "suffix" "draft --draft-model $MODEL" "layers --draft-layers 2" "layers"; do
+  # shellcheck disable=SC2086
+  if ! o=$("$TESSERA" generate -m "$M1" -p "Once upon a time" -n 80 --temp 0 --spec $spec 2>"$TMP/spec.log"); then
+    echo "FAIL: --spec $spec: $(cat "$TMP/spec.log")"; fail=1; continue
+  fi
+  [ "$o" = "$plain" ] || { echo "FAIL: --spec $spec changed the greedy output: $o"; fail=1; }
+  case "$spec" in
+    layers) ;;  # may turn itself off (said on stderr) when no layer set pays
+    *) grep -q "tokens per target step" "$TMP/spec.log" || { echo "FAIL: --spec $spec: no acceptance line"; fail=1; };;
+  esac
+done
+echo "ok: --spec ngram, suffix, draft and layers keep the greedy output"
+for bad in "--spec draft" "--spec layers --draft-layers 0-4" "--spec ngram --draft-model $MODEL" "--spec medusa"; do
+  # shellcheck disable=SC2086
+  if "$TESSERA" generate -m "$M1" -p "Hi" -n 4 $bad >/dev/null 2>"$TMP/bad.log"; then
+    echo "FAIL: '$bad' was accepted"; fail=1
+  elif ! grep -qiE "draft|speculative method|layer" "$TMP/bad.log"; then
+    echo "FAIL: '$bad' error does not say why: $(cat "$TMP/bad.log")"; fail=1
+  fi
+done
+echo "ok: bad speculative options are refused with a reason"
 
 # Batch mode: results in input order, and a re-run after an interruption
 # (simulated by cutting the output mid-line) only computes what is missing.
