@@ -67,7 +67,7 @@ void put(std::string& s, const T& v) {
   s.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
-void expect_gptq_matches_numpy(const std::string& name, bool act_order) {
+void expect_gptq_matches_numpy(const std::string& name, bool act_order, int scale_steps = GptqOptions{}.scale_steps) {
   const InputStats* st = stats_for_tensor(stories_calibration(), name);
   ASSERT_NE(st, nullptr) << name;
   int64_t rows = 0, cols = 0;
@@ -77,6 +77,7 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order) {
   const Grid g = make_grid(DType::kQ4_0, 0);
   GptqOptions o;
   o.act_order = act_order;
+  o.scale_steps = scale_steps;
   o.batch = 64;  // several lazy batches even for 64 columns... of 192
   std::vector<int8_t> lv(w.size());
   std::vector<float> sc(w.size() / 32);
@@ -84,7 +85,10 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order) {
   gptq(g, w.data(), rows, cols, h, o, lv.data(), sc.data(), &pool);
 
   std::string in;
-  for (int64_t v : {rows, cols, int64_t{32}, int64_t{g.qmin}, int64_t{g.qmax}, int64_t{1}, int64_t{act_order}}) put(in, v);
+  for (int64_t v : {rows, cols, int64_t{32}, int64_t{g.qmin}, int64_t{g.qmax}, int64_t{1}, int64_t{act_order},
+                    int64_t{o.scale_steps}}) {
+    put(in, v);
+  }
   put(in, o.damp);
   in.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
   in.append(reinterpret_cast<const char*>(h.data()), h.size() * 8);
@@ -104,6 +108,7 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order) {
 TEST(Gptq, MatchesNumpyInStorageOrder) {
   expect_gptq_matches_numpy("blk.1.attn_q.weight", false);
   expect_gptq_matches_numpy("blk.2.ffn_down.weight", false);  // 172 inputs, padded to 192
+  expect_gptq_matches_numpy("blk.2.ffn_down.weight", false, 0);  // each block's own scale
 }
 
 TEST(Gptq, MatchesNumpyInActOrder) {

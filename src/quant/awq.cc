@@ -71,28 +71,11 @@ std::vector<float> awq_search_clip(const Grid& g, const float* w, int64_t rows, 
   TESSERA_CHECK(cols % g.block == 0 && static_cast<int64_t>(h.size()) == cols * cols, kInvalidArgument,
                 "awq clip: {} columns, H of {}", cols, h.size());
   const int64_t nb = cols / g.block, B = g.block;
-  std::vector<float> clip(static_cast<size_t>(rows * nb), 1.0f);
-  std::vector<double> d(static_cast<size_t>(B));
+  std::vector<float> clip(static_cast<size_t>(rows * nb));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* x = w + r * cols + b * B;
-      double best = INFINITY;
-      for (int k = 0; k < opt.clip_steps; ++k) {
-        const float c = 1.0f - 0.05f * static_cast<float>(k);
-        const float sc = block_scale(g, x, B, c);
-        for (int64_t j = 0; j < B; ++j) d[static_cast<size_t>(j)] = x[j] - static_cast<double>(sc) * level(g, x[j], sc);
-        double e = 0.0;
-        for (int64_t i = 0; i < B; ++i) {
-          const double* hi = h.data() + (b * B + i) * cols + b * B;
-          double t = 0.0;
-          for (int64_t j = 0; j < B; ++j) t += hi[j] * d[static_cast<size_t>(j)];
-          e += d[static_cast<size_t>(i)] * t;
-        }
-        if (e < best) {
-          best = e;
-          clip[static_cast<size_t>(r * nb + b)] = c;
-        }
-      }
+      clip[static_cast<size_t>(r * nb + b)] = search_block_scale(g, x, B, h.data() + b * B * cols + b * B, cols, opt.clip_steps);
     }
   }
   return clip;

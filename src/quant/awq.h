@@ -10,9 +10,10 @@
 // alpha = 0 (s = 1, plain rounding) is on the grid, so the search never
 // does worse than RTN on that error.
 //
-// Optional clipping search (AWQ's auto-clip): each block's scale shrunk by
-// the ratio in {1, 0.95, ..., 0.55} that minimises that block's output error
-// (H restricted to the block's columns).
+// Optional clipping search (AWQ's auto-clip): each block's scale chosen
+// among its own shrunk by 1, 0.95, ..., 0.55 and their mirrors (the
+// extreme on the grid's other end) by the block's output error (H
+// restricted to the block's columns): quant/grid.h search_block_scale.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,8 @@ struct AwqScale {
 AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int64_t cols, const InputStats& st,
                           const AwqOptions& opt);
 
-// Per-block clip ratios ([rows, cols / block]) for w ([rows, cols]) whose
-// input has second moments h ([cols, cols]).
+// Per-block scales ([rows, cols / block]) for w ([rows, cols]) whose
+// input has second moments h ([cols, cols]), for rtn_row's `chosen`.
 std::vector<float> awq_search_clip(const Grid& g, const float* w, int64_t rows, int64_t cols,
                                    std::span<const double> h, const AwqOptions& opt);
 

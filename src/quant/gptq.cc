@@ -105,6 +105,11 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
   }
   TESSERA_CHECK(ok, kInvalidArgument, "gptq: the calibration Hessian is not positive definite even with dampening");
 
+  // A block's scale: its own, or searched against H's diagonal block.
+  const auto scale_of = [&](const float* blk, int64_t first_col) {
+    if (opt.scale_steps <= 0) return block_scale(g, blk, g.block);
+    return search_block_scale(g, blk, g.block, h.data() + first_col * n + first_col, n, opt.scale_steps);
+  };
   const auto row_fn = [&](int64_t r0, int64_t r1) {
     std::vector<double> x(static_cast<size_t>(n)), err(static_cast<size_t>(batch));
     std::vector<float> blk(static_cast<size_t>(g.block));
@@ -115,7 +120,7 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
       if (opt.act_order) {  // static groups, from the original weights (dead inputs zeroed)
         for (int64_t b = 0; b < nb; ++b) {
           for (int j = 0; j < g.block; ++j) blk[j] = dead[static_cast<size_t>(b * g.block + j)] ? 0.0f : wr[b * g.block + j];
-          sr[b] = block_scale(g, blk.data(), g.block);
+          sr[b] = scale_of(blk.data(), b * g.block);
         }
       }
       for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = dead[static_cast<size_t>(perm[i])] ? 0.0 : wr[perm[i]];
@@ -125,7 +130,7 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
           const int64_t col = perm[i];
           if (!opt.act_order && col % g.block == 0) {
             for (int j = 0; j < g.block; ++j) blk[j] = static_cast<float>(x[static_cast<size_t>(i + j)]);
-            sr[col / g.block] = block_scale(g, blk.data(), g.block);
+            sr[col / g.block] = scale_of(blk.data(), col);
           }
           const float d = sr[col / g.block];
           const int q = level(g, static_cast<float>(x[static_cast<size_t>(i)]), d);

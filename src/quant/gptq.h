@@ -11,7 +11,9 @@
 // H_ii). A block's scale is computed from the block's current (updated)
 // values when its first column is reached; with act-order every scale is
 // fixed from the original weights first ("static groups"), since the
-// columns of a block are no longer reached together. Rows are independent
+// columns of a block are no longer reached together. Each scale is chosen
+// among shrunk and mirrored versions of the block's own by its error
+// weighted with H's diagonal block (as AWQ's clipping search does). Rows are independent
 // and run in parallel.
 #pragma once
 
@@ -27,6 +29,9 @@ struct GptqOptions {
   double damp = 0.01;
   int64_t batch = 128;  // columns per lazy batch
   bool act_order = false;
+  // Block scales searched (quant/grid.h search_block_scale, this many ratios
+  // per side) against H's diagonal block; 0: each block's own max-based scale.
+  int scale_steps = 10;
 };
 
 // w: [rows, cols] row-major (cols a multiple of g.block); h: [cols, cols]

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -46,10 +47,42 @@ float block_scale(const Grid& g, const float* w, int64_t n, float clip) {
   return fp16_to_f32(f32_to_fp16(d));
 }
 
-void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> clip, int8_t* levels, float* scales) {
+float search_block_scale(const Grid& g, const float* w, int64_t n, const double* h, int64_t h_stride, int steps) {
+  const float base = block_scale(g, w, n);
+  if (base == 0.0f) return base;
+  std::vector<double> d(static_cast<size_t>(n));
+  float best_scale = base;
+  double best = INFINITY;
+  const int sides = g.signed_max ? 2 : 1;
+  for (int side = 0; side < sides; ++side) {
+    // The mirror maps the extreme value to qmax: scale * qmin / -qmax.
+    const float own = side == 0 ? base : fp16_to_f32(f32_to_fp16(-base * static_cast<float>(g.qmin) / static_cast<float>(g.qmax)));
+    for (int k = 0; k < steps; ++k) {
+      const float sc = fp16_to_f32(f32_to_fp16(own * (1.0f - 0.05f * static_cast<float>(k))));
+      for (int64_t j = 0; j < n; ++j) d[static_cast<size_t>(j)] = w[j] - static_cast<double>(sc) * level(g, w[j], sc);
+      double e = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        if (h == nullptr) {
+          e += d[static_cast<size_t>(i)] * d[static_cast<size_t>(i)];
+          continue;
+        }
+        double t = 0.0;
+        for (int64_t j = 0; j < n; ++j) t += h[i * h_stride + j] * d[static_cast<size_t>(j)];
+        e += d[static_cast<size_t>(i)] * t;
+      }
+      if (e < best) {
+        best = e;
+        best_scale = sc;
+      }
+    }
+  }
+  return best_scale;
+}
+
+void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales) {
   for (int64_t b = 0; b < n / g.block; ++b) {
     const float* x = w + b * g.block;
-    const float d = block_scale(g, x, g.block, clip.empty() ? 1.0f : clip[static_cast<size_t>(b)]);
+    const float d = chosen.empty() ? block_scale(g, x, g.block) : chosen[static_cast<size_t>(b)];
     scales[b] = d;
     for (int j = 0; j < g.block; ++j) levels[b * g.block + j] = static_cast<int8_t>(level(g, x[j], d));
   }

@@ -35,6 +35,14 @@ bool is_grid_type(DType type);
 // range), rounded to fp16 as stored.
 float block_scale(const Grid& g, const float* w, int64_t n, float clip = 1.0f);
 
+// The scale of one block chosen by search: among the block's own scale and
+// its mirror (mapping the extreme to qmax instead of qmin: signed grids
+// only), each times 1, 0.95, ..., 1 - 0.05 (steps - 1), the one whose
+// rounding error d = w - s q(w / s) has the least d^T H d, with H the
+// block's [n, n] second moments at h (row stride h_stride; null: identity).
+// Ties go to the earlier candidate.
+float search_block_scale(const Grid& g, const float* w, int64_t n, const double* h, int64_t h_stride, int steps);
+
 // The level nearest w / d, clamped to the grid (d == 0: 0).
 inline int level(const Grid& g, float w, float d) {
   if (d == 0.0f) return 0;
@@ -45,8 +53,9 @@ inline int level(const Grid& g, float w, float d) {
 }
 
 // Rounds a row of n (a multiple of g.block) values to nearest with each
-// block's own scale (clip: one ratio per block, or empty for 1).
-void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> clip, int8_t* levels, float* scales);
+// block's own scale, or with the scales in `chosen` (one per block) when
+// it is not empty.
+void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales);
 
 // Dequantized values of a row given its levels and scales.
 void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out);

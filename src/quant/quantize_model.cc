@@ -171,11 +171,18 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const QuantizeOpt
   } else {
     std::vector<float> clip;
     if (awq_method && opt.awq.clip && !h.empty()) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
+    if (opt.method != Method::kRtn && h.empty()) {
+      // No statistics (token_embd): scales searched by plain squared error.
+      clip.resize(static_cast<size_t>(rows * nb));
+      for (int64_t b = 0; b < rows * nb; ++b) {
+        clip[static_cast<size_t>(b)] = search_block_scale(g, w.data() + b * g.block, g.block, nullptr, 0, opt.awq.clip_steps);
+      }
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
       rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb);
     }
-    *how += clip.empty() ? "rtn" : "rtn+clip";
+    *how += clip.empty() ? "rtn" : h.empty() ? "rtn+mse scales" : "rtn+clip";
   }
   const size_t rb = row_bytes(p.type, cols_p);
   for (int64_t r = 0; r < rows; ++r) pack_row(g, levels.data() + r * cols_p, scales.data() + r * nb, cols_p, out + r * rb);

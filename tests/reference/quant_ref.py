@@ -67,6 +67,27 @@ def block_scales(w, qmin, qmax, signed_max):
     return f16(d)
 
 
+def search_scales(w, Hb, qmin, qmax, signed_max, steps):
+    """w: [rows, block]; Hb: [block, block]. Per row, the candidate scale
+    (the block's own and, on signed grids, its mirror mapping the extreme to
+    qmax, each times 1 - 0.05 k for k < steps) with the least rounding error
+    d^T Hb d; the first of equal ones."""
+    base = block_scales(w, qmin, qmax, signed_max)
+    own = [base]
+    if signed_max:
+        own.append(f16(-base * np.float32(qmin) / np.float32(qmax)))
+    cands = [f16(o * (np.float32(1) - np.float32(0.05) * np.float32(k))) for o in own for k in range(steps)]
+    w64 = w.astype(np.float32).astype(np.float64)
+    errs = []
+    for sc in cands:
+        q = levels_of(w, sc[:, None], qmin, qmax)
+        d = w64 - sc[:, None].astype(np.float64) * q
+        errs.append(np.einsum("ri,ij,rj->r", d, Hb, d))
+    best = np.argmin(np.stack(errs), axis=0)
+    out = np.stack(cands)[best, np.arange(w.shape[0])]
+    return np.where(base == 0, base, out).astype(np.float32)
+
+
 def levels_of(w, d, qmin, qmax):
     w = w.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -75,13 +96,13 @@ def levels_of(w, d, qmin, qmax):
 
 
 def gptq(inp, out):
-    """IN: i64 rows, cols, block, qmin, qmax, signed_max, act_order; f64 damp;
+    """IN: i64 rows, cols, block, qmin, qmax, signed_max, act_order, scale steps; f64 damp;
     f32 W[rows, cols]; f64 H[cols, cols]. OUT: i8 levels[rows, cols];
     f32 scales[rows, cols / block]."""
     raw = open(inp, "rb").read()
-    rows, cols, B, qmin, qmax, signed_max, act_order = (int(v) for v in np.frombuffer(raw, "<i8", 7))
-    damp = float(np.frombuffer(raw, "<f8", 1, 56)[0])
-    off = 64
+    rows, cols, B, qmin, qmax, signed_max, act_order, steps = (int(v) for v in np.frombuffer(raw, "<i8", 8))
+    damp = float(np.frombuffer(raw, "<f8", 1, 64)[0])
+    off = 72
     W = np.frombuffer(raw, "<f4", rows * cols, off).reshape(rows, cols).astype(np.float64)
     off += 4 * rows * cols
     H = np.frombuffer(raw, "<f8", cols * cols, off).reshape(cols, cols).copy()
@@ -90,19 +111,26 @@ def gptq(inp, out):
     H[dead, dead] = 1.0
     W[:, dead] = 0.0
     perm = np.argsort(-np.diag(H), kind="stable") if act_order else np.arange(cols)
+    H0 = H.copy()  # the scale search weighs errors with H's blocks before dampening
+
+    def scales_of(wb, c0):
+        if steps == 0:
+            return block_scales(wb, qmin, qmax, signed_max)
+        return search_scales(wb, H0[c0:c0 + B, c0:c0 + B], qmin, qmax, signed_max, steps)
+
     H = H + damp * np.mean(np.diag(H)) * np.eye(cols)
     Hp = H[perm][:, perm]
     U = np.linalg.cholesky(np.linalg.inv(Hp)).T  # H^-1 = U^T U
     scales = np.zeros((rows, cols // B), np.float32)
     if act_order:
         for b in range(cols // B):
-            scales[:, b] = block_scales(W[:, b * B:(b + 1) * B], qmin, qmax, signed_max)
+            scales[:, b] = scales_of(W[:, b * B:(b + 1) * B], b * B)
     levels = np.zeros((rows, cols), np.int64)
     Wp = W[:, perm].copy()
     for i in range(cols):
         col = perm[i]
         if not act_order and col % B == 0:
-            scales[:, col // B] = block_scales(Wp[:, i:i + B], qmin, qmax, signed_max)
+            scales[:, col // B] = scales_of(Wp[:, i:i + B], col)
         d = scales[:, col // B]
         q = levels_of(Wp[:, i], d, qmin, qmax)
         levels[:, col] = q
