@@ -254,6 +254,65 @@ TEST(Engine, ParallelSamplingForksPromptBlocks) {
   (void)id;
 }
 
+// A sliding-window model (make-model's mistral layout, window 24): blocks
+// wholly before a sequence's window go back to the pool as it moves, so
+// memory per sequence stays bounded however long it runs, and the outputs
+// are the model's: every request (long prompts, a prefix-cache hit on
+// blocks another request dropped, preemption in a small pool) equals an independent one-token-at-a-time decode that keeps every block.
+TEST(Engine, SlidingWindowFreesOutOfWindowBlocksAndKeepsOutputs) {
+  SyntheticModelSpec spec = preset_spec("tiny");
+  spec.arch = "mistral";
+  spec.sliding_window = 24;
+  spec.n_vocab = 300;
+  spec.n_ctx = 1024;
+  const std::string path = testing::temp_path("mistral-window.gguf");
+  write_synthetic_model(spec, path, 2);
+  const LoadedModel lm = load_model(path);
+  ASSERT_EQ(lm.model->config().sliding_window, 24);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(3, 299);
+  const auto prompt_of = [&](int n) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (auto& t : p) t = tok(rng);
+    return p;
+  };
+  std::vector<std::vector<int32_t>> prompts = {prompt_of(100), prompt_of(7), prompt_of(60)};
+  prompts.push_back(prompts[0]);  // a prefix-cache hit on blocks the first request drops
+  prompts.back().push_back(17);
+  for (const int kv_blocks : {0, 16}) {  // 16 blocks of 8: four sequences of 300+ tokens
+    EngineConfig c = small_config();
+    c.max_model_len = 1024;
+    c.block_size = 8;
+    c.num_kv_blocks = kv_blocks;
+    c.max_num_batched_tokens = 32;
+    Engine e(*lm.model, nullptr, c);
+    std::map<RequestId, std::vector<int32_t>> want;
+    for (const auto& p : prompts) want[e.add_request(p, greedy(260))] = p;
+    int64_t most_blocks = 0;
+    std::map<RequestId, Collected> got;
+    while (e.has_unfinished()) {
+      for (const RequestOutput& o : e.step()) {
+        got[o.id].tokens.insert(got[o.id].tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+      most_blocks = std::max(most_blocks, e.stats().kv_blocks_used);
+    }
+    EXPECT_EQ(e.stats().kv_blocks_used, 0);
+    // Per sequence: 3 blocks of window, 1 of margin, 1 partial, 4 of a chunk.
+    EXPECT_LE(most_blocks, 4 * (3 + 1 + 1 + 4)) << "kv blocks " << kv_blocks;
+    for (const auto& [id, p] : want) {
+      ThreadPool pool(1);
+      SequenceRunner ref(*lm.model, {.n_ctx = 1024, .kv_type = DType::kF32}, pool);
+      std::span<const float> logits = ref.append(p);
+      std::vector<int32_t> seq;
+      for (int i = 0; i < 260; ++i) {
+        seq.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+        logits = ref.append(std::span(&seq.back(), 1));
+      }
+      EXPECT_EQ(got[id].tokens, seq) << "request " << id << ", kv blocks " << kv_blocks;
+    }
+  }
+}
+
 TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
   const auto& s = stories();
   std::vector<int32_t> prefix{1};

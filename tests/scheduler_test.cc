@@ -4,6 +4,7 @@
 // scheduling or copy-on-write bug changes the output and a test sees it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -24,10 +25,16 @@ struct FakeKv {
   }
 };
 
+// The first position a query at n_visible reads (sliding window: the last
+// `window` keys, itself included; 0: everything).
+int64_t first_read(int64_t n_visible, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, n_visible - window + 1) : 0;
+}
+
 // Next token from everything visible through the block table.
-int32_t fake_next_token(const Request& r, const FakeKv& kv, int64_t n_visible) {
+int32_t fake_next_token(const Request& r, const FakeKv& kv, int64_t n_visible, int64_t window = 0) {
   uint64_t h = 1469598103934665603ull;
-  for (int64_t p = 0; p < n_visible; ++p) {
+  for (int64_t p = first_read(n_visible, window); p < n_visible; ++p) {
     const int32_t t = kv.slots[r.blocks.slot(p, kv.block_size)];
     h = (h ^ static_cast<uint64_t>(t + 7)) * 1099511628211ull;
   }
@@ -36,9 +43,10 @@ int32_t fake_next_token(const Request& r, const FakeKv& kv, int64_t n_visible) {
 
 // The fake model's next token after a whole token sequence (what
 // fake_next_token reads when the cache holds exactly these tokens).
-int32_t next_of(const std::vector<int32_t>& seq) {
+int32_t next_of(const std::vector<int32_t>& seq, int64_t window = 0) {
   uint64_t h = 1469598103934665603ull;
-  for (int32_t t : seq) h = (h ^ static_cast<uint64_t>(t + 7)) * 1099511628211ull;
+  const int64_t n = static_cast<int64_t>(seq.size());
+  for (int64_t p = first_read(n, window); p < n; ++p) h = (h ^ static_cast<uint64_t>(seq[p] + 7)) * 1099511628211ull;
   return static_cast<int32_t>(h % kVocab);
 }
 
@@ -55,6 +63,7 @@ struct Harness {
   bool speculate = false;
   std::mt19937 draft_rng{77};
   int64_t drafted = 0, accepted = 0;
+  int64_t max_blocks_held = 0;  // by one request, with a sliding window
 
   void propose_drafts() {
     std::uniform_int_distribution<int> len(0, 6), wrong(0, 9), tok(0, kVocab - 1);
@@ -64,7 +73,7 @@ struct Harness {
       const int64_t room = r->params.max_tokens - r->num_output_tokens() - 1;
       std::vector<int32_t> seq = r->tokens;
       for (int64_t i = 0, n = std::min<int64_t>(len(draft_rng), room); i < n; ++i) {
-        const int32_t t = wrong(draft_rng) < 3 ? tok(draft_rng) : next_of(seq);
+        const int32_t t = wrong(draft_rng) < 3 ? tok(draft_rng) : next_of(seq, sched.config().sliding_window);
         r->draft.push_back(t);
         seq.push_back(t);
       }
@@ -114,9 +123,16 @@ struct Harness {
     sched.on_step_computed(out);
     for (const ScheduledRequest& s : out.scheduled) {
       Request& r = *s.req;
-      for (int64_t p = 0; p < r.num_computed_tokens; ++p) {
+      const int64_t window = sched.config().sliding_window;
+      for (int64_t p = first_read(r.num_computed_tokens, window); p < r.num_computed_tokens; ++p) {
         EXPECT_EQ(store.slots[r.blocks.slot(p, store.block_size)], r.tokens[p])
             << "request " << r.id << " reads a wrong token at position " << p;
+      }
+      if (window > 0) {
+        // Blocks held: the window, a block of margin, the block being written.
+        const int64_t held = std::count_if(r.blocks.blocks.begin(), r.blocks.blocks.end(),
+                                           [](kv::BlockId b) { return b != kv::kNullBlock; });
+        max_blocks_held = std::max(max_blocks_held, held);
       }
       if (!s.sample) continue;
       // Row i sees the request's tokens and the draft's first i (all
@@ -124,7 +140,7 @@ struct Harness {
       const std::vector<int32_t> draft = r.draft;
       int64_t ok = 0;
       for (int64_t i = 0; i <= s.num_draft; ++i) {
-        const int32_t tok = fake_next_token(r, store, r.num_computed_tokens + i);
+        const int32_t tok = fake_next_token(r, store, r.num_computed_tokens + i, window);
         r.tokens.push_back(tok);
         outputs[r.id].push_back(tok);
         if (r.num_output_tokens() >= r.params.max_tokens) sched.finish(&r, FinishReason::kLength);
@@ -167,6 +183,62 @@ std::vector<int32_t> run_alone(const std::vector<int32_t>& prompt, int32_t max_t
   h.run_to_completion(100000);
   return h.outputs[id];
 }
+
+// What a model with a sliding window writes after `prompt`, computed
+// directly (no scheduler, no cache).
+std::vector<int32_t> windowed_alone(std::vector<int32_t> seq, int32_t max_tokens, int64_t window) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < max_tokens; ++i) {
+    out.push_back(next_of(seq, window));
+    seq.push_back(out.back());
+  }
+  return out;
+}
+
+// Sliding window: random long requests against a pool that could not hold
+// them whole. Blocks leave as the window moves; every request still reads
+// exactly its window (outputs equal the direct computation), holds at most
+// the window's blocks plus two, and nothing leaks; with drafts (rollback)
+// and with prefix caching (hits on blocks later dropped).
+void run_window_workload(bool speculate, bool prefix_caching) {
+  std::mt19937 rng(4321);
+  SchedulerConfig sc;
+  sc.max_num_seqs = 6;
+  sc.max_num_batched_tokens = 16;
+  sc.max_model_len = 4096;
+  sc.enable_prefix_caching = prefix_caching;
+  sc.sliding_window = 10;
+  Harness h(/*num_blocks=*/41, /*block_size=*/4, sc);  // 160 slots: far less than 6 requests of up to 200
+  h.speculate = speculate;
+  const std::vector<int32_t> shared = random_prompt(rng, 30);
+  std::map<RequestId, std::pair<std::vector<int32_t>, int32_t>> specs;
+  std::uniform_int_distribution<int> len(1, 60), out(1, 140), arrivals(0, 2), coin(0, 1);
+  int added = 0;
+  while (added < 300 || h.sched.has_unfinished()) {
+    for (int a = arrivals(rng); a > 0 && added < 300; --a, ++added) {
+      std::vector<int32_t> p = coin(rng) ? shared : std::vector<int32_t>{};
+      const auto tail = random_prompt(rng, len(rng));
+      p.insert(p.end(), tail.begin(), tail.end());
+      const int32_t m = out(rng);
+      specs[h.add(p, m)] = {p, m};
+    }
+    h.step();
+    ASSERT_LT(h.steps, 200000);
+  }
+  for (const auto& [id, spec] : specs) {
+    ASSERT_EQ(h.outputs[id], windowed_alone(spec.first, spec.second, sc.sliding_window)) << "request " << id;
+  }
+  // ceil(10 / 4) + 1 blocks for the window's keys across block boundaries,
+  // one of margin, one being written (chunks and drafts run ahead of it).
+  EXPECT_LE(h.max_blocks_held, 3 + 1 + 1 + (16 + 4 - 1) / 4);
+  EXPECT_GT(h.max_blocks_held, 0);
+  EXPECT_EQ(h.kv.pool().stats().used, 0);
+  EXPECT_EQ(h.kv.pool().num_free(), 40);
+  if (speculate) EXPECT_GT(h.accepted, 500);
+}
+
+TEST(Scheduler, SlidingWindowGivesBlocksBackAndReadsOnlyTheWindow) { run_window_workload(false, false); }
+TEST(Scheduler, SlidingWindowWithDraftsAndPrefixCaching) { run_window_workload(true, true); }
 
 TEST(Scheduler, ChunkedPrefillRespectsTokenBudget) {
   SchedulerConfig sc;
@@ -362,6 +434,31 @@ TEST(Scheduler, NewRequestGetsFirstTokenWithinBoundedSteps) {
     ++steps;
   }
   EXPECT_EQ(steps, 9);
+}
+
+TEST(KvManager, DroppedBlocksLeaveNullEntriesThatForkFreeAndTruncateSkip) {
+  kv::KvManager kv({4, 30});
+  kv::BlockTable t;
+  std::vector<kv::CopyOp> copies;
+  ASSERT_TRUE(kv.reserve(t, 30, copies));  // 8 blocks, the last partial
+  EXPECT_EQ(kv.drop_before(t, 13), 3);     // blocks 0-2 hold only positions < 12
+  EXPECT_EQ(kv.pool().stats().used, 5);
+  EXPECT_EQ(t.blocks[2], kv::kNullBlock);
+  EXPECT_NE(t.blocks[3], kv::kNullBlock);
+  EXPECT_EQ(kv.drop_before(t, 14), 0);  // idempotent, and a window never goes back
+  EXPECT_EQ(kv.drop_before(t, 3), 0);
+  kv::BlockTable child = kv.fork(t);  // shares only the live blocks
+  EXPECT_EQ(kv.pool().stats().shared, 5);
+  ASSERT_TRUE(kv.reserve(child, 31, copies));  // copy-on-write of the partial block only
+  EXPECT_EQ(copies.size(), 1u);
+  kv.truncate(t, 25);  // a rollback inside the live blocks
+  EXPECT_EQ(t.num_tokens, 25);
+  EXPECT_EQ(kv.drop_before(child, 1000), 5);  // its live blocks: 4 shared and its own copy
+  kv.free(t);
+  kv.free(child);
+  EXPECT_EQ(kv.pool().stats().used, 0);
+  EXPECT_EQ(kv.pool().num_free(), 29);
+  EXPECT_EQ(kv.pool().check_invariants(), "");
 }
 
 TEST(KvManager, ForkSharesBlocksUntilChildrenDiverge) {

@@ -45,6 +45,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   sc.max_model_len = config_.max_model_len;
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   sc.block_hash = config_.prefix_block_hash;
+  sc.sliding_window = model.config().sliding_window;  // every layer's window (0: none)
   scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
   if (scheduler_->config().max_model_len < config_.max_model_len) {
     // As vLLM says it: the cache cannot hold one full-context sequence, so

@@ -17,6 +17,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager& kv) : config_
   // preempted for it), so nothing admitted can stall.
   model_len_ = config.max_model_len;
   config_.max_model_len = std::min(config.max_model_len, cache_capacity_tokens());
+  // With a sliding window a sequence holds at most its window, a block of
+  // margin, the partial block and one step's tokens, whatever its length:
+  // when the pool holds that, any length up to the model's fits.
+  const int64_t bs = kv_.block_size();
+  if (config.sliding_window > 0 && config.sliding_window + 3 * bs + config.max_num_batched_tokens <= cache_capacity_tokens()) {
+    config_.max_model_len = config.max_model_len;
+  }
 }
 
 int64_t Scheduler::cache_capacity_tokens() const {
@@ -174,11 +181,21 @@ kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
           std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(b) * bs, bs)};
 }
 
+void Scheduler::drop_out_of_window(Request* r) {
+  if (config_.sliding_window <= 0) return;
+  // The next query sits at num_computed_tokens and reads keys from
+  // num_computed_tokens - window + 1 on. One block more is kept: a block's
+  // prefix-cache key names its parent block, which must still be there when
+  // the block fills.
+  kv_.drop_before(r->blocks, r->num_computed_tokens - config_.sliding_window + 1 - kv_.block_size());
+}
+
 void Scheduler::on_step_computed(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) {
     if (s.req->finished()) continue;
     s.req->num_computed_tokens += s.num_new_tokens - s.num_draft;
     if (config_.enable_prefix_caching) register_full_blocks(s.req);
+    drop_out_of_window(s.req);
   }
 }
 
@@ -189,6 +206,7 @@ void Scheduler::on_draft_verified(Request* r, int64_t num_accepted) {
   r->num_computed_tokens += num_accepted;
   kv_.truncate(r->blocks, r->num_computed_tokens);
   if (config_.enable_prefix_caching) register_full_blocks(r);
+  drop_out_of_window(r);
 }
 
 void Scheduler::preempt(Request* r) {

@@ -31,6 +31,9 @@ struct SchedulerConfig {
   int64_t max_model_len = 2048;
   bool enable_prefix_caching = true;
   uint64_t cache_key = 0;  // identity of the model (and adapter) in block hashes
+  // > 0: every layer attends to this many keys at most (a sliding window):
+  // blocks wholly before a sequence's window are given back as it moves.
+  int64_t sliding_window = 0;
   kv::BlockHashFn block_hash;  // empty: kv::block_hash (this process's keyed XXH3); tests inject collisions
 };
 
@@ -120,6 +123,8 @@ class Scheduler {
   // computed: takes the cached blocks of its longest cached prefix.
   void take_cached_prefix(Request* req);
   void register_full_blocks(Request* req);
+  // Gives back the blocks that left req's sliding window.
+  void drop_out_of_window(Request* req);
   // What the pool compares for full block b of req (its blocks before b are
   // in req's block table).
   kv::BlockKey block_key(const Request& req, int64_t b) const;

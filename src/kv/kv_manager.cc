@@ -19,7 +19,7 @@ int32_t KvManager::blocks_needed(const BlockTable& t, int64_t num_tokens) const 
   // The partially filled last block gets written: if shared, it is copied.
   if (t.num_tokens % block_size_ != 0) {
     const BlockId last = t.blocks[t.num_tokens / block_size_];
-    if (pool_.ref_count(last) > 1) ++n;
+    if (last != kNullBlock && pool_.ref_count(last) > 1) ++n;
   }
   return n;
 }
@@ -31,6 +31,7 @@ bool KvManager::reserve(BlockTable& t, int64_t num_tokens, std::vector<CopyOp>& 
   if (t.num_tokens % block_size_ != 0) {
     const int64_t idx = t.num_tokens / block_size_;
     const BlockId old = t.blocks[idx];
+    TESSERA_ASSERT(old != kNullBlock);  // a window never drops the block being written
     if (pool_.ref_count(old) > 1) {
       const BlockId fresh = *pool_.allocate();
       copies.push_back({old, fresh});
@@ -59,11 +60,12 @@ void KvManager::truncate(BlockTable& t, int64_t num_tokens) {
   if (num_tokens >= t.num_tokens) return;
   const int64_t keep = (num_tokens + block_size_ - 1) / block_size_;
   while (static_cast<int64_t>(t.blocks.size()) > keep) {
-    pool_.release(t.blocks.back());
+    if (t.blocks.back() != kNullBlock) pool_.release(t.blocks.back());
     t.blocks.pop_back();
   }
   t.num_tokens = num_tokens;
-  if (num_tokens % block_size_ != 0 && pool_.ref_count(t.blocks.back()) == 1) {
+  t.num_dropped = std::min<int64_t>(t.num_dropped, keep);
+  if (num_tokens % block_size_ != 0 && t.blocks.back() != kNullBlock && pool_.ref_count(t.blocks.back()) == 1) {
     // The block is partial again and will be written: its cached identity
     // no longer describes it.
     pool_.clear_hash(t.blocks.back());
@@ -71,15 +73,33 @@ void KvManager::truncate(BlockTable& t, int64_t num_tokens) {
   }
 }
 
+int32_t KvManager::drop_before(BlockTable& t, int64_t first_kept) {
+  const int64_t upto = std::min<int64_t>(first_kept / block_size_, static_cast<int64_t>(t.blocks.size()));
+  int32_t released = 0;
+  for (int64_t b = t.num_dropped; b < upto; ++b) {
+    if (t.blocks[b] == kNullBlock) continue;
+    pool_.release(t.blocks[b]);
+    t.blocks[b] = kNullBlock;
+    ++released;
+  }
+  t.num_dropped = std::max(t.num_dropped, upto);
+  return released;
+}
+
 BlockTable KvManager::fork(const BlockTable& t) {
-  for (BlockId id : t.blocks) pool_.retain(id);
+  for (BlockId id : t.blocks) {
+    if (id != kNullBlock) pool_.retain(id);
+  }
   return t;
 }
 
 void KvManager::free(BlockTable& t) {
-  for (BlockId id : t.blocks) pool_.release(id);
+  for (BlockId id : t.blocks) {
+    if (id != kNullBlock) pool_.release(id);
+  }
   t.blocks.clear();
   t.num_tokens = 0;
+  t.num_dropped = 0;
 }
 
 KvUsage KvManager::usage() const {

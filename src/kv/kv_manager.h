@@ -17,10 +17,13 @@ struct CacheConfig {
 };
 
 // Logical -> physical block map of one sequence. Append-only while the
-// sequence grows; `num_tokens` counts the token slots reserved so far.
+// sequence grows; `num_tokens` counts the token slots reserved so far. With
+// a sliding window the leading `num_dropped` entries may be kNullBlock: their
+// tokens left every query's window and their blocks went back to the pool.
 struct BlockTable {
   std::vector<BlockId> blocks;
   int64_t num_tokens = 0;
+  int64_t num_dropped = 0;
 
   int64_t slot(int64_t pos, int32_t block_size) const {
     return static_cast<int64_t>(blocks[pos / block_size]) * block_size + pos % block_size;
@@ -62,6 +65,11 @@ class KvManager {
   // Shrinks t to num_tokens (dropping whole blocks past it): for discarding
   // rejected speculative tokens or rewinding.
   void truncate(BlockTable& t, int64_t num_tokens);
+
+  // Sliding-window attention: releases the blocks that hold only positions
+  // before `first_kept` (no query will read them again) and leaves
+  // kNullBlock in their entries. Returns the blocks released.
+  int32_t drop_before(BlockTable& t, int64_t first_kept);
 
   // A new table sharing every block of `t` (ref counts +1).
   BlockTable fork(const BlockTable& t);
