@@ -5,7 +5,7 @@
 // [[[token, diff], ...], ...]} on stdout. Used to record
 // tests/reference/llamacpp_greedy.json (tests/scripts/llamacpp_greedy.sh).
 //
-//   node bench/peer_greedy.mjs --model F --tokens 1,2,3 --n 24
+//   node bench/peer_greedy.mjs --model F --tokens 1,2,3 --n 24 [--lora ADAPTER [--lora-scale S]]
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 import {readFileSync} from "node:fs";
 
@@ -16,7 +16,8 @@ const n = Number(a.n);
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath: a.model});
 const ctx = await model.createContext({contextSize: prompt.length + n + 16, threads: 2, sequences: 1,
-                                       experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32"});
+                                       experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32",
+                                       ...(a.lora ? {lora: {adapters: [{filePath: a.lora, scale: Number(a["lora-scale"] ?? 1)}]}} : {})});
 const seq = ctx.getSequence();
 const tokens = [];
 for await (const t of seq.evaluate(prompt, {temperature: 0})) {

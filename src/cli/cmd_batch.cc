@@ -12,6 +12,7 @@ namespace {
 struct BatchArgs {
   RunOptions run;
   SpecOptions spec;
+  AdapterOptions adapters;
   server::BatchJobOptions job;
 };
 
@@ -19,6 +20,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
   auto a = std::make_shared<BatchArgs>();
   a->run.add_to(sub);
   a->spec.add_to(sub);
+  a->adapters.add_to(sub);
   sub.add_option("-i,--input", a->job.input_path, "Requests, one JSON object per line")->required();
   sub.add_option("-o,--output", a->job.output_path, "Results, one JSON object per line, in input order")->required();
   sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();
@@ -27,6 +29,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
     a->spec.apply(ec, *lm.model);
+    a->adapters.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);
     const server::BatchJobResult r = server::run_batch_job(eng, a->job);
     TESSERA_LOG_INFO("batch: {} requests, {} skipped (already done), {} computed, {} rejected; {} output tokens in "

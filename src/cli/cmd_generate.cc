@@ -16,6 +16,7 @@ struct GenerateArgs {
   RunOptions run;
   SamplingOptions sampling;
   SpecOptions spec;
+  AdapterOptions adapters;
   std::string prompt;
   std::string prompt_schema;         // Prompt Cache schema (JSON)
   std::vector<std::string> modules;  // modules to import, in schema order
@@ -27,6 +28,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   a->run.add_to(sub, /*engine_options=*/false);
   a->sampling.add_to(sub);
   a->spec.add_to(sub);
+  a->adapters.add_to(sub);
   sub.add_option("-p,--prompt", a->prompt, "Prompt text (after the modules, with --prompt-schema)")->required();
   sub.add_option("--prompt-schema", a->prompt_schema, "Prompt Cache schema (JSON): modules whose attention states are reused");
   sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');
@@ -36,6 +38,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
     a->spec.apply(ec, *lm.model);
+    a->adapters.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);
     std::optional<engine::PromptLayout> layout;
     std::vector<int32_t> prompt;

@@ -36,6 +36,7 @@ struct LogitsArgs {
   std::string model, tokens, out, kv_type = "f32";
   int threads = 0;
   int64_t batch = 512;
+  AdapterOptions adapters;
 };
 
 TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f32) to a file", [](CLI::App& sub) {
@@ -46,14 +47,17 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
   sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
+  a->adapters.add_to(sub);
   return [a]() {
     const LoadedModel lm = load_model(a->model);
     const std::vector<int32_t> ids = parse_ids(a->tokens);
     auto kv = parse_dtype(a->kv_type);
     TESSERA_CHECK(kv.has_value(), kInvalidArgument, "unknown KV type '{}'", a->kv_type);
     ThreadPool pool(a->threads);
+    const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
     engine::SequenceRunner runner(*lm.model,
-                                  {.n_ctx = static_cast<int64_t>(ids.size()), .kv_type = *kv, .max_batch_tokens = a->batch},
+                                  {.n_ctx = static_cast<int64_t>(ids.size()), .kv_type = *kv, .max_batch_tokens = a->batch,
+                                   .lora = lora.get()},
                                   pool);
     const auto logits = runner.append(ids, /*all_logits=*/true);
     const int64_t V = lm.model->config().n_vocab;

@@ -23,6 +23,7 @@ struct PerplexityArgs {
   bool json = false;
   std::string kl_base;  // save the model's log-probabilities here
   std::string kl;       // compare against log-probabilities saved here
+  AdapterOptions adapters;
 };
 
 void print_kl(const engine::KlResult& k, bool json) {
@@ -65,6 +66,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--chunks", a->chunks, "Evaluate at most this many chunks (-1: all)")->capture_default_str();
   sub.add_flag("--json", a->json, "Print the result as JSON");
+  a->adapters.add_to(sub);
   sub.add_option("--kl-base", a->kl_base, "Save this model's log-probabilities of every scored token to FILE");
   sub.add_option("--kl", a->kl, "KL divergence from the base saved in FILE (with --kl-base)")
       ->excludes(sub.get_option("--kl-base"));
@@ -79,6 +81,8 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
     opt.n_batch = a->batch;
     opt.max_chunks = a->chunks;
     opt.kv_type = a->run.kv_dtype();
+    const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
+    opt.lora = lora.get();
     ProgressBar bar("perplexity");
     const auto t0 = std::chrono::steady_clock::now();
     const auto on_progress = [&](int64_t done, int64_t total) { bar.update(done, total); };

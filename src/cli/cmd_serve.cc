@@ -31,6 +31,7 @@ namespace {
 struct ServeArgs {
   RunOptions run;
   SpecOptions spec;
+  AdapterOptions adapters;
   server::ServerOptions http;
   std::string chat_template;
   std::string prompt_schema;  // Prompt Cache modules (engine/prompt_cache.h)
@@ -126,6 +127,7 @@ int serve(ServeArgs& a) {
   const auto tok = Tokenizer::from_gguf(*lm.file);
   engine::EngineConfig ec = a.run.engine_config();
   a.spec.apply(ec, *lm.model);
+  a.adapters.apply(ec, *lm.model);
   ec.seed = static_cast<uint64_t>(a.seed);
   engine::Engine eng(*lm.model, tok.get(), ec);
   const std::optional<server::ChatTemplate> chat = chat_template(a.chat_template, *lm.file);
@@ -168,6 +170,7 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
   a->run.add_to(sub);
   a->spec.add_to(sub);
+  a->adapters.add_to(sub);
   sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
   sub.add_option("--port", a->http.port, "Port (0: any free port, printed on stderr)")
       ->capture_default_str()

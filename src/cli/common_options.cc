@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "adapters/lora_gguf.h"
 #include "spec/model_drafter.h"
 
 namespace tessera::cli {
@@ -57,6 +58,20 @@ void SpecOptions::add_to(CLI::App& app) {
                "Verify every proposal at full length (default: draft lengths chosen from measured step costs and "
                "acceptance, none when they would not pay)");
 }
+
+void AdapterOptions::add_to(CLI::App& app) {
+  app.add_option("--lora", lora, "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
+  app.add_option("--lora-scale", lora_scale, "Scale of every --lora adapter's delta")->capture_default_str();
+}
+
+std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
+  if (lora.empty()) return nullptr;
+  std::vector<std::shared_ptr<const LoraAdapter>> all;
+  for (const std::string& path : lora) all.push_back(adapters::load_lora(path, base.config(), lora_scale));
+  return adapters::sum_loras(all);
+}
+
+void AdapterOptions::apply(engine::EngineConfig& c, const Model& base) const { c.lora = load(base); }
 
 void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {
   c.spec_method = spec::parse_method(method);

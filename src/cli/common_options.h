@@ -69,6 +69,17 @@ struct SpecOptions {
   void apply(engine::EngineConfig& c, const Model& target);
 };
 
+// --lora FILE (repeatable: deltas summed), --lora-scale S.
+struct AdapterOptions {
+  std::vector<std::string> lora;
+  float lora_scale = 1.0f;
+
+  void add_to(CLI::App& app);
+  // Loads the adapters for `base` into c.lora (nothing without --lora).
+  void apply(engine::EngineConfig& c, const Model& base) const;
+  std::shared_ptr<const LoraAdapter> load(const Model& base) const;  // nullptr without --lora
+};
+
 // Parses "512", "64M", "2G" (binary units).
 size_t parse_bytes(const std::string& s);
 

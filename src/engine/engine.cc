@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "core/error.h"
@@ -148,6 +149,10 @@ RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params,
 
 RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb) {
   const int64_t V = model_.config().n_vocab;
+  if (config_.lora) {
+    r->lora = config_.lora;
+    r->cache_salt ^= std::hash<const void*>{}(r->lora.get()) | 1;
+  }
   const SamplingParams& params = r->params;
   const std::string bad = validate(params, V);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
@@ -320,6 +325,7 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
     c->positions = parent->positions;
     c->preloaded = parent->preloaded;
     c->cache_salt = parent->cache_salt;
+    c->lora = parent->lora;
     c->num_prompt_tokens = parent->num_prompt_tokens;
     c->num_computed_tokens = parent->num_computed_tokens;
     c->num_cached_tokens = parent->num_cached_tokens;

@@ -60,6 +60,8 @@ struct EngineConfig {
   bool spec_adaptive = true;
   double spec_min_gain = 1.03;  // a draft must raise expected tokens/s by this factor
   std::shared_ptr<spec::Drafter> spec_drafter;  // a drafter of one's own (tests); overrides spec_method
+  // A LoRA adapter every request runs with (--lora; adapters/lora_gguf.h).
+  std::shared_ptr<const LoraAdapter> lora;
   // `draft`: the draft model (same vocabulary; must outlive the engine).
   const Model* spec_draft_model = nullptr;
   // `layers`: the target's layers the draft skips ([n_layer] 0/1); empty:

@@ -30,6 +30,10 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
     }
     batch_.seqs.push_back({q_begin, static_cast<int32_t>(s.num_new_tokens),
                            static_cast<int32_t>(start + s.num_new_tokens), r.blocks.blocks.data()});
+    if (r.lora && batch_.seq_lora.size() + 1 < batch_.seqs.size()) {
+      batch_.seq_lora.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
+    }
+    if (r.lora || !batch_.seq_lora.empty()) batch_.seq_lora.push_back(r.lora.get());
     // The last token's row, and each draft token's (verification).
     const int32_t end = static_cast<int32_t>(batch_.tokens.size());
     for (int64_t i = s.num_logit_rows(); i > 0; --i) batch_.logit_rows.push_back(end - static_cast<int32_t>(i));

@@ -26,7 +26,7 @@ PerplexityResult perplexity(const Model& model, const Tokenizer& tok, std::span<
   res.n_chunks = n_chunks;
   const int64_t V = model.config().n_vocab;
   const int64_t first = n_ctx / 2;
-  SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch}, pool);
+  SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora}, pool);
   std::vector<int32_t> chunk(static_cast<size_t>(n_ctx));
   double nll = 0.0, nll2 = 0.0;
   for (int64_t c = 0; c < n_chunks; ++c) {

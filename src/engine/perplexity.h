@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -24,6 +25,7 @@ struct PerplexityOptions {
   int64_t n_batch = 512;     // tokens per forward pass
   int64_t max_chunks = -1;   // -1: all
   DType kv_type = DType::kF16;
+  const LoraAdapter* lora = nullptr;  // an adapter to evaluate with (model/lora.h)
 };
 
 struct PerplexityResult {

@@ -15,6 +15,7 @@
 #include "engine/sampling_params.h"
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "spec/policy.h"
 
 namespace tessera {
@@ -53,6 +54,9 @@ struct Request {
   // Mixed into block hashes: blocks whose contents depend on more than the
   // tokens (modules computed apart) only match requests built the same way.
   uint64_t cache_salt = 0;
+  // The LoRA adapter its tokens run with (model/lora.h), or none. Part of
+  // cache_salt: two adapters never share KV.
+  std::shared_ptr<const LoraAdapter> lora;
 
   kv::BlockTable blocks;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache

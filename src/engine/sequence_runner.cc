@@ -72,6 +72,7 @@ std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, b
       batch_.slots.push_back(table_.slot(start + i, kv_manager_.block_size()));
     }
     batch_.seqs.push_back({0, static_cast<int32_t>(chunk), static_cast<int32_t>(start + chunk), table_.blocks.data()});
+    if (opt_.lora != nullptr) batch_.seq_lora.push_back(opt_.lora);
     if (all_logits) {
       for (int64_t i = 0; i < chunk; ++i) batch_.logit_rows.push_back(static_cast<int32_t>(i));
     } else if (done + chunk == n) {

@@ -10,6 +10,7 @@
 
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace tessera::engine {
@@ -19,6 +20,7 @@ struct SequenceRunnerOptions {
   int32_t block_size = 16;
   DType kv_type = DType::kF32;
   int64_t max_batch_tokens = 512;  // tokens per forward pass when appending many
+  const LoraAdapter* lora = nullptr;  // an adapter every token runs with (model/lora.h)
 };
 
 class SequenceRunner {

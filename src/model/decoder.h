@@ -68,8 +68,9 @@ class DecoderModel : public Model {
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
   void norm(const std::vector<float>& w, const char* name, int64_t il, int64_t n_tokens, ForwardState& s) const;
-  // s.q, s.k, s.v = s.xb times Wq, Wk, Wv (+ their biases, if any).
-  void qkv(const AttentionWeights& w, int64_t n_tokens, ForwardState& s) const;
+  // s.q, s.k, s.v = s.xb times Wq, Wk, Wv (+ their biases, if any; + each
+  // sequence's LoRA deltas, if any, as in every block with a matrix).
+  void qkv(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
   // RMSNorm over each head of s.q and s.k (Qwen3's q_norm / k_norm).
   void qk_norm(const AttentionWeights& w, int64_t n_tokens, ForwardState& s) const;
   // Rotates s.q and s.k with the step's angles; taps q, k, v.
@@ -80,7 +81,7 @@ class DecoderModel : public Model {
                  ForwardState& s) const;
   // s.x += W_down (silu(s.xb W_gate) * s.xb W_up); taps ffn_act (the
   // input of W_down) and layer_out.
-  void swiglu_ffn(const FfnWeights& w, int64_t il, int64_t n_tokens, ForwardState& s) const;
+  void swiglu_ffn(const FfnWeights& w, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
 
   ModelConfig cfg_;
   std::vector<DecoderLayer> layers_;

@@ -9,6 +9,8 @@
 
 namespace tessera {
 
+struct LoraAdapter;  // model/lora.h
+
 struct ForwardBatch {
   std::vector<int32_t> tokens;     // [n_tokens] token ids, sequences back to back
   std::vector<int32_t> positions;  // [n_tokens] RoPE position of each token
@@ -20,6 +22,9 @@ struct ForwardBatch {
   // Layers this step skips (self-speculative drafting: the target with some
   // layers left out; their K/V are not written). Empty: every layer runs.
   std::vector<uint8_t> skip_layers;  // [n_layer] 0/1, or empty
+  // Each sequence's LoRA adapter (model/lora.h; nullptr: none), or empty
+  // when no sequence of the step has one.
+  std::vector<const LoraAdapter*> seq_lora;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -28,6 +33,7 @@ struct ForwardBatch {
     slots.clear();
     seqs.clear();
     logit_rows.clear();
+    seq_lora.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens
 };
 

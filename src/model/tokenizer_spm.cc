@@ -11,7 +11,7 @@
 namespace tessera::tok {
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581 "▁"
 
 class SpmModel final : public Model {
  public:
@@ -33,8 +33,8 @@ class SpmModel final : public Model {
       // A piece with "▁" after some other character would span two words.
       if (mergeable(id)) {
         std::string_view t = vocab.text[id];
-        while (t.substr(0, kSpace.size()) == kSpace) t.remove_prefix(kSpace.size());
-        if (t.find(kSpace) != std::string_view::npos) split_words_ = false;
+        while (t.substr(0, kSpmSpace.size()) == kSpmSpace) t.remove_prefix(kSpmSpace.size());
+        if (t.find(kSpmSpace) != std::string_view::npos) split_words_ = false;
       }
     }
   }
@@ -44,9 +44,9 @@ class SpmModel final : public Model {
   void encode(std::string_view text, std::vector<int32_t>& out) const override {
     std::string norm;
     norm.reserve(text.size() + text.size() / 4 + 3);
-    if (vocab_.add_space_prefix) norm += kSpace;
+    if (vocab_.add_space_prefix) norm += kSpmSpace;
     for (const char c : text) {
-      if (c == ' ') norm += kSpace;
+      if (c == ' ') norm += kSpmSpace;
       else norm += c;
     }
     Scratch scratch;
@@ -59,9 +59,9 @@ class SpmModel final : public Model {
     // its own gives the same tokens as merging the whole text, with small
     // queues instead of one the size of the text.
     size_t word = 0;
-    for (size_t pos = kSpace.size(); pos + kSpace.size() <= norm.size(); ++pos) {
-      if (norm.compare(pos, kSpace.size(), kSpace) == 0 &&
-          norm.compare(pos - kSpace.size(), kSpace.size(), kSpace) != 0) {
+    for (size_t pos = kSpmSpace.size(); pos + kSpmSpace.size() <= norm.size(); ++pos) {
+      if (norm.compare(pos, kSpmSpace.size(), kSpmSpace) == 0 &&
+          norm.compare(pos - kSpmSpace.size(), kSpmSpace.size(), kSpmSpace) != 0) {
         merge(std::string_view(norm).substr(word, pos - word), scratch, out);
         word = pos;
       }
@@ -80,9 +80,9 @@ class SpmModel final : public Model {
     std::string out;
     out.reserve(t.size());
     for (size_t i = 0; i < t.size();) {
-      if (t.compare(i, kSpace.size(), kSpace) == 0) {
+      if (t.compare(i, kSpmSpace.size(), kSpmSpace) == 0) {
         out += ' ';
-        i += kSpace.size();
+        i += kSpmSpace.size();
       } else {
         out += t[i++];
       }

@@ -12,7 +12,7 @@
 namespace tessera::tok {
 namespace {
 
-constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kWpmSpace = "\xE2\x96\x81";  // U+2581 "▁"
 // BERT's max_input_chars_per_word: a longer word is [UNK] without trying.
 constexpr size_t kMaxWordChars = 100;
 
@@ -71,9 +71,9 @@ class WpmModel final : public Model {
   std::string piece(int32_t id) const override {
     const std::string& t = vocab_.text[id];
     if (vocab_.type[id] != TokenType::kNormal) return t;
-    if (t.compare(0, kSpace.size(), kSpace) != 0) return t;
+    if (t.compare(0, kWpmSpace.size(), kWpmSpace) != 0) return t;
     std::string out(1, ' ');
-    out.append(t, kSpace.size());
+    out.append(t, kWpmSpace.size());
     return out;
   }
 
@@ -92,7 +92,7 @@ class WpmModel final : public Model {
       int32_t id = -1;
       while (end > start) {
         key.clear();
-        if (start == 0) key = kSpace;
+        if (start == 0) key = kWpmSpace;
         key.append(word, start, end - start);
         id = vocab_.find(key);
         if (id >= 0) break;

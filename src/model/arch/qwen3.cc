@@ -22,12 +22,12 @@ class Qwen3 final : public DecoderModel {
              ForwardState& s) const override {
     const int64_t T = batch.n_tokens();
     norm(L.attn_norm, "attn_norm", il, T, s);
-    qkv(L.attn, T, s);
+    qkv(L.attn, il, batch, s);
     qk_norm(L.attn, T, s);
     rope(il, T, s);
     attention(L.attn, il, batch, kv, s);
     norm(L.ffn_norm, "ffn_norm", il, T, s);
-    swiglu_ffn(L.ffn, il, T, s);
+    swiglu_ffn(L.ffn, il, batch, s);
   }
 };
 

@@ -1,0 +1,140 @@
+#include "adapters/lora_gguf.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "kernels/quant.h"
+#include "model/gguf.h"
+
+namespace tessera::adapters {
+namespace {
+
+constexpr const char* kTargetNames[kNumLoraTargets] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                                       "ffn_gate", "ffn_up", "ffn_down"};
+
+// [rows, cols] of F32 out of a 2-D tensor of any type dequantize_row handles.
+std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& path) {
+  TESSERA_CHECK(t.n_dims == 2, kCorruptFile, "{}: LoRA tensor '{}' has {} dimensions, not 2", path, t.name, t.n_dims);
+  TESSERA_CHECK(kernels::can_dequantize(t.type), kCorruptFile, "{}: LoRA tensor '{}' has type {}, not supported",
+                path, t.name, dtype_name(t.type));
+  const int64_t rows = t.ne[1], cols = t.ne[0];
+  TESSERA_CHECK(rows >= 1 && cols >= 1 && cols % dtype_traits(t.type).block_size == 0, kCorruptFile,
+                "{}: LoRA tensor '{}' {} does not fit its type {}", path, t.name, t.shape_string(), dtype_name(t.type));
+  const size_t row_bytes = tessera::row_bytes(t.type, cols);
+  TESSERA_CHECK(t.n_bytes >= row_bytes * static_cast<size_t>(rows), kCorruptFile, "{}: LoRA tensor '{}' is truncated",
+                path, t.name);
+  std::vector<float> m(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t.type, t.data + r * row_bytes, m.data() + r * cols, cols);
+  return m;
+}
+
+// (in, out) of a target's base matrix.
+std::pair<int64_t, int64_t> base_shape(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ: return {c.n_embd, c.q_dim()};
+    case LoraTarget::kK:
+    case LoraTarget::kV: return {c.n_embd, c.kv_dim()};
+    case LoraTarget::kO: return {c.q_dim(), c.n_embd};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp: return {c.n_embd, c.n_ff};
+    case LoraTarget::kDown: return {c.n_ff, c.n_embd};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const ModelConfig& base, float scale) {
+  const gguf::File f = gguf::File::open(path);
+  TESSERA_CHECK(f.get_string_or("general.type", "") == "adapter" && f.get_string_or("adapter.type", "") == "lora",
+                kInvalidArgument, "{} is not a LoRA adapter (general.type '{}', adapter.type '{}')", path,
+                f.get_string_or("general.type", ""), f.get_string_or("adapter.type", ""));
+  const std::string arch = f.get_string_or("general.architecture", base.arch);
+  TESSERA_CHECK(arch == base.arch, kInvalidArgument, "{} adapts a '{}' model, not this '{}' model", path, arch, base.arch);
+  auto a = std::make_shared<LoraAdapter>();
+  a->name = f.get_string_or("general.name", path);
+  a->alpha = static_cast<float>(f.get_float_or("adapter.lora.alpha", 0.0));
+  a->layers.resize(static_cast<size_t>(base.n_layer));
+  int64_t pairs = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const std::string& name = t.name;
+    const bool is_a = name.ends_with(".weight.lora_a"), is_b = name.ends_with(".weight.lora_b");
+    TESSERA_CHECK(is_a || is_b, kCorruptFile, "{}: tensor '{}' is not a LoRA half (.weight.lora_a / .lora_b)", path, name);
+    if (is_b) continue;  // read with its A
+    const std::string stem = name.substr(0, name.size() - std::string(".weight.lora_a").size());
+    // blk.<layer>.<target>
+    char* end = nullptr;
+    const long layer = stem.starts_with("blk.") ? std::strtol(stem.c_str() + 4, &end, 10) : -1;
+    TESSERA_CHECK(layer >= 0 && layer < base.n_layer && end != nullptr && *end == '.', kInvalidArgument,
+                  "{}: tensor '{}' adapts no layer of this model ({} layers; only blk.N linears are adapted)", path,
+                  name, base.n_layer);
+    const std::string target = end + 1;
+    const auto it = std::find(std::begin(kTargetNames), std::end(kTargetNames), target);
+    TESSERA_CHECK(it != std::end(kTargetNames), kInvalidArgument,
+                  "{}: tensor '{}' adapts '{}', which has no LoRA support here (attn_q/k/v/output, ffn_gate/up/down)",
+                  path, name, target);
+    const auto tgt = static_cast<LoraTarget>(it - std::begin(kTargetNames));
+    const gguf::TensorInfo* tb = f.find_tensor(stem + ".weight.lora_b");
+    TESSERA_CHECK(tb != nullptr, kCorruptFile, "{}: '{}' has no matching '{}.weight.lora_b'", path, name, stem);
+    const auto [in, out] = base_shape(base, tgt);
+    const int64_t rank = t.ne[1];
+    TESSERA_CHECK(t.ne[0] == in && tb->ne[0] == rank && tb->ne[1] == out && rank >= 1, kInvalidArgument,
+                  "{}: '{}' {} and its lora_b {} do not fit a [{} -> {}] linear (A must be [{}, r], B [r, {}])", path,
+                  stem, t.shape_string(), tb->shape_string(), in, out, in, out);
+    LoraPair& p = a->layers[static_cast<size_t>(layer)][static_cast<size_t>(tgt)];
+    TESSERA_CHECK(p.rank == 0, kCorruptFile, "{}: '{}' appears twice", path, stem);
+    p.rank = rank;
+    p.in = in;
+    p.out = out;
+    p.a = read_matrix(t, path);
+    p.b = read_matrix(*tb, path);
+    // llama.cpp: scale * alpha / rank, or the scale alone without alpha.
+    const float s = a->alpha != 0.0f ? scale * a->alpha / static_cast<float>(rank) : scale;
+    for (float& v : p.a) v *= s;
+    p.scale = 1.0f;
+    ++pairs;
+  }
+  // Every B has its A.
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (!t.name.ends_with(".weight.lora_b")) continue;
+    const std::string a_name = t.name.substr(0, t.name.size() - 1) + "a";
+    TESSERA_CHECK(f.find_tensor(a_name) != nullptr, kCorruptFile, "{}: '{}' has no matching '{}'", path, t.name, a_name);
+  }
+  TESSERA_CHECK(pairs > 0, kCorruptFile, "{}: the adapter has no LoRA tensors", path);
+  return a;
+}
+
+std::shared_ptr<const LoraAdapter> sum_loras(const std::vector<std::shared_ptr<const LoraAdapter>>& adapters) {
+  TESSERA_CHECK(!adapters.empty(), kInvalidArgument, "no adapters to sum");
+  if (adapters.size() == 1) return adapters[0];
+  auto sum = std::make_shared<LoraAdapter>();
+  sum->layers.resize(adapters[0]->layers.size());
+  for (const auto& ad : adapters) {
+    sum->name += (sum->name.empty() ? "" : "+") + ad->name;
+    TESSERA_CHECK(ad->layers.size() == sum->layers.size(), kInvalidArgument, "adapters for models of different depth");
+    for (size_t l = 0; l < ad->layers.size(); ++l) {
+      for (int t = 0; t < kNumLoraTargets; ++t) {
+        const LoraPair& src = ad->layers[l][static_cast<size_t>(t)];
+        if (src.rank == 0) continue;
+        LoraPair& dst = sum->layers[l][static_cast<size_t>(t)];
+        if (dst.rank == 0) {
+          dst = src;
+          continue;
+        }
+        // A: rows appended (scales are folded in); B: columns appended.
+        std::vector<float> b(static_cast<size_t>(dst.out * (dst.rank + src.rank)));
+        for (int64_t o = 0; o < dst.out; ++o) {
+          std::copy_n(dst.b.data() + o * dst.rank, dst.rank, b.data() + o * (dst.rank + src.rank));
+          std::copy_n(src.b.data() + o * src.rank, src.rank, b.data() + o * (dst.rank + src.rank) + dst.rank);
+        }
+        dst.a.insert(dst.a.end(), src.a.begin(), src.a.end());
+        dst.b = std::move(b);
+        dst.rank += src.rank;
+      }
+    }
+  }
+  return sum;
+}
+
+}  // namespace tessera::adapters

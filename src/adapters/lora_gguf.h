@@ -1,0 +1,31 @@
+// LoRA adapters from llama.cpp's adapter GGUF (what convert_lora_to_gguf.py
+// writes and `llama-cli --lora` reads): general.type = "adapter",
+// adapter.type = "lora", adapter.lora.alpha, and for each adapted linear
+// `<tensor>.lora_a` ([in, rank] in GGUF's ne order: rank rows of `in`) and
+// `<tensor>.lora_b` ([rank, out]: out rows of `rank`), in F32, F16, BF16 or
+// Q8_0, on the attention and FFN linears of every layer (attn_q, attn_k,
+// attn_v, attn_output, ffn_gate, ffn_up, ffn_down).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/lora.h"
+
+namespace tessera::adapters {
+
+// Loads `path` for a base model of config `base`; each pair's scale is
+// scale * alpha / rank (scale alone when alpha is 0, as llama.cpp does),
+// folded into A. Throws Error(kInvalidArgument / kCorruptFile) naming what
+// is wrong: not an adapter, another architecture, a tensor of a linear that
+// is not adapted here, shapes that do not fit the base, a missing half.
+std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const ModelConfig& base, float scale = 1.0f);
+
+// Several adapters applied together (their deltas summed): one adapter
+// whose pairs stack the ranks (A rows one after the other, B columns side
+// by side).
+std::shared_ptr<const LoraAdapter> sum_loras(const std::vector<std::shared_ptr<const LoraAdapter>>& adapters);
+
+}  // namespace tessera::adapters

@@ -1,0 +1,51 @@
+// LoRA (Hu et al. 2021): a linear layer W gains a low-rank delta,
+//   y = W x + s * B (A x),   s = user scale * alpha / rank,
+// A [rank, in], B [out, rank]. The base product stays one GEMM over every
+// token of the step; the delta is added after it, per sequence, only for
+// the sequences whose adapter has a pair for that linear (apply_lora: a
+// segment per sequence, as Punica's SGMV; a decode segment is one token,
+// BGMV). Adapters are never merged into the weights.
+//
+// Adapters are loaded by src/adapters/ (llama.cpp's adapter GGUF); this
+// file is how a delta enters the forward pass, which knows nothing of files.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/forward_batch.h"
+
+namespace tessera {
+
+// The linears of a decoder layer an adapter may touch.
+enum class LoraTarget : int { kQ, kK, kV, kO, kGate, kUp, kDown };
+constexpr int kNumLoraTargets = 7;
+
+struct LoraPair {
+  int64_t rank = 0, in = 0, out = 0;  // rank 0: the linear has no delta
+  float scale = 0.0f;                 // user scale * alpha / rank
+  std::vector<float> a;               // [rank][in]
+  std::vector<float> b;               // [out][rank]
+};
+
+struct LoraAdapter {
+  std::string name;
+  float alpha = 0.0f;
+  std::vector<std::array<LoraPair, kNumLoraTargets>> layers;  // [n_layer]
+
+  const LoraPair* get(int64_t layer, LoraTarget t) const {
+    const LoraPair& p = layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+    return p.rank > 0 ? &p : nullptr;
+  }
+  size_t bytes() const;
+};
+
+// y[t, :] += s * B (A x[t, :]) for the tokens of every sequence of `batch`
+// whose adapter (batch.seq_lora) has a pair for (layer, target). x: [tokens,
+// x_stride], y: [tokens, y_stride].
+void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, const float* x, int64_t x_stride,
+                float* y, int64_t y_stride);
+
+}  // namespace tessera
