@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <cmath>
 #include <map>
+#include <random>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -191,6 +195,99 @@ TEST(Lora, PerplexityOnShakespeareFallsAsInLlamaCpp) {
   const double with = engine::perplexity(*base.lm.model, *base.tok, tokens, o, pool).ppl;
   EXPECT_NEAR(plain, 154.6, 0.1);
   EXPECT_NEAR(with, 17.7, 0.1);
+}
+
+// A random adapter on every linear of stories260K, of the given rank.
+std::shared_ptr<const LoraAdapter> random_adapter(const ModelConfig& c, int64_t rank, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  auto a = std::make_shared<LoraAdapter>();
+  a->name = "random-" + std::to_string(seed);
+  a->layers.resize(static_cast<size_t>(c.n_layer));
+  const std::pair<int64_t, int64_t> shapes[kNumLoraTargets] = {
+      {c.n_embd, c.q_dim()}, {c.n_embd, c.kv_dim()}, {c.n_embd, c.kv_dim()}, {c.q_dim(), c.n_embd},
+      {c.n_embd, c.n_ff},    {c.n_embd, c.n_ff},     {c.n_ff, c.n_embd}};
+  for (auto& layer : a->layers) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      LoraPair& p = layer[static_cast<size_t>(t)];
+      p.rank = rank;
+      std::tie(p.in, p.out) = shapes[t];
+      p.scale = 1.0f;
+      p.a.resize(static_cast<size_t>(rank * p.in));
+      p.b.resize(static_cast<size_t>(p.out * rank));
+      for (float& v : p.a) v = n(rng) / std::sqrt(static_cast<float>(p.in));
+      for (float& v : p.b) v = 0.5f * n(rng) / std::sqrt(static_cast<float>(rank));
+    }
+  }
+  return a;
+}
+
+TEST(Lora, ABatchOfManyAdaptersGivesEachRequestItsOwnTokens) {
+  // 8 random adapters of ranks 4..64 and no adapter, the same prompt for
+  // all (so the prefix cache would share KV if adapters did not key it)
+  // and one more prompt each, in one engine: every request's tokens equal
+  // those of running it alone with its adapter.
+  const testing::LoadedWithTokenizer& base = testing::stories260k();
+  const ModelConfig& cfg = base.lm.model->config();
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters = {nullptr};
+  const int64_t ranks[] = {4, 8, 16, 24, 32, 40, 48, 64};
+  for (uint32_t i = 0; i < 8; ++i) adapters.push_back(random_adapter(cfg, ranks[i], 100 + i));
+  engine::EngineConfig c;
+  c.max_model_len = 512;
+  c.kv_type = DType::kF32;
+  c.threads = 2;
+  engine::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 40;
+  p.ignore_eos = true;
+  const std::vector<std::string> prompts = {"Once upon a time, there was a little girl", "Tom had a red ball."};
+  auto run = [&](const std::vector<std::pair<std::string, std::shared_ptr<const LoraAdapter>>>& reqs) {
+    engine::Engine e(*base.lm.model, base.tok.get(), c);
+    std::vector<engine::RequestId> ids;
+    for (const auto& [prompt, lora] : reqs) ids.push_back(e.add_request(prompt, p, {}, lora));
+    std::map<engine::RequestId, std::vector<int32_t>> out;
+    while (e.has_unfinished()) {
+      for (const engine::RequestOutput& o : e.step()) {
+        out[o.id].insert(out[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    EXPECT_EQ(e.stats().kv_blocks_used, 0);
+    std::vector<std::vector<int32_t>> r;
+    for (engine::RequestId id : ids) r.push_back(out[id]);
+    return r;
+  };
+  std::vector<std::pair<std::string, std::shared_ptr<const LoraAdapter>>> all;
+  for (const std::string& prompt : prompts) {
+    for (const auto& a : adapters) all.emplace_back(prompt, a);
+  }
+  const std::vector<std::vector<int32_t>> together = run(all);
+  std::set<std::vector<int32_t>> distinct;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(together[i], run({all[i]})[0]) << "request " << i;
+    distinct.insert(together[i]);
+  }
+  EXPECT_GE(distinct.size(), all.size() - 2) << "the random adapters must change the outputs";
+
+  // One after the other in one engine, a long prompt: the prefix cache
+  // serves a request only blocks computed with its own adapter.
+  engine::Engine e(*base.lm.model, base.tok.get(), c);
+  const std::string longer = "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+                             "park with her dog and her friends every day.";
+  auto one = [&](const std::shared_ptr<const LoraAdapter>& lora) {
+    e.add_request(longer, p, {}, lora);
+    std::vector<int32_t> out;
+    while (e.has_unfinished()) {
+      for (const engine::RequestOutput& o : e.step()) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    return out;
+  };
+  const std::vector<int32_t> first = one(adapters[1]);
+  const int64_t hits0 = e.stats().prefix_hit_tokens_total;
+  EXPECT_EQ(one(adapters[2]), run({{longer, adapters[2]}})[0]);
+  EXPECT_EQ(one(nullptr), run({{longer, nullptr}})[0]);
+  EXPECT_EQ(e.stats().prefix_hit_tokens_total, hits0) << "another adapter's blocks were served";
+  EXPECT_EQ(one(adapters[1]), first);
+  EXPECT_GT(e.stats().prefix_hit_tokens_total, hits0) << "the same adapter's blocks are reused";
 }
 
 TEST(Lora, SeveralAdaptersSumAndScaleScales) {

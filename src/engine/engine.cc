@@ -1,12 +1,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <functional>
 #include <random>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/stop_checker.h"
+#include "kv/prefix_hash.h"
 #include "model/tokenizer.h"
 #include "spec/model_drafter.h"
 
@@ -120,20 +120,24 @@ namespace {
 Rng sample_rng(uint64_t seed, int32_t index) { return Rng(seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index)); }
 }  // namespace
 
-RequestId Engine::add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb) {
+RequestId Engine::add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb,
+                              std::shared_ptr<const LoraAdapter> lora) {
   TESSERA_CHECK(tokenizer_ != nullptr, kInvalidArgument, "this engine has no tokenizer; send token ids");
-  return add_request(tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/true), params, std::move(cb));
+  return add_request(tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/true), params, std::move(cb),
+                     std::move(lora));
 }
 
-RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb) {
+RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb,
+                              std::shared_ptr<const LoraAdapter> lora) {
   auto r = std::make_unique<Request>();
   r->tokens = std::move(prompt);
   r->params = params;
   const int64_t n = r->num_tokens();
-  return submit(std::move(r), n, std::move(cb));
+  return submit(std::move(r), n, std::move(cb), std::move(lora));
 }
 
-RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb) {
+RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb,
+                              std::shared_ptr<const LoraAdapter> lora) {
   TESSERA_CHECK(layout.positions.size() == layout.tokens.size() && layout.preloaded &&
                     layout.preloaded->n_tokens < static_cast<int64_t>(layout.tokens.size()),
                 kInvalidArgument, "malformed Prompt Cache layout");
@@ -144,14 +148,20 @@ RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params,
   r->preloaded = std::move(layout.preloaded);
   r->cache_salt = layout.cache_salt;
   r->params = params;
-  return submit(std::move(r), max_position, std::move(cb));
+  return submit(std::move(r), max_position, std::move(cb), std::move(lora));
 }
 
-RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb) {
+RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb,
+                         std::shared_ptr<const LoraAdapter> lora) {
   const int64_t V = model_.config().n_vocab;
-  if (config_.lora) {
-    r->lora = config_.lora;
-    r->cache_salt ^= std::hash<const void*>{}(r->lora.get()) | 1;
+  // Its own adapter, else the engine's (--lora), else none. The adapter is
+  // part of the prefix-cache key: two adapters never share KV.
+  r->lora = lora ? std::move(lora) : config_.lora;
+  if (r->lora) {
+    TESSERA_CHECK(r->lora->layers.size() == static_cast<size_t>(model_.config().n_layer), kInvalidArgument,
+                  "adapter '{}' has {} layers; the model has {}", r->lora->name, r->lora->layers.size(),
+                  model_.config().n_layer);
+    r->cache_salt ^= kv::block_hash(r->lora->uid, 0x10a4, {}) | 1;
   }
   const SamplingParams& params = r->params;
   const std::string bad = validate(params, V);

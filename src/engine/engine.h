@@ -101,11 +101,14 @@ class Engine {
   // Validates and queues a request; returns its id (for n > 1, the id of the
   // first sample; the others are reported with the same group id). Throws
   // Error(kInvalidArgument / kOutOfRange) with a message fit for a client.
-  RequestId add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb = {});
-  RequestId add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb = {});
+  RequestId add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb = {},
+                        std::shared_ptr<const LoraAdapter> lora = {});
+  RequestId add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb = {},
+                        std::shared_ptr<const LoraAdapter> lora = {});
   // A Prompt Cache prompt (see engine/prompt_cache.h): imported modules'
   // K/V are written, not computed.
-  RequestId add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb = {});
+  RequestId add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb = {},
+                        std::shared_ptr<const LoraAdapter> lora = {});
 
   // Aborts a request (or every sample of a group); its blocks are freed at
   // the start of the next step. Unknown ids are ignored.
@@ -131,7 +134,8 @@ class Engine {
     OutputCallback cb;
   };
   // Validates and queues a built request; returns its id.
-  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb);
+  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb,
+                   std::shared_ptr<const LoraAdapter> lora);
   void drain_inbox(std::vector<RequestOutput>& outputs);
   // Samples the rows of one scheduled request: its next token, or a draft's
   // verification (num_draft + 1 rows).

@@ -1,8 +1,15 @@
 #include "model/lora.h"
 
+#include <atomic>
+
 #include "core/error.h"
 
 namespace tessera {
+
+uint64_t next_lora_uid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 size_t LoraAdapter::bytes() const {
   size_t n = 0;

@@ -30,7 +30,12 @@ struct LoraPair {
   std::vector<float> b;               // [out][rank]
 };
 
+// A process-unique number per adapter built (prefix-cache keys use it:
+// an adapter freed and another built at the same address never match).
+uint64_t next_lora_uid();
+
 struct LoraAdapter {
+  uint64_t uid = next_lora_uid();
   std::string name;
   float alpha = 0.0f;
   std::vector<std::array<LoraPair, kNumLoraTargets>> layers;  // [n_layer]
