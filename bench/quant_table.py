@@ -9,7 +9,7 @@ model's through the same path; bench/llamacpp_kl.py), since its K-quant
 fallbacks (Q5_0, Q5_1) are types Tessera does not load. llama.cpp's Q4_0 is
 judged both ways as a cross-check.
 
-usage: /usr/bin/python3 bench/quant_table.py [BUILD_DIR] [--models 260K,1M] [--json OUT]
+usage: /usr/bin/python3 bench/quant_table.py [BUILD_DIR] [--models 260K,1M] [--json OUT] [--skip-tessera]
 Needs bench/peer (bench/setup_peer) for the llama.cpp rows; without it they
 are left out and the table says so.
 """
@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--models", default="260K,1M")
     ap.add_argument("--json")
     ap.add_argument("--threads", default="2")
+    ap.add_argument("--skip-tessera", action="store_true", help="only the F32 and llama.cpp rows")
+    ap.add_argument("--llamacpp-types", default="Q8_0,Q4_0,Q4_K_M,Q4_K_S,Q3_K_M,Q3_K_S")
     a = ap.parse_args()
     tessera = os.path.join(ROOT, a.build, "tessera")
     tmp = tempfile.mkdtemp(prefix="quant_table_")
@@ -97,11 +99,12 @@ def main():
             # llama.cpp's Q4_0 mix on this model: output Q8_0, ffn_down F16 (172 columns).
             mix = ["--keep", "output.weight=q8_0"] + sum((["--keep", f"blk.{i}.ffn_down.weight=f16"] for i in range(5)), [])
         else:
-            mix = ["--keep", "output.weight=q8_0"]
+            # Tied output: llama.cpp stores token_embd (the output matrix) in Q8_0.
+            mix = ["--keep", "token_embd.weight=q8_0"]
         for method in ("rtn", "awq", "gptq", "awq+gptq"):
             configs.append((f"{method} 4-bit, llama.cpp's Q4_0 mix", method, ["--type", "q4_0"] + mix))
         configs.append(("rtn 8-bit", "rtn", ["--type", "q8_0"]))
-        for what, method, extra in configs:
+        for what, method, extra in ([] if a.skip_tessera else configs):
             qf = os.path.join(tmp, f"{key}-{method}-{len(results)}.gguf")
             run([tessera, "quantize", "-m", model, "-o", qf, "--method", method, "--calib", calibf,
                  "--calib-tokens", "50000", "-t", a.threads] + extra)
@@ -122,7 +125,9 @@ def main():
                                   a.threads], cwd=os.path.join(HERE, "peer"))
         base_probs = os.path.join(tmp, f"{key}-f32.probs")
         probs(model, base_probs)
-        for name, ftype in (("Q8_0", 7), ("Q4_0", 2), ("Q4_K_M", 15), ("Q4_K_S", 14), ("Q3_K_M", 12), ("Q3_K_S", 11)):
+        ftypes = {"Q8_0": 7, "Q4_0": 2, "Q4_K_M": 15, "Q4_K_S": 14, "Q3_K_M": 12, "Q3_K_S": 11}
+        for name in a.llamacpp_types.split(","):
+            ftype = ftypes[name]
             qf = os.path.join(tmp, f"{key}-llamacpp-{name}.gguf")
             run(["/usr/bin/python3", os.path.join(HERE, "llamacpp_quantize.py"), model, qf, str(ftype), a.threads])
             qp = qf + ".probs"

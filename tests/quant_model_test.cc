@@ -9,6 +9,7 @@
 //  * bad options and inputs are errors with a message, never a crash.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -20,6 +21,7 @@
 #include "engine/sequence_runner.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "model/synthetic.h"
 #include "model/weights.h"
 #include "quant/grid.h"
 #include "quant/quantize_model.h"
@@ -183,6 +185,12 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   o.method = Method::kGptq;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no calibration
   EXPECT_THROW(parse_method("smoothquant"), Error);
+  // Statistics that do not fit the tensor (another model's): refused.
+  Calibration other;
+  const float x[100] = {1.0f};
+  other.at("ffn_act", 0).add(x, 1, 100, 100);
+  other.finish();
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, &other, pool), Error);
   // A padded file cannot be quantized again (its padding key would be stale).
   const std::string q = testing::temp_path("once.gguf");
   quantize_model(*m.lm.file, q, QuantizeOptions{}, nullptr, pool);
@@ -202,6 +210,55 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
     const std::string bad = testing::temp_path("badpad.gguf");
     testing::write_file(bad, bytes);
     EXPECT_THROW(load_model(bad), Error) << w;
+  }
+}
+
+// Odd shapes through every method: FFN widths that are not multiples of 32
+// (padded), GQA, biases, q/k norms, tied output, 3 and 4 bits. Each file
+// loads and gives finite logits, and the calibration saw every linear.
+TEST(Quantize, OddShapesThroughEveryMethod) {
+  struct Case {
+    const char* arch;
+    int64_t embd, ff, heads, kv_heads;
+    bool tied;
+  };
+  const Case cases[] = {{"llama", 64, 100, 4, 2, false}, {"qwen2", 96, 172, 6, 2, true}, {"qwen3", 64, 40, 4, 4, false}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    SyntheticModelSpec spec;
+    spec.arch = c.arch;
+    spec.n_embd = c.embd;
+    spec.n_ff = c.ff;
+    spec.n_head = c.heads;
+    spec.n_head_kv = c.kv_heads;
+    spec.tied_output = c.tied;
+    spec.n_vocab = 300;
+    spec.n_ctx = 256;
+    const std::string src = testing::temp_path(std::string("odd_") + c.arch + ".gguf");
+    write_synthetic_model(spec, src, 1);
+    const LoadedModel lm = load_model(src);
+    const auto tok = Tokenizer::from_gguf(*lm.file);
+    const std::vector<int32_t> tokens = tok->encode(std::string(default_calibration_text()).substr(0, 3000), false);
+    CalibrationOptions co;
+    co.max_tokens = 512;
+    const Calibration cal = calibrate(*lm.model, tokens, co, pool);
+    EXPECT_NE(stats_for_tensor(cal, "blk.1.ffn_down.weight"), nullptr);
+    EXPECT_EQ(stats_for_tensor(cal, "blk.1.ffn_down.weight")->dim, c.ff);
+    for (const Method m : {Method::kRtn, Method::kAwq, Method::kGptq, Method::kAwqGptq}) {
+      for (const int bits : {4, 3}) {
+        QuantizeOptions o;
+        o.method = m;
+        o.bits = bits;
+        o.gptq.act_order = bits == 3;
+        const std::string out = testing::temp_path(fmt::format("odd_{}_{}_{}.gguf", c.arch, method_name(m), bits));
+        quantize_model(*lm.file, out, o, &cal, pool);
+        const LoadedModel q = load_model(out);
+        EXPECT_EQ(q.file->has(std::string(kPaddedColsKey) + "blk.0.ffn_down.weight"), c.ff % 32 != 0);
+        engine::SequenceRunner runner(*q.model, {.kv_type = DType::kF32}, pool);
+        const std::span<const float> logits = runner.append(std::vector<int32_t>{1, 5, 9, 200, 7}, true);
+        for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << c.arch << " " << method_name(m) << " " << bits;
+      }
+    }
   }
 }
 

@@ -79,6 +79,10 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       cal = quant::calibrate(*lm.model, tokens, co, pool, [&](int64_t d, int64_t n) { bar.update(d, n); });
       bar.finish();
       std::fprintf(stderr, "calibration: %lld tokens of %s\n", static_cast<long long>(cal.n_tokens), path.c_str());
+      if (cal.n_tokens < 1024) {
+        std::fprintf(stderr, "warning: %lld calibration tokens is few: statistics this thin fit the text, not the model\n",
+                     static_cast<long long>(cal.n_tokens));
+      }
     }
     ProgressBar bar("quantize");
     const quant::QuantizeResult r = quant::quantize_model(

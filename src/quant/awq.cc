@@ -28,7 +28,7 @@ AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int
   for (float m : mean) top = std::max(top, m);
   for (float& m : mean) m = std::max(m, top * 1e-6f + 1e-12f);  // a channel never seen gets the smallest scale
   AwqScale best;
-  std::vector<float> s(static_cast<size_t>(cols)), ws, deq;
+  std::vector<float> s(static_cast<size_t>(cols)), orig, ws, deq;
   std::vector<int8_t> q;
   std::vector<float> sc;
   for (int k = 0; k < opt.grid; ++k) {
@@ -43,18 +43,24 @@ AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int
     for (float& v : s) v /= norm;
     double err = 0.0;
     for (const LinearRef& l : linears) {
-      const size_t n = static_cast<size_t>(l.rows * cols);
+      // Every stride-th row (all of them up to opt.max_rows rows).
+      const int64_t stride = std::max<int64_t>(1, (l.rows + opt.max_rows - 1) / opt.max_rows);
+      const int64_t rows = (l.rows + stride - 1) / stride;
+      const size_t n = static_cast<size_t>(rows * cols);
+      orig.resize(n);
       ws.resize(n);
       deq.resize(n);
       q.resize(n);
       sc.resize(n / static_cast<size_t>(g.block));
-      for (int64_t r = 0; r < l.rows; ++r) {
-        for (int64_t i = 0; i < cols; ++i) ws[static_cast<size_t>(r * cols + i)] = l.w[r * cols + i] * s[static_cast<size_t>(i)];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = l.w + r * stride * cols;
+        std::copy_n(src, cols, orig.data() + r * cols);
+        for (int64_t i = 0; i < cols; ++i) ws[static_cast<size_t>(r * cols + i)] = src[i] * s[static_cast<size_t>(i)];
         rtn_row(g, ws.data() + r * cols, cols, {}, q.data() + r * cols, sc.data() + r * (cols / g.block));
         dequant_row(g, q.data() + r * cols, sc.data() + r * (cols / g.block), cols, deq.data() + r * cols);
         for (int64_t i = 0; i < cols; ++i) deq[static_cast<size_t>(r * cols + i)] /= s[static_cast<size_t>(i)];
       }
-      err += output_error(l.w, deq.data(), l.rows, cols, st.h);
+      err += output_error(orig.data(), deq.data(), rows, cols, st.h);
     }
     if (k == 0) best.rtn_error = err;
     if (k == 0 || err < best.error) {

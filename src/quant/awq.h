@@ -27,6 +27,7 @@ namespace tessera::quant {
 
 struct AwqOptions {
   int grid = 20;          // alpha in {0, 1/grid, ..., (grid-1)/grid}
+  int64_t max_rows = 512; // rows of each linear whose error the search sums (evenly spaced)
   bool clip = true;
   int clip_steps = 10;    // ratios 1, 0.95, ..., 1 - 0.05 (clip_steps - 1) = 0.55
 };

@@ -251,6 +251,9 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
         p.cols_p = t.ne[0];
       }
       if (cal != nullptr) p.stats = stats_for_tensor(*cal, t.name);
+      TESSERA_CHECK(p.stats == nullptr || p.stats->dim == t.ne[0], kInvalidArgument,
+                    "calibration statistics of {} inputs for '{}', which has {}", p.stats ? p.stats->dim : 0, t.name,
+                    t.ne[0]);
     }
     plans[t.name] = std::move(p);
   }

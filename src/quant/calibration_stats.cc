@@ -1,0 +1,78 @@
+// The statistics side of calibration (quant/calibration.h): accumulating
+// a linear's inputs and finding the entry of a tensor. Kept apart from
+// calibrate(), which runs the model, so that what reads them (the
+// quantizer, tests/fuzz/quant_fuzz.cc) does not need the engine.
+#include <cmath>
+
+#include "core/error.h"
+#include "quant/calibration.h"
+
+namespace tessera::quant {
+
+void InputStats::add(const float* x, int64_t rows, int64_t cols, int64_t stride) {
+  if (dim == 0) {
+    dim = cols;
+    h.assign(static_cast<size_t>(cols * cols), 0.0);
+    abs_sum.assign(static_cast<size_t>(cols), 0.0);
+  }
+  TESSERA_CHECK(cols == dim, kInternal, "calibration input of {} columns, then {}", dim, cols);
+  std::vector<double> xd(static_cast<size_t>(cols));
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* r = x + t * stride;
+    for (int64_t i = 0; i < cols; ++i) {
+      xd[static_cast<size_t>(i)] = r[i];
+      abs_sum[static_cast<size_t>(i)] += std::fabs(static_cast<double>(r[i]));
+    }
+    // Upper triangle only; mirrored when read (calibrate() finishes it).
+    for (int64_t i = 0; i < cols; ++i) {
+      const double xi = xd[static_cast<size_t>(i)];
+      if (xi == 0.0) continue;
+      double* hr = h.data() + i * cols;
+      for (int64_t j = i; j < cols; ++j) hr[j] += xi * xd[static_cast<size_t>(j)];
+    }
+  }
+  n += rows;
+}
+
+std::vector<float> InputStats::mean_abs() const {
+  std::vector<float> m(abs_sum.size());
+  for (size_t i = 0; i < m.size(); ++i) m[i] = n > 0 ? static_cast<float>(abs_sum[i] / static_cast<double>(n)) : 0.0f;
+  return m;
+}
+
+bool Calibration::wanted(std::string_view tap) {
+  return tap == "attn_norm" || tap == "ffn_norm" || tap == "attn_out" || tap == "ffn_act" || tap == "result_norm";
+}
+
+void Calibration::finish() {
+  for (auto& [key, s] : stats_) {
+    for (int64_t i = 0; i < s.dim; ++i) {
+      for (int64_t j = 0; j < i; ++j) s.h[static_cast<size_t>(i * s.dim + j)] = s.h[static_cast<size_t>(j * s.dim + i)];
+    }
+  }
+}
+
+const InputStats* Calibration::find(const std::string& name, int64_t layer) const {
+  auto it = stats_.find({name, layer});
+  return it == stats_.end() ? nullptr : &it->second;
+}
+
+const InputStats* stats_for_tensor(const Calibration& c, const std::string& t) {
+  if (t == "output.weight") return c.find("result_norm", -1);
+  if (t.rfind("blk.", 0) != 0) return nullptr;
+  const size_t dot = t.find('.', 4);
+  if (dot == std::string::npos) return nullptr;
+  int64_t layer = 0;
+  for (size_t i = 4; i < dot; ++i) {
+    if (t[i] < '0' || t[i] > '9') return nullptr;
+    layer = layer * 10 + (t[i] - '0');
+  }
+  const std::string rest = t.substr(dot + 1);
+  if (rest == "attn_q.weight" || rest == "attn_k.weight" || rest == "attn_v.weight") return c.find("attn_norm", layer);
+  if (rest == "attn_output.weight") return c.find("attn_out", layer);
+  if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return c.find("ffn_norm", layer);
+  if (rest == "ffn_down.weight") return c.find("ffn_act", layer);
+  return nullptr;
+}
+
+}  // namespace tessera::quant
