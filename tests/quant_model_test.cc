@@ -191,6 +191,24 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   other.at("ffn_act", 0).add(x, 1, 100, 100);
   other.finish();
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, &other, pool), Error);
+  // A non-finite weight (the fuzzer's first find, tests/fuzz/quant_fuzz.cc):
+  // an error naming the tensor, not undefined rounding.
+  {
+    std::string bytes = testing::read_file(testing::stories260k_path());
+    const gguf::TensorInfo& t = m.lm.file->tensor("blk.2.attn_q.weight");
+    ASSERT_EQ(t.type, DType::kF32);
+    const float nan = std::nanf("");
+    std::memcpy(bytes.data() + m.lm.file->data_offset() + t.offset + 4 * 70, &nan, 4);
+    const std::string path = testing::temp_path("nan.gguf");
+    testing::write_file(path, bytes);
+    const gguf::File nf = gguf::File::open(path);
+    try {
+      quantize_model(nf, out, QuantizeOptions{}, nullptr, pool);
+      ADD_FAILURE() << "a NaN weight was quantized";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blk.2.attn_q.weight"), std::string::npos) << e.what();
+    }
+  }
   // A padded file cannot be quantized again (its padding key would be stale).
   const std::string q = testing::temp_path("once.gguf");
   quantize_model(*m.lm.file, q, QuantizeOptions{}, nullptr, pool);

@@ -47,6 +47,7 @@ float search_block_scale(const Grid& g, const float* w, int64_t n, const double*
 inline int level(const Grid& g, float w, float d) {
   if (d == 0.0f) return 0;
   float q = w / d;
+  if (q != q) return 0;  // NaN (callers refuse non-finite weights; this keeps the cast defined)
   q = q < static_cast<float>(g.qmin) ? static_cast<float>(g.qmin) : q;
   q = q > static_cast<float>(g.qmax) ? static_cast<float>(g.qmax) : q;
   return static_cast<int>(__builtin_nearbyintf(q));

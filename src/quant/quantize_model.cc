@@ -1,6 +1,7 @@
 #include "quant/quantize_model.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -31,6 +32,10 @@ std::vector<float> read_f32(const gguf::TensorInfo& t) {
                 t.name);
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t.type, t.data + r * rb, out.data() + r * cols, cols);
+  for (size_t i = 0; i < out.size(); ++i) {
+    TESSERA_CHECK(std::isfinite(out[i]), kCorruptFile, "tensor '{}' holds a non-finite value (row {}, column {})",
+                  t.name, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols);
+  }
   return out;
 }
 
