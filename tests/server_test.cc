@@ -17,10 +17,12 @@
 #include <sstream>
 #include <thread>
 
+#include "adapters/lora_gguf.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_unicode.h"
+#include "server/adapter_registry.h"
 #include "server/async_engine.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
@@ -190,7 +192,9 @@ engine::EngineConfig stack_config() {
 }
 
 struct Stack {
-  explicit Stack(const LoadedModel& lm, const Tokenizer& tok, const engine::EngineConfig& ec = stack_config()) {
+  explicit Stack(const LoadedModel& lm, const Tokenizer& tok, const engine::EngineConfig& ec = stack_config(),
+                 bool runtime_lora = false)
+      : adapters(lm.model->config()) {
     engine = std::make_unique<engine::Engine>(*lm.model, &tok, ec);
     async = std::make_unique<AsyncEngine>(*engine, metrics, ec.max_num_seqs + 8);
     ServerOptions opt;
@@ -199,6 +203,7 @@ struct Stack {
     opt.threads = 24;
     opt.max_body_bytes = 64 << 10;
     opt.poll_interval = std::chrono::milliseconds(20);
+    opt.allow_runtime_lora = runtime_lora;
     http = std::make_unique<HttpServer>(opt, metrics);
     http->bind();
     http->start();
@@ -206,6 +211,7 @@ struct Stack {
     served.ctx.tokenizer = &tok;
     served.ctx.max_model_len = engine->config().max_model_len;
     served.ctx.served_model_name = "stories";
+    served.ctx.adapters = &adapters;
   }
   ~Stack() {
     http->begin_shutdown();
@@ -216,6 +222,7 @@ struct Stack {
   void attach() { http->attach(&served); }
   int port() const { return http->bound_port(); }
 
+  AdapterRegistry adapters;
   Metrics metrics;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<AsyncEngine> async;
@@ -281,6 +288,83 @@ TEST_F(ServerTest, GreedyCompletionEqualsTheEngineDrivenDirectly) {
   const json j = json::parse(r->body);
   EXPECT_EQ(j["choices"][0]["text"], want);
   EXPECT_EQ(j["usage"]["completion_tokens"], 40);
+}
+
+TEST_F(ServerTest, LoraAdaptersAreServedByNameLoadedAndUnloaded) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/lora-shakespeare.gguf");
+  const std::string path = testing::shared_path("models/stories260K/lora-shakespeare.gguf");
+  // Reference: the engine driven directly with the adapter.
+  const auto lora = adapters::load_lora(path, lm_->model->config());
+  auto direct = [&](std::shared_ptr<const LoraAdapter> a) {
+    engine::EngineConfig ec;
+    ec.threads = 1;
+    ec.num_kv_blocks = 64;
+    engine::Engine ref(*lm_->model, tok_, ec);
+    engine::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 30;
+    std::string text;
+    ref.add_request(tok_->encode("The king", true, true), p, [&](const engine::RequestOutput& o) { text += o.text; },
+                    std::move(a));
+    while (ref.has_unfinished()) ref.step();
+    return text;
+  };
+  const std::string with = direct(lora), without = direct(nullptr);
+  ASSERT_NE(with, without);
+
+  Stack s(*lm_, *tok_, stack_config(), /*runtime_lora=*/true);
+  s.attach();
+  httplib::Client cli("127.0.0.1", s.port());
+  auto complete = [&](const std::string& model) {
+    return cli.Post("/v1/completions",
+                    json{{"model", model}, {"prompt", "The king"}, {"max_tokens", 30}, {"temperature", 0}}.dump(),
+                    "application/json");
+  };
+  auto post = [&](const std::string& url, const json& body) { return cli.Post(url, body.dump(), "application/json"); };
+  auto r = complete("shakespeare");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+  r = post("/v1/load_lora_adapter", {{"lora_name", "shakespeare"}, {"lora_path", path}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  r = complete("shakespeare");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], with);
+  EXPECT_EQ(json::parse(r->body)["model"], "shakespeare");
+  r = complete("stories");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], without);
+  // Listed beside the base model, with its file and parent.
+  auto models = cli.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json data = json::parse(models->body)["data"];
+  ASSERT_EQ(data.size(), 2u);
+  EXPECT_EQ(data[1]["id"], "shakespeare");
+  EXPECT_EQ(data[1]["parent"], "stories");
+  EXPECT_EQ(data[1]["root"], path);
+  EXPECT_EQ(cli.Get("/v1/models/shakespeare")->status, 200);
+  // Refused: a name in use, the base model's name, a file that is not an
+  // adapter, missing fields; unloading an unknown name.
+  EXPECT_EQ(post("/v1/load_lora_adapter", {{"lora_name", "shakespeare"}, {"lora_path", path}})->status, 400);
+  EXPECT_EQ(post("/v1/load_lora_adapter", {{"lora_name", "stories"}, {"lora_path", path}})->status, 400);
+  auto bad = post("/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", testing::stories260k_path()}});
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("not a LoRA adapter"), std::string::npos) << bad->body;
+  EXPECT_EQ(post("/v1/load_lora_adapter", {{"lora_name", "y"}})->status, 400);
+  EXPECT_EQ(post("/v1/unload_lora_adapter", {{"lora_name", "nope"}})->status, 404);
+  // Unloaded: new requests naming it get 404, the base model still serves.
+  EXPECT_EQ(post("/v1/unload_lora_adapter", {{"lora_name", "shakespeare"}})->status, 200);
+  EXPECT_EQ(complete("shakespeare")->status, 404);
+  EXPECT_EQ(complete("stories")->status, 200);
+  EXPECT_EQ(json::parse(cli.Get("/v1/models")->body)["data"].size(), 1u);
+
+  // Without --allow-runtime-lora the endpoints are refused.
+  Stack locked(*lm_, *tok_);
+  locked.attach();
+  httplib::Client c2("127.0.0.1", locked.port());
+  auto l = c2.Post("/v1/load_lora_adapter", json{{"lora_name", "a"}, {"lora_path", path}}.dump(), "application/json");
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->status, 403);
 }
 
 // The text of an SSE stream: the concatenation of every chunk's choices[0]

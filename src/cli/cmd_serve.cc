@@ -22,6 +22,7 @@
 #include "engine/prompt_cache.h"
 #include "model/tokenizer.h"
 #include "server/async_engine.h"
+#include "server/adapter_registry.h"
 #include "server/chat_template.h"
 #include "server/http_server.h"
 
@@ -147,6 +148,16 @@ int serve(ServeArgs& a) {
   served.ctx.max_model_len = eng.config().max_model_len;
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
+  server::AdapterRegistry adapters(lm.model->config());
+  for (const auto& [name, path] : a.adapters.named()) {
+    try {
+      adapters.load(name, path, http_opt.served_model_name);
+    } catch (const server::ApiError& e) {
+      fail(ErrorCode::kInvalidArgument, "--lora {}={}: {}", name, path, e.what());
+    }
+    TESSERA_LOG_INFO("LoRA adapter '{}' served from {}", name, path);
+  }
+  served.ctx.adapters = &adapters;
   served.created = static_cast<int64_t>(std::time(nullptr));
   http.attach(&served);
   const engine::EngineStats st = eng.stats();
@@ -170,7 +181,9 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
   a->run.add_to(sub);
   a->spec.add_to(sub);
-  a->adapters.add_to(sub);
+  a->adapters.add_to(sub, /*named=*/true);
+  sub.add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
+               "Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (loading reads any file the server can)");
   sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
   sub.add_option("--port", a->http.port, "Port (0: any free port, printed on stderr)")
       ->capture_default_str()

@@ -59,16 +59,32 @@ void SpecOptions::add_to(CLI::App& app) {
                "acceptance, none when they would not pay)");
 }
 
-void AdapterOptions::add_to(CLI::App& app) {
-  app.add_option("--lora", lora, "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
-  app.add_option("--lora-scale", lora_scale, "Scale of every --lora adapter's delta")->capture_default_str();
+void AdapterOptions::add_to(CLI::App& app, bool named) {
+  named_ok = named;
+  app.add_option("--lora", lora,
+                 named ? "LoRA adapter (llama.cpp's adapter GGUF): FILE applies to every request (repeat to sum "
+                            "several), NAME=FILE serves it as model NAME"
+                          : "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
+  app.add_option("--lora-scale", lora_scale, "Scale of every --lora FILE adapter's delta")->capture_default_str();
+}
+
+std::vector<std::pair<std::string, std::string>> AdapterOptions::named() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& l : lora) {
+    const size_t eq = l.find('=');
+    if (eq != std::string::npos) out.emplace_back(l.substr(0, eq), l.substr(eq + 1));
+  }
+  return out;
 }
 
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
-  if (lora.empty()) return nullptr;
+  TESSERA_CHECK(named_ok || named().empty(), kInvalidArgument,
+                "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;
-  for (const std::string& path : lora) all.push_back(adapters::load_lora(path, base.config(), lora_scale));
-  return adapters::sum_loras(all);
+  for (const std::string& path : lora) {
+    if (path.find('=') == std::string::npos) all.push_back(adapters::load_lora(path, base.config(), lora_scale));
+  }
+  return all.empty() ? nullptr : adapters::sum_loras(all);
 }
 
 void AdapterOptions::apply(engine::EngineConfig& c, const Model& base) const { c.lora = load(base); }

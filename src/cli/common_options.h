@@ -69,15 +69,19 @@ struct SpecOptions {
   void apply(engine::EngineConfig& c, const Model& target);
 };
 
-// --lora FILE (repeatable: deltas summed), --lora-scale S.
+// --lora FILE (repeatable: deltas summed), --lora-scale S. With `serve`,
+// --lora NAME=FILE serves an adapter by name (a request's "model").
 struct AdapterOptions {
   std::vector<std::string> lora;
   float lora_scale = 1.0f;
+  bool named_ok = false;  // NAME=FILE allowed (serve)
 
-  void add_to(CLI::App& app);
+  void add_to(CLI::App& app, bool named = false);
+  // The NAME=FILE entries (serve only; elsewhere they are an error).
+  std::vector<std::pair<std::string, std::string>> named() const;
   // Loads the adapters for `base` into c.lora (nothing without --lora).
   void apply(engine::EngineConfig& c, const Model& base) const;
-  std::shared_ptr<const LoraAdapter> load(const Model& base) const;  // nullptr without --lora
+  std::shared_ptr<const LoraAdapter> load(const Model& base) const;  // nullptr without plain --lora FILE
 };
 
 // Parses "512", "64M", "2G" (binary units).

@@ -88,7 +88,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
         prompts.push_back(std::move(plain));
       }
     }
-    ch = m->engine->submit(std::move(prompts), api->params);
+    ch = m->engine->submit(std::move(prompts), api->params, api->lora);
   } catch (const ApiError& e) {
     set_error(res, e);
     return;
@@ -110,7 +110,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
 
 void HttpServer::respond(httplib::Response& res, const ServedModel& m, const ApiRequest& api, RequestChannel& ch,
                          const std::string& id) {
-  ResponseBuilder b(api, *m.ctx.tokenizer, m.ctx.served_model_name, id, static_cast<int64_t>(std::time(nullptr)));
+  ResponseBuilder b(api, *m.ctx.tokenizer, api.model, id, static_cast<int64_t>(std::time(nullptr)));
   const int fd = current_connection_fd();
   bool gone = false;
   std::vector<ChannelItem> items;
@@ -144,7 +144,7 @@ void HttpServer::respond(httplib::Response& res, const ServedModel& m, const Api
 void HttpServer::stream(httplib::Response& res, const ServedModel& m, std::shared_ptr<ApiRequest> api,
                         std::shared_ptr<RequestChannel> ch, const std::string& id) {
   auto st = std::make_shared<StreamState>();
-  st->builder = std::make_unique<ResponseBuilder>(*api, *m.ctx.tokenizer, m.ctx.served_model_name, id,
+  st->builder = std::make_unique<ResponseBuilder>(*api, *m.ctx.tokenizer, api->model, id,
                                                   static_cast<int64_t>(std::time(nullptr)));
   st->api = std::move(api);
   st->ch = std::move(ch);

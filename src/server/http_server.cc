@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "server/adapter_registry.h"
 #include "server/http_connection.h"
 #include "server/http_internal.h"
 #include "server/openai_response.h"
@@ -186,6 +187,10 @@ HttpServer::HttpServer(ServerOptions options, Metrics& metrics)
     svr.Patch(path, method_not_allowed);
     svr.Delete(path, method_not_allowed);
   }
+  svr.Post("/v1/load_lora_adapter",
+           [this](const httplib::Request& req, httplib::Response& res) { handle_lora(req, res, true); });
+  svr.Post("/v1/unload_lora_adapter",
+           [this](const httplib::Request& req, httplib::Response& res) { handle_lora(req, res, false); });
   svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) { handle_health(res); });
@@ -250,21 +255,70 @@ const ServedModel* HttpServer::ready_model(httplib::Response& res) {
 void HttpServer::handle_models(const httplib::Request& req, httplib::Response& res) {
   const ServedModel* m = ready_model(res);
   if (m == nullptr) return;
-  const json card = {{"id", m->ctx.served_model_name},
-                     {"object", "model"},
-                     {"created", m->created},
-                     {"owned_by", "tessera"},
-                     {"max_model_len", m->ctx.max_model_len}};
-  if (req.matches.size() > 1) {
-    if (req.matches[1].str() != m->ctx.served_model_name) {
-      set_error(res, ApiError(404, fmt::format("The model `{}` does not exist.", req.matches[1].str()), "model",
-                              "model_not_found"));
-      return;
+  // The base model, then its LoRA adapters (vLLM's cards: root is the
+  // adapter's file, parent the base model).
+  json cards = json::array({{{"id", m->ctx.served_model_name},
+                             {"object", "model"},
+                             {"created", m->created},
+                             {"owned_by", "tessera"},
+                             {"root", m->ctx.served_model_name},
+                             {"parent", nullptr},
+                             {"max_model_len", m->ctx.max_model_len}}});
+  if (m->ctx.adapters != nullptr) {
+    for (const AdapterRegistry::Entry& e : m->ctx.adapters->list()) {
+      cards.push_back({{"id", e.name},
+                       {"object", "model"},
+                       {"created", m->created},
+                       {"owned_by", "tessera"},
+                       {"root", e.path},
+                       {"parent", m->ctx.served_model_name},
+                       {"max_model_len", m->ctx.max_model_len}});
     }
-    res.set_content(dump_json(card), "application/json");
+  }
+  if (req.matches.size() > 1) {
+    for (const json& card : cards) {
+      if (card["id"] == req.matches[1].str()) {
+        res.set_content(dump_json(card), "application/json");
+        return;
+      }
+    }
+    set_error(res, ApiError(404, fmt::format("The model `{}` does not exist.", req.matches[1].str()), "model",
+                            "model_not_found"));
     return;
   }
-  res.set_content(dump_json(json{{"object", "list"}, {"data", json::array({card})}}), "application/json");
+  res.set_content(dump_json(json{{"object", "list"}, {"data", cards}}), "application/json");
+}
+
+void HttpServer::handle_lora(const httplib::Request& req, httplib::Response& res, bool load) {
+  const ServedModel* m = ready_model(res);
+  if (m == nullptr) return;
+  try {
+    if (!opt_.allow_runtime_lora || m->ctx.adapters == nullptr) {
+      throw ApiError(403, "loading and unloading LoRA adapters at run time is off (start the server with "
+                          "--allow-runtime-lora)");
+    }
+    const json body = parse_body(req.body, opt_.max_json_depth);
+    auto str = [&](const char* key) {
+      if (!body.is_object() || !body.contains(key) || !body[key].is_string()) {
+        throw ApiError(400, fmt::format("'{}' (a string) is required", key), key);
+      }
+      return body[key].get<std::string>();
+    };
+    const std::string name = str("lora_name");
+    if (load) {
+      m->ctx.adapters->load(name, str("lora_path"), m->ctx.served_model_name);
+      res.set_content(fmt::format("Success: LoRA adapter '{}' added successfully.", name), "text/plain");
+    } else {
+      // Running requests keep the adapter until they finish; new ones get 404.
+      if (!m->ctx.adapters->unload(name)) {
+        throw ApiError(404, fmt::format("The lora adapter '{}' cannot be found.", name), "lora_name",
+                       "model_not_found");
+      }
+      res.set_content(fmt::format("Success: LoRA adapter '{}' removed successfully.", name), "text/plain");
+    }
+  } catch (const ApiError& e) {
+    set_error(res, e);
+  }
 }
 
 void HttpServer::handle_health(httplib::Response& res) {

@@ -36,6 +36,9 @@ struct ServerOptions {
   int threads = 64;                 // HTTP worker threads (one per open connection)
   int64_t max_samples_per_request = 256;  // prompts x n
   std::chrono::milliseconds poll_interval{100};  // how often a waiting handler checks its client
+  // POST /v1/load_lora_adapter reads any path the server can read: off
+  // unless asked for (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+  bool allow_runtime_lora = false;
 };
 
 // What the server needs once the model is loaded.
@@ -72,6 +75,8 @@ class HttpServer {
   class Impl;
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_models(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/load_lora_adapter (load) and /v1/unload_lora_adapter.
+  void handle_lora(const httplib::Request& req, httplib::Response& res, bool load);
   void handle_health(httplib::Response& res);
   void handle_metrics(httplib::Response& res);
   const ServedModel* ready_model(httplib::Response& res);  // null (and a 503 set) until ready

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/tokenizer.h"
+#include "server/adapter_registry.h"
 #include "server/chat_template.h"
 #include "server/sampling_json.h"
 
@@ -37,15 +38,25 @@ int64_t bounded_int(const json& v, const char* name, int64_t lo, int64_t hi) {
   }
 }
 
-void check_model(const json& body, const ModelContext& ctx) {
+// The served model or one of its LoRA adapters, by name.
+void check_model(const json& body, const ModelContext& ctx, ApiRequest& r) {
+  r.model = ctx.served_model_name;
   const json* m = field(body, "model");
   if (m == nullptr) return;  // optional here (OpenAI requires it; vLLM does not)
   if (!m->is_string()) bad("model", "'model' must be a string");
-  if (m->get_ref<const std::string&>() != ctx.served_model_name) {
-    throw ApiError(404, fmt::format("The model `{}` does not exist. This server serves `{}`.",
-                                    m->get_ref<const std::string&>(), ctx.served_model_name),
-                   "model", "model_not_found");
+  const std::string& name = m->get_ref<const std::string&>();
+  if (name == ctx.served_model_name) return;
+  if (ctx.adapters != nullptr) {
+    if (auto a = ctx.adapters->find(name)) {
+      r.model = name;
+      r.lora = std::move(a);
+      return;
+    }
   }
+  throw ApiError(404, fmt::format("The model `{}` does not exist. This server serves `{}`{}.", name,
+                                  ctx.served_model_name,
+                                  ctx.adapters != nullptr && !ctx.adapters->list().empty() ? " and its LoRA adapters" : ""),
+                 "model", "model_not_found");
 }
 
 // Fields OpenAI defines that this server cannot honour: refused rather than
@@ -262,9 +273,9 @@ json parse_body(std::string_view body, int max_depth) {
 
 ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
-  check_model(body, ctx);
-  refuse_unsupported(body, {"suffix", "logit_bias"});
   ApiRequest r;
+  check_model(body, ctx, r);
+  refuse_unsupported(body, {"suffix", "logit_bias"});
   r.endpoint = Endpoint::kCompletions;
   if (const json* b = field(body, "best_of")) {
     const int64_t best_of = bounded_int(*b, "best_of", 1, 128);
@@ -292,7 +303,8 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
 
 ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
-  check_model(body, ctx);
+  ApiRequest r;
+  check_model(body, ctx, r);
   refuse_unsupported(body, {"tools", "functions", "logit_bias", "audio"});
   if (field(body, "prompt_cache") != nullptr) {
     bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");
@@ -302,7 +314,6 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
       bad("response_format", "only response_format {\"type\": \"text\"} is supported");
     }
   }
-  ApiRequest r;
   r.endpoint = Endpoint::kChat;
   const json messages = normalise_messages(body);
   r.params = sampling(body, /*default_max_tokens=*/1);  // replaced below when not given

@@ -16,12 +16,15 @@
 
 #include "engine/prompt_cache.h"
 #include "engine/sampling_params.h"
+#include "model/lora.h"
 
 namespace tessera {
 class Tokenizer;
 }
 
 namespace tessera::server {
+
+class AdapterRegistry;  // server/adapter_registry.h
 
 class ChatTemplate;
 
@@ -56,6 +59,7 @@ struct ModelContext {
   int64_t max_model_len = 0;
   std::string served_model_name;
   const engine::PromptCache* prompt_cache = nullptr;  // null: started without --prompt-schema
+  AdapterRegistry* adapters = nullptr;  // LoRA adapters served by name; null: none
 };
 
 struct ApiRequest {
@@ -71,9 +75,14 @@ struct ApiRequest {
   bool echo = false;           // completions: prepend the prompt to the text
   int32_t completion_logprobs = -1;  // completions' `logprobs`: alternatives per token; -1: off
   bool chat_logprobs = false;        // chat's `logprobs: true`
+  // The model the request named: the served model, or a LoRA adapter of
+  // ctx.adapters (then `lora` holds it for the request's whole life).
+  std::string model;
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
-// `model`, when present, must be the served name (404 otherwise).
+// `model`, when present, must be the served name or a loaded adapter's (404
+// otherwise).
 ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& ctx);
 ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& ctx);
 
