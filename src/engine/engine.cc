@@ -439,12 +439,22 @@ void Engine::propose_drafts() {
     }
     spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, draft_candidates_, config_.spec_min_gain);
   };
-  if (config_.spec_adaptive && costly) {
-    // A model's proposal is the cost: size first, then ask for that much.
+  if (config_.spec_adaptive) {
+    // Size first from each request's acceptance and ask only for drafts
+    // that could pay: a drafter's lookups and index updates are work too
+    // (a model's proposal is the whole cost: it is asked for that much).
     choose([&](size_t i) { return static_cast<int64_t>(draft_queries_[i].max_tokens); });
+    size_t kept = 0;
     for (size_t i = 0; i < draft_queries_.size(); ++i) {
-      draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
+      if (draft_candidates_[i].k == 0) continue;
+      if (costly) draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
+      draft_queries_[kept] = draft_queries_[i];
+      draft_reqs_[kept] = draft_reqs_[i];
+      ++kept;
     }
+    draft_queries_.resize(kept);
+    draft_reqs_.resize(kept);
+    if (kept == 0) return;
   }
   const auto t0 = Clock::now();
   drafter_->propose(draft_queries_);
