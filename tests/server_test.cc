@@ -263,19 +263,25 @@ TEST_F(ServerTest, LoadingThenReady) {
   EXPECT_EQ(h->status, 200);
 }
 
-TEST_F(ServerTest, GreedyCompletionEqualsTheEngineDrivenDirectly) {
-  // Reference: a separate engine, no server, same prompt tokens.
+// The greedy text of `prompt` from an engine driven directly (no server).
+std::string direct_greedy(const LoadedModel& lm, const Tokenizer& tok, const std::string& prompt, int32_t n,
+                          std::shared_ptr<const LoraAdapter> lora = {}) {
   engine::EngineConfig ec;
   ec.threads = 1;
   ec.num_kv_blocks = 64;
-  engine::Engine ref(*lm_->model, tok_, ec);
+  engine::Engine ref(*lm.model, &tok, ec);
   engine::SamplingParams p;
   p.temperature = 0;
-  p.max_tokens = 40;
-  std::string want;
-  ref.add_request(tok_->encode("Once upon a time", true, true), p,
-                  [&](const engine::RequestOutput& o) { want += o.text; });
+  p.max_tokens = n;
+  std::string text;
+  ref.add_request(tok.encode(prompt, true, true), p, [&](const engine::RequestOutput& o) { text += o.text; },
+                  std::move(lora));
   while (ref.has_unfinished()) ref.step();
+  return text;
+}
+
+TEST_F(ServerTest, GreedyCompletionEqualsTheEngineDrivenDirectly) {
+  const std::string want = direct_greedy(*lm_, *tok_, "Once upon a time", 40);
   ASSERT_FALSE(want.empty());
 
   Stack s(*lm_, *tok_);
@@ -295,21 +301,8 @@ TEST_F(ServerTest, LoraAdaptersAreServedByNameLoadedAndUnloaded) {
   const std::string path = testing::shared_path("models/stories260K/lora-shakespeare.gguf");
   // Reference: the engine driven directly with the adapter.
   const auto lora = adapters::load_lora(path, lm_->model->config());
-  auto direct = [&](std::shared_ptr<const LoraAdapter> a) {
-    engine::EngineConfig ec;
-    ec.threads = 1;
-    ec.num_kv_blocks = 64;
-    engine::Engine ref(*lm_->model, tok_, ec);
-    engine::SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = 30;
-    std::string text;
-    ref.add_request(tok_->encode("The king", true, true), p, [&](const engine::RequestOutput& o) { text += o.text; },
-                    std::move(a));
-    while (ref.has_unfinished()) ref.step();
-    return text;
-  };
-  const std::string with = direct(lora), without = direct(nullptr);
+  const std::string with = direct_greedy(*lm_, *tok_, "The king", 30, lora);
+  const std::string without = direct_greedy(*lm_, *tok_, "The king", 30);
   ASSERT_NE(with, without);
 
   Stack s(*lm_, *tok_, stack_config(), /*runtime_lora=*/true);

@@ -23,7 +23,7 @@ void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, con
                 float* y, int64_t y_stride) {
   if (batch.seq_lora.empty()) return;
   TESSERA_ASSERT(batch.seq_lora.size() == batch.seqs.size());
-  std::vector<float> ax;
+  thread_local std::vector<float> ax;  // [rank]: grows once, no allocation per linear per step
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const LoraAdapter* adapter = batch.seq_lora[i];
     if (adapter == nullptr) continue;
