@@ -29,21 +29,13 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/sampling_json.h"
+#include "util/server_stack.h"
 #include "util/test_util.h"
 
 namespace tessera::server {
 namespace {
 
 using nlohmann::json;
-
-int status_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e.status();
-  }
-  return 0;
-}
 
 TEST(ServerJson, DeepNestingIsRefusedNotOverflowed) {
   for (const std::string open : {"[", "{\"a\":"}) {
@@ -183,53 +175,6 @@ std::string post_request(const std::string& path, const std::string& body) {
                      path, body.size(), body);
 }
 
-engine::EngineConfig stack_config() {
-  engine::EngineConfig ec;
-  ec.threads = 1;
-  ec.max_num_seqs = 8;
-  ec.num_kv_blocks = 512;
-  return ec;
-}
-
-struct Stack {
-  explicit Stack(const LoadedModel& lm, const Tokenizer& tok, const engine::EngineConfig& ec = stack_config(),
-                 bool runtime_lora = false)
-      : adapters(lm.model->config()) {
-    engine = std::make_unique<engine::Engine>(*lm.model, &tok, ec);
-    async = std::make_unique<AsyncEngine>(*engine, metrics, ec.max_num_seqs + 8);
-    ServerOptions opt;
-    opt.port = 0;
-    opt.served_model_name = "stories";
-    opt.threads = 24;
-    opt.max_body_bytes = 64 << 10;
-    opt.poll_interval = std::chrono::milliseconds(20);
-    opt.allow_runtime_lora = runtime_lora;
-    http = std::make_unique<HttpServer>(opt, metrics);
-    http->bind();
-    http->start();
-    served.engine = async.get();
-    served.ctx.tokenizer = &tok;
-    served.ctx.max_model_len = engine->config().max_model_len;
-    served.ctx.served_model_name = "stories";
-    served.ctx.adapters = &adapters;
-  }
-  ~Stack() {
-    http->begin_shutdown();
-    async->shutdown();
-    http->wait_idle(std::chrono::seconds(10));
-    http->stop();
-  }
-  void attach() { http->attach(&served); }
-  int port() const { return http->bound_port(); }
-
-  AdapterRegistry adapters;
-  Metrics metrics;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<AsyncEngine> async;
-  std::unique_ptr<HttpServer> http;
-  ServedModel served;
-};
-
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -261,23 +206,6 @@ TEST_F(ServerTest, LoadingThenReady) {
   h = cli.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
-}
-
-// The greedy text of `prompt` from an engine driven directly (no server).
-std::string direct_greedy(const LoadedModel& lm, const Tokenizer& tok, const std::string& prompt, int32_t n,
-                          std::shared_ptr<const LoraAdapter> lora = {}) {
-  engine::EngineConfig ec;
-  ec.threads = 1;
-  ec.num_kv_blocks = 64;
-  engine::Engine ref(*lm.model, &tok, ec);
-  engine::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  std::string text;
-  ref.add_request(tok.encode(prompt, true, true), p, [&](const engine::RequestOutput& o) { text += o.text; },
-                  std::move(lora));
-  while (ref.has_unfinished()) ref.step();
-  return text;
 }
 
 TEST_F(ServerTest, GreedyCompletionEqualsTheEngineDrivenDirectly) {
@@ -423,10 +351,14 @@ void check_http_text_continues_prompt(const LoadedModel& lm, const Tokenizer& to
     for (size_t t = 0; t < lp["tokens"].size(); ++t) {
       EXPECT_EQ(lp["text_offset"][t], pieces.size());
       const std::string piece = tok.token_to_piece(all[ids.size() + t]);
-      if (tok::is_valid_utf8(piece)) EXPECT_EQ(lp["tokens"][t], piece);
+      if (tok::is_valid_utf8(piece)) {
+        EXPECT_EQ(lp["tokens"][t], piece);
+      }
       pieces += piece;
     }
-    if (tok::is_valid_utf8(pieces)) EXPECT_EQ(pieces, want) << "the tokens' bytes, concatenated";
+    if (tok::is_valid_utf8(pieces)) {
+      EXPECT_EQ(pieces, want) << "the tokens' bytes, concatenated";
+    }
 
     body["stream"] = true;
     auto st = cli.Post("/v1/completions", body.dump(), "application/json");

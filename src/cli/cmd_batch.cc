@@ -20,7 +20,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
   auto a = std::make_shared<BatchArgs>();
   a->run.add_to(sub);
   a->spec.add_to(sub);
-  a->adapters.add_to(sub);
+  a->adapters.add_to(sub, AdapterScope::kEngine);
   sub.add_option("-i,--input", a->job.input_path, "Requests, one JSON object per line")->required();
   sub.add_option("-o,--output", a->job.output_path, "Results, one JSON object per line, in input order")->required();
   sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();

@@ -28,7 +28,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   a->run.add_to(sub, /*engine_options=*/false);
   a->sampling.add_to(sub);
   a->spec.add_to(sub);
-  a->adapters.add_to(sub);
+  a->adapters.add_to(sub, AdapterScope::kEngine);
   sub.add_option("-p,--prompt", a->prompt, "Prompt text (after the modules, with --prompt-schema)")->required();
   sub.add_option("--prompt-schema", a->prompt_schema, "Prompt Cache schema (JSON): modules whose attention states are reused");
   sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');

@@ -47,7 +47,7 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
   sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
-  a->adapters.add_to(sub);
+  a->adapters.add_to(sub, AdapterScope::kSequence);
   return [a]() {
     const LoadedModel lm = load_model(a->model);
     const std::vector<int32_t> ids = parse_ids(a->tokens);

@@ -66,7 +66,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--chunks", a->chunks, "Evaluate at most this many chunks (-1: all)")->capture_default_str();
   sub.add_flag("--json", a->json, "Print the result as JSON");
-  a->adapters.add_to(sub);
+  a->adapters.add_to(sub, AdapterScope::kSequence);
   sub.add_option("--kl-base", a->kl_base, "Save this model's log-probabilities of every scored token to FILE");
   sub.add_option("--kl", a->kl, "KL divergence from the base saved in FILE (with --kl-base)")
       ->excludes(sub.get_option("--kl-base"));

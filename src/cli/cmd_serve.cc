@@ -148,7 +148,8 @@ int serve(ServeArgs& a) {
   served.ctx.max_model_len = eng.config().max_model_len;
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
-  server::AdapterRegistry adapters(lm.model->config());
+  server::AdapterRegistry adapters(lm.model->config(),
+                                   a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
     try {
       adapters.load(name, path, http_opt.served_model_name);
@@ -156,6 +157,14 @@ int serve(ServeArgs& a) {
       fail(ErrorCode::kInvalidArgument, "--lora {}={}: {}", name, path, e.what());
     }
     TESSERA_LOG_INFO("LoRA adapter '{}' served from {}", name, path);
+  }
+  for (const auto& [name, path] : a.adapters.named_soft_prompts()) {
+    try {
+      adapters.add_soft_prompt(name, path, http_opt.served_model_name);
+    } catch (const server::ApiError& e) {
+      fail(ErrorCode::kInvalidArgument, "--soft-prompt {}={}: {}", name, path, e.what());
+    }
+    TESSERA_LOG_INFO("soft prompt '{}' served from {}", name, path);
   }
   served.ctx.adapters = &adapters;
   served.created = static_cast<int64_t>(std::time(nullptr));
@@ -181,7 +190,7 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
   a->run.add_to(sub);
   a->spec.add_to(sub);
-  a->adapters.add_to(sub, /*named=*/true);
+  a->adapters.add_to(sub, AdapterScope::kServer);
   sub.add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
                "Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (loading reads any file the server can)");
   sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "adapters/lora_gguf.h"
+#include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
 
 namespace tessera::cli {
@@ -59,26 +60,45 @@ void SpecOptions::add_to(CLI::App& app) {
                "acceptance, none when they would not pay)");
 }
 
-void AdapterOptions::add_to(CLI::App& app, bool named) {
-  named_ok = named;
-  app.add_option("--lora", lora,
-                 named ? "LoRA adapter (llama.cpp's adapter GGUF): FILE applies to every request (repeat to sum "
-                            "several), NAME=FILE serves it as model NAME"
-                          : "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
-  app.add_option("--lora-scale", lora_scale, "Scale of every --lora FILE adapter's delta")->capture_default_str();
-}
-
-std::vector<std::pair<std::string, std::string>> AdapterOptions::named() const {
+namespace {
+std::vector<std::pair<std::string, std::string>> name_file_pairs(const std::vector<std::string>& values) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const std::string& l : lora) {
+  for (const std::string& l : values) {
     const size_t eq = l.find('=');
     if (eq != std::string::npos) out.emplace_back(l.substr(0, eq), l.substr(eq + 1));
   }
   return out;
 }
+}  // namespace
+
+void AdapterOptions::add_to(CLI::App& app, AdapterScope where) {
+  scope = where;
+  const bool named = where == AdapterScope::kServer;
+  app.add_option("--lora", lora,
+                 named ? "LoRA adapter (llama.cpp's adapter GGUF): FILE applies to every request (repeat to sum "
+                            "several), NAME=FILE serves it as model NAME"
+                          : "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
+  app.add_option("--lora-scale", lora_scale, "Scale of every --lora FILE adapter's delta")->capture_default_str();
+  if (where == AdapterScope::kSequence) return;
+  app.add_option("--soft-prompt", soft_prompt,
+                 named ? "Soft prompt ([n_virtual, n_embd] in .npy or GGUF): FILE prefixes every request, NAME=FILE "
+                         "serves it to requests naming it in \"soft_prompt\""
+                       : "Soft prompt ([n_virtual, n_embd] input embeddings in .npy or GGUF) prepended to every prompt");
+  if (named) {
+    app.add_option("--lora-pool", lora_pool,
+                   "Memory budget of resident LoRA adapters (e.g. 512M); idle ones beyond it are evicted, least "
+                   "recently used first, and reloaded from their file on demand (default: unbounded)");
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> AdapterOptions::named() const { return name_file_pairs(lora); }
+
+std::vector<std::pair<std::string, std::string>> AdapterOptions::named_soft_prompts() const {
+  return name_file_pairs(soft_prompt);
+}
 
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
-  TESSERA_CHECK(named_ok || named().empty(), kInvalidArgument,
+  TESSERA_CHECK(scope == AdapterScope::kServer || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;
   for (const std::string& path : lora) {
@@ -87,7 +107,16 @@ std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const
   return all.empty() ? nullptr : adapters::sum_loras(all);
 }
 
-void AdapterOptions::apply(engine::EngineConfig& c, const Model& base) const { c.lora = load(base); }
+void AdapterOptions::apply(engine::EngineConfig& c, const Model& base) const {
+  c.lora = load(base);
+  TESSERA_CHECK(scope == AdapterScope::kServer || named_soft_prompts().empty(), kInvalidArgument,
+                "--soft-prompt NAME=FILE serves a soft prompt by name (tessera serve); here give --soft-prompt FILE");
+  for (const std::string& path : soft_prompt) {
+    if (path.find('=') != std::string::npos) continue;
+    TESSERA_CHECK(!c.soft_prompt, kInvalidArgument, "give at most one --soft-prompt FILE");
+    c.soft_prompt = adapters::load_soft_prompt(path, base.config());
+  }
+}
 
 void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {
   c.spec_method = spec::parse_method(method);

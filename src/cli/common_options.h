@@ -69,17 +69,29 @@ struct SpecOptions {
   void apply(engine::EngineConfig& c, const Model& target);
 };
 
-// --lora FILE (repeatable: deltas summed), --lora-scale S. With `serve`,
-// --lora NAME=FILE serves an adapter by name (a request's "model").
+// Where adapter options are offered: the single-sequence commands (logits,
+// perplexity: --lora), the engine's (generate, batch: also --soft-prompt
+// FILE) and the server's (NAME=FILE for both, --lora-pool).
+enum class AdapterScope { kSequence, kEngine, kServer };
+
+// --lora FILE (repeatable: deltas summed), --lora-scale S, --soft-prompt
+// FILE. With `serve`, --lora NAME=FILE serves an adapter by name (a
+// request's "model") and --soft-prompt NAME=FILE a soft prompt (a request's
+// "soft_prompt"); --lora-pool caps the resident adapters' memory.
 struct AdapterOptions {
   std::vector<std::string> lora;
   float lora_scale = 1.0f;
-  bool named_ok = false;  // NAME=FILE allowed (serve)
+  std::vector<std::string> soft_prompt;
+  std::string lora_pool;  // bytes ("512M"); empty: unbounded
+  AdapterScope scope = AdapterScope::kSequence;
 
-  void add_to(CLI::App& app, bool named = false);
-  // The NAME=FILE entries (serve only; elsewhere they are an error).
+  void add_to(CLI::App& app, AdapterScope where);
+  // The NAME=FILE entries of --lora / --soft-prompt (serve only; elsewhere
+  // they are an error).
   std::vector<std::pair<std::string, std::string>> named() const;
-  // Loads the adapters for `base` into c.lora (nothing without --lora).
+  std::vector<std::pair<std::string, std::string>> named_soft_prompts() const;
+  // Loads the adapters for `base` into c.lora and c.soft_prompt (nothing
+  // without --lora FILE / --soft-prompt FILE).
   void apply(engine::EngineConfig& c, const Model& base) const;
   std::shared_ptr<const LoraAdapter> load(const Model& base) const;  // nullptr without plain --lora FILE
 };

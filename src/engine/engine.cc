@@ -121,23 +121,23 @@ Rng sample_rng(uint64_t seed, int32_t index) { return Rng(seed + 0x9e3779b97f4a7
 }  // namespace
 
 RequestId Engine::add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb,
-                              std::shared_ptr<const LoraAdapter> lora) {
+                              RequestAdapters adapters) {
   TESSERA_CHECK(tokenizer_ != nullptr, kInvalidArgument, "this engine has no tokenizer; send token ids");
   return add_request(tokenizer_->encode(prompt, /*add_special=*/true, /*parse_special=*/true), params, std::move(cb),
-                     std::move(lora));
+                     std::move(adapters));
 }
 
 RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb,
-                              std::shared_ptr<const LoraAdapter> lora) {
+                              RequestAdapters adapters) {
   auto r = std::make_unique<Request>();
   r->tokens = std::move(prompt);
   r->params = params;
   const int64_t n = r->num_tokens();
-  return submit(std::move(r), n, std::move(cb), std::move(lora));
+  return submit(std::move(r), n, std::move(cb), std::move(adapters));
 }
 
 RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb,
-                              std::shared_ptr<const LoraAdapter> lora) {
+                              RequestAdapters adapters) {
   TESSERA_CHECK(layout.positions.size() == layout.tokens.size() && layout.preloaded &&
                     layout.preloaded->n_tokens < static_cast<int64_t>(layout.tokens.size()),
                 kInvalidArgument, "malformed Prompt Cache layout");
@@ -148,20 +148,35 @@ RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params,
   r->preloaded = std::move(layout.preloaded);
   r->cache_salt = layout.cache_salt;
   r->params = params;
-  return submit(std::move(r), max_position, std::move(cb), std::move(lora));
+  return submit(std::move(r), max_position, std::move(cb), std::move(adapters));
 }
 
 RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb,
-                         std::shared_ptr<const LoraAdapter> lora) {
+                         RequestAdapters adapters) {
   const int64_t V = model_.config().n_vocab;
   // Its own adapter, else the engine's (--lora), else none. The adapter is
   // part of the prefix-cache key: two adapters never share KV.
-  r->lora = lora ? std::move(lora) : config_.lora;
+  r->lora = adapters.lora ? std::move(adapters.lora) : config_.lora;
   if (r->lora) {
     TESSERA_CHECK(r->lora->layers.size() == static_cast<size_t>(model_.config().n_layer), kInvalidArgument,
                   "adapter '{}' has {} layers; the model has {}", r->lora->name, r->lora->layers.size(),
                   model_.config().n_layer);
     r->cache_salt ^= kv::block_hash(r->lora->uid, 0x10a4, {}) | 1;
+  }
+  // A soft prompt (its own, else the engine's): its rows enter as
+  // placeholder tokens ahead of the prompt.
+  if (!adapters.soft_prompt) adapters.soft_prompt = config_.soft_prompt;
+  if (adapters.soft_prompt) {
+    const SoftPrompt& sp = *adapters.soft_prompt;
+    TESSERA_CHECK(sp.n_embd == model_.config().n_embd, kInvalidArgument,
+                  "soft prompt '{}' has rows of {} values; the model's embeddings have {}", sp.name, sp.n_embd,
+                  model_.config().n_embd);
+    TESSERA_CHECK(r->positions.empty() && !r->preloaded, kInvalidArgument,
+                  "a soft prompt cannot be combined with a Prompt Cache prompt");
+    r->tokens.insert(r->tokens.begin(), static_cast<size_t>(sp.n_virtual), kSoftPromptPlaceholder);
+    max_position += sp.n_virtual;
+    r->cache_salt ^= kv::block_hash(sp.uid, 0x50f7, {}) | 1;
+    r->soft_prompt = std::move(adapters.soft_prompt);
   }
   const SamplingParams& params = r->params;
   const std::string bad = validate(params, V);
@@ -187,11 +202,11 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
   TESSERA_CHECK(why.empty(), kOutOfRange, "{}", why);
 
   r->num_prompt_tokens = r->num_tokens();
-  for (int32_t t : r->tokens) ++r->history.prompt[t];
+  for (int64_t i = r->num_virtual_tokens(); i < r->num_tokens(); ++i) ++r->history.prompt[r->tokens[static_cast<size_t>(i)]];
   if (tokenizer_ != nullptr) {
     // Output text continues the prompt's (see StreamingDecoder::skip).
     r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
-    r->decoder->skip(r->tokens);
+    r->decoder->skip(std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(r->num_virtual_tokens())));
   }
   r->arrival = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -336,6 +351,7 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
     c->preloaded = parent->preloaded;
     c->cache_salt = parent->cache_salt;
     c->lora = parent->lora;
+    c->soft_prompt = parent->soft_prompt;
     c->num_prompt_tokens = parent->num_prompt_tokens;
     c->num_computed_tokens = parent->num_computed_tokens;
     c->num_cached_tokens = parent->num_cached_tokens;

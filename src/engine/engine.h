@@ -62,6 +62,8 @@ struct EngineConfig {
   std::shared_ptr<spec::Drafter> spec_drafter;  // a drafter of one's own (tests); overrides spec_method
   // A LoRA adapter every request runs with (--lora; adapters/lora_gguf.h).
   std::shared_ptr<const LoraAdapter> lora;
+  // A soft prompt every request runs with (--soft-prompt FILE).
+  std::shared_ptr<const SoftPrompt> soft_prompt;
   // `draft`: the draft model (same vocabulary; must outlive the engine).
   const Model* spec_draft_model = nullptr;
   // `layers`: the target's layers the draft skips ([n_layer] 0/1); empty:
@@ -102,13 +104,13 @@ class Engine {
   // first sample; the others are reported with the same group id). Throws
   // Error(kInvalidArgument / kOutOfRange) with a message fit for a client.
   RequestId add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb = {},
-                        std::shared_ptr<const LoraAdapter> lora = {});
+                        RequestAdapters adapters = {});
   RequestId add_request(std::string_view prompt, const SamplingParams& params, OutputCallback cb = {},
-                        std::shared_ptr<const LoraAdapter> lora = {});
+                        RequestAdapters adapters = {});
   // A Prompt Cache prompt (see engine/prompt_cache.h): imported modules'
   // K/V are written, not computed.
   RequestId add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb = {},
-                        std::shared_ptr<const LoraAdapter> lora = {});
+                        RequestAdapters adapters = {});
 
   // Aborts a request (or every sample of a group); its blocks are freed at
   // the start of the next step. Unknown ids are ignored.
@@ -134,8 +136,7 @@ class Engine {
     OutputCallback cb;
   };
   // Validates and queues a built request; returns its id.
-  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb,
-                   std::shared_ptr<const LoraAdapter> lora);
+  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb, RequestAdapters adapters);
   void drain_inbox(std::vector<RequestOutput>& outputs);
   // Samples the rows of one scheduled request: its next token, or a draft's
   // verification (num_draft + 1 rows).

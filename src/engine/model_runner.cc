@@ -34,6 +34,16 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
       batch_.seq_lora.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
     }
     if (r.lora || !batch_.seq_lora.empty()) batch_.seq_lora.push_back(r.lora.get());
+    // Soft prompt rows for its virtual tokens among this step's.
+    const int64_t n_virtual = r.num_virtual_tokens();
+    if (start < n_virtual) {
+      batch_.embd_rows.resize(static_cast<size_t>(q_begin), nullptr);
+      for (int64_t p = start; p < start + s.num_new_tokens; ++p) {
+        batch_.embd_rows.push_back(p < n_virtual ? r.soft_prompt->row(p) : nullptr);
+      }
+    } else if (!batch_.embd_rows.empty()) {
+      batch_.embd_rows.resize(batch_.tokens.size(), nullptr);
+    }
     // The last token's row, and each draft token's (verification).
     const int32_t end = static_cast<int32_t>(batch_.tokens.size());
     for (int64_t i = s.num_logit_rows(); i > 0; --i) batch_.logit_rows.push_back(end - static_cast<int32_t>(i));

@@ -16,6 +16,7 @@
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
 #include "model/lora.h"
+#include "model/soft_prompt.h"
 #include "spec/policy.h"
 
 namespace tessera {
@@ -32,6 +33,18 @@ enum class RequestStatus { kWaiting, kRunning, kFinished };
 // OpenAI's finish_reason vocabulary, plus the engine's own.
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+// What a request runs with besides the base weights: a LoRA adapter
+// (model/lora.h) and a soft prompt (model/soft_prompt.h), each optional.
+struct RequestAdapters {
+  std::shared_ptr<const LoraAdapter> lora;
+  std::shared_ptr<const SoftPrompt> soft_prompt;
+
+  RequestAdapters() = default;
+  RequestAdapters(std::shared_ptr<const LoraAdapter> l) : lora(std::move(l)) {}  // NOLINT: implicit on purpose
+  RequestAdapters(std::shared_ptr<const LoraAdapter> l, std::shared_ptr<const SoftPrompt> s)
+      : lora(std::move(l)), soft_prompt(std::move(s)) {}
+};
 
 struct Request {
   RequestId id = 0;
@@ -57,6 +70,11 @@ struct Request {
   // The LoRA adapter its tokens run with (model/lora.h), or none. Part of
   // cache_salt: two adapters never share KV.
   std::shared_ptr<const LoraAdapter> lora;
+  // Its soft prompt, or none: its first soft_prompt->n_virtual tokens are
+  // placeholders whose input embeddings are the soft prompt's rows. Part
+  // of cache_salt too.
+  std::shared_ptr<const SoftPrompt> soft_prompt;
+  int64_t num_virtual_tokens() const { return soft_prompt ? soft_prompt->n_virtual : 0; }
 
   kv::BlockTable blocks;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache

@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -216,7 +217,12 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   s.logits.ensure(static_cast<size_t>(R) * V);
   if (s.ctx.ws == nullptr) s.ctx.ws = &s.ws;
 
+  TESSERA_ASSERT(batch.embd_rows.empty() || batch.embd_rows.size() == batch.tokens.size());
   for (int64_t i = 0; i < T; ++i) {
+    if (!batch.embd_rows.empty() && batch.embd_rows[i] != nullptr) {
+      std::copy_n(batch.embd_rows[i], E, s.x.data() + i * E);
+      continue;
+    }
     const int32_t id = batch.tokens[i];
     TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "token id {} out of range (vocabulary {})", id, V);
     kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes,

@@ -25,6 +25,10 @@ struct ForwardBatch {
   // Each sequence's LoRA adapter (model/lora.h; nullptr: none), or empty
   // when no sequence of the step has one.
   std::vector<const LoraAdapter*> seq_lora;
+  // Input embedding rows that replace token embeddings (soft prompts'
+  // virtual tokens; model/soft_prompt.h): [n_tokens], nullptr for a token
+  // looked up as usual; empty when no token of the step has one.
+  std::vector<const float*> embd_rows;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -34,6 +38,7 @@ struct ForwardBatch {
     seqs.clear();
     logit_rows.clear();
     seq_lora.clear();
+    embd_rows.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens
 };
 

@@ -57,7 +57,7 @@ void AsyncEngine::wake() {
 
 std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLayout> prompts,
                                                     const engine::SamplingParams& params,
-                                                    std::shared_ptr<const LoraAdapter> lora) {
+                                                    engine::RequestAdapters adapters) {
   auto ch = std::make_shared<RequestChannel>();
   const int64_t groups = static_cast<int64_t>(prompts.size());
   const int64_t samples = groups * params.n;
@@ -77,8 +77,8 @@ std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLa
         const int32_t idx = static_cast<int32_t>(i);
         auto cb = [this, ch, idx](const engine::RequestOutput& o) { on_output(ch, idx, o); };
         engine::PromptLayout& p = prompts[i];
-        const engine::RequestId id = p.preloaded ? engine_.add_request(std::move(p), params, std::move(cb), lora)
-                                                 : engine_.add_request(std::move(p.tokens), params, std::move(cb), lora);
+        const engine::RequestId id = p.preloaded ? engine_.add_request(std::move(p), params, std::move(cb), adapters)
+                                                 : engine_.add_request(std::move(p.tokens), params, std::move(cb), adapters);
         ch->groups_.push_back(id);
         ++ch->unfinished_;
         in_flight_ += params.n;

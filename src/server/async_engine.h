@@ -80,9 +80,9 @@ class AsyncEngine {
   // for an invalid request (after aborting the prompts already queued).
   // A prompt with `preloaded` K/V is a Prompt Cache layout; otherwise only
   // its tokens are used.
-  // `lora`: the adapter every prompt runs with (none when null).
+  // `adapters`: the LoRA adapter and soft prompt every prompt runs with.
   std::shared_ptr<RequestChannel> submit(std::vector<engine::PromptLayout> prompts, const engine::SamplingParams& params,
-                                         std::shared_ptr<const LoraAdapter> lora = {});
+                                         engine::RequestAdapters adapters = {});
   // Aborts every sample of the channel; the engine frees their blocks at its
   // next step. Idempotent; harmless once finished.
   void abort(RequestChannel& ch);

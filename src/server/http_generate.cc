@@ -88,7 +88,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
         prompts.push_back(std::move(plain));
       }
     }
-    ch = m->engine->submit(std::move(prompts), api->params, api->lora);
+    ch = m->engine->submit(std::move(prompts), api->params, {api->lora, api->soft_prompt});
   } catch (const ApiError& e) {
     set_error(res, e);
     return;

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <optional>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -344,7 +345,9 @@ void HttpServer::handle_metrics(httplib::Response& res) {
   std::string text;
   if (m != nullptr) {
     const engine::EngineStats st = m->engine->stats();
-    text = metrics_.render(&st, m->engine->in_flight());
+    std::optional<AdapterRegistry::PoolStats> pool;
+    if (m->ctx.adapters != nullptr) pool = m->ctx.adapters->pool_stats();
+    text = metrics_.render(&st, m->engine->in_flight(), pool ? &*pool : nullptr);
   } else {
     text = metrics_.render(nullptr, 0);
   }

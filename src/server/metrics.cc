@@ -99,7 +99,8 @@ void Metrics::count_http(const std::string& path, int status) {
   ++http_[{path, status}];
 }
 
-std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight) const {
+std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
+                            const AdapterRegistry::PoolStats* pool) const {
   std::string out;
   out.reserve(8192);
   if (st != nullptr) {
@@ -128,6 +129,20 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight) co
            st->spec_verify_steps_total);
     scalar(out, "tessera_generation_tokens_per_step", "gauge", "Tokens generated per engine step, over the run.",
            st->steps_total > 0 ? static_cast<double>(st->generation_tokens_total) / st->steps_total : 0.0);
+  }
+  if (pool != nullptr) {
+    scalar(out, "tessera_lora_adapters_registered", "gauge", "LoRA adapters served by name.",
+           static_cast<double>(pool->registered));
+    scalar(out, "tessera_lora_adapters_resident", "gauge", "LoRA adapters whose weights are in memory.",
+           static_cast<double>(pool->resident));
+    scalar(out, "tessera_lora_pool_bytes", "gauge", "Bytes of resident LoRA weights.",
+           static_cast<double>(pool->resident_bytes));
+    scalar(out, "tessera_lora_pool_budget_bytes", "gauge", "The LoRA pool's memory budget (0: unbounded).",
+           static_cast<double>(pool->budget_bytes));
+    scalar(out, "tessera_lora_loads_total", "counter", "LoRA adapter files read (loads and reloads).",
+           static_cast<double>(pool->loads_total));
+    scalar(out, "tessera_lora_evictions_total", "counter", "Idle LoRA adapters evicted to fit the pool's budget.",
+           static_cast<double>(pool->evictions_total));
   }
   scalar(out, "tessera_model_loaded", "gauge", "1 once the model is loaded and the server is ready.", st != nullptr ? 1 : 0);
   scalar(out, "tessera_requests_in_flight", "gauge", "Engine requests admitted and not yet finished.",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/adapter_registry.h"
 
 namespace tessera::server {
 
@@ -50,8 +51,10 @@ class Metrics {
   void count_http(const std::string& path, int status);
 
   // The whole exposition. `stats` is null while the model is loading (the
-  // engine gauges are then left out); `in_flight` counts admitted requests.
-  std::string render(const engine::EngineStats* stats, int64_t in_flight) const;
+  // engine gauges are then left out); `in_flight` counts admitted requests;
+  // `pool`: the LoRA adapter pool's figures, when the server has one.
+  std::string render(const engine::EngineStats* stats, int64_t in_flight,
+                     const AdapterRegistry::PoolStats* pool = nullptr) const;
 
  private:
   Histogram ttft_, itl_, e2e_;

@@ -59,6 +59,20 @@ void check_model(const json& body, const ModelContext& ctx, ApiRequest& r) {
                  "model", "model_not_found");
 }
 
+// "soft_prompt": the name of a soft prompt the server was started with.
+void check_soft_prompt(const json& body, const ModelContext& ctx, ApiRequest& r) {
+  const json* s = field(body, "soft_prompt");
+  if (s == nullptr || s->is_null()) return;
+  if (!s->is_string()) bad("soft_prompt", "'soft_prompt' must be a string");
+  const std::string& name = s->get_ref<const std::string&>();
+  if (ctx.adapters != nullptr) r.soft_prompt = ctx.adapters->find_soft_prompt(name);
+  if (!r.soft_prompt) {
+    throw ApiError(404, fmt::format("The soft prompt `{}` does not exist (start the server with --soft-prompt {}=FILE).",
+                                    name, name),
+                   "soft_prompt", "soft_prompt_not_found");
+  }
+}
+
 // Fields OpenAI defines that this server cannot honour: refused rather than
 // silently ignored, so a client never gets something it did not ask for.
 void refuse_unsupported(const json& body, std::initializer_list<const char*> names) {
@@ -275,6 +289,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   ApiRequest r;
   check_model(body, ctx, r);
+  check_soft_prompt(body, ctx, r);
   refuse_unsupported(body, {"suffix", "logit_bias"});
   r.endpoint = Endpoint::kCompletions;
   if (const json* b = field(body, "best_of")) {
@@ -305,6 +320,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   ApiRequest r;
   check_model(body, ctx, r);
+  check_soft_prompt(body, ctx, r);
   refuse_unsupported(body, {"tools", "functions", "logit_bias", "audio"});
   if (field(body, "prompt_cache") != nullptr) {
     bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");

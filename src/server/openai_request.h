@@ -17,6 +17,7 @@
 #include "engine/prompt_cache.h"
 #include "engine/sampling_params.h"
 #include "model/lora.h"
+#include "model/soft_prompt.h"
 
 namespace tessera {
 class Tokenizer;
@@ -79,6 +80,8 @@ struct ApiRequest {
   // ctx.adapters (then `lora` holds it for the request's whole life).
   std::string model;
   std::shared_ptr<const LoraAdapter> lora;
+  // Its "soft_prompt" (one the server was started with), or none.
+  std::shared_ptr<const SoftPrompt> soft_prompt;
 };
 
 // `model`, when present, must be the served name or a loaded adapter's (404
