@@ -62,7 +62,7 @@ std::string merged_model(const LoraAdapter& a) {
         for (int64_t i = 0; i < pair->in; ++i) {
           double d = 0;
           for (int64_t r = 0; r < pair->rank; ++r) {
-            d += static_cast<double>(pair->b[o * pair->rank + r]) * pair->a[r * pair->in + i];
+            d += static_cast<double>(pair->b[r * pair->out + o]) * pair->a[r * pair->in + i];
           }
           m[o * pair->in + i] += static_cast<float>(d * pair->scale);
         }
@@ -214,7 +214,7 @@ std::shared_ptr<const LoraAdapter> random_adapter(const ModelConfig& c, int64_t 
       std::tie(p.in, p.out) = shapes[t];
       p.scale = 1.0f;
       p.a.resize(static_cast<size_t>(rank * p.in));
-      p.b.resize(static_cast<size_t>(p.out * rank));
+      p.b.resize(static_cast<size_t>(rank * p.out));  // [rank][out]
       for (float& v : p.a) v = n(rng) / std::sqrt(static_cast<float>(p.in));
       for (float& v : p.b) v = 0.5f * n(rng) / std::sqrt(static_cast<float>(rank));
     }

@@ -88,7 +88,12 @@ std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const Mode
     p.in = in;
     p.out = out;
     p.a = read_matrix(t, path);
-    p.b = read_matrix(*tb, path);
+    // B as the kernels want it: [rank][out] (the file holds [out][rank]).
+    const std::vector<float> b = read_matrix(*tb, path);
+    p.b.resize(b.size());
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t k = 0; k < rank; ++k) p.b[static_cast<size_t>(k * out + o)] = b[static_cast<size_t>(o * rank + k)];
+    }
     // llama.cpp: scale * alpha / rank, or the scale alone without alpha.
     const float s = a->alpha != 0.0f ? scale * a->alpha / static_cast<float>(rank) : scale;
     for (float& v : p.a) v *= s;
@@ -122,14 +127,9 @@ std::shared_ptr<const LoraAdapter> sum_loras(const std::vector<std::shared_ptr<c
           dst = src;
           continue;
         }
-        // A: rows appended (scales are folded in); B: columns appended.
-        std::vector<float> b(static_cast<size_t>(dst.out * (dst.rank + src.rank)));
-        for (int64_t o = 0; o < dst.out; ++o) {
-          std::copy_n(dst.b.data() + o * dst.rank, dst.rank, b.data() + o * (dst.rank + src.rank));
-          std::copy_n(src.b.data() + o * src.rank, src.rank, b.data() + o * (dst.rank + src.rank) + dst.rank);
-        }
+        // Ranks appended: rows of A (scales are folded in) and of B ([rank][out]).
         dst.a.insert(dst.a.end(), src.a.begin(), src.a.end());
-        dst.b = std::move(b);
+        dst.b.insert(dst.b.end(), src.b.begin(), src.b.end());
         dst.rank += src.rank;
       }
     }

@@ -1,10 +1,12 @@
 // LoRA (Hu et al. 2021): a linear layer W gains a low-rank delta,
 //   y = W x + s * B (A x),   s = user scale * alpha / rank,
-// A [rank, in], B [out, rank]. The base product stays one GEMM over every
-// token of the step; the delta is added after it, per sequence, only for
-// the sequences whose adapter has a pair for that linear (apply_lora: a
-// segment per sequence, as Punica's SGMV; a decode segment is one token,
-// BGMV). Adapters are never merged into the weights.
+// A [rank, in], B [out, rank] (stored transposed here). The base product
+// stays one GEMM over every token of the step; the delta is added after it
+// only for the sequences whose adapter has a pair for that linear
+// (apply_lora: the tokens of every sequence sharing a pair in one call of
+// the shrink and expand kernels of kernels/lora_delta.h, as Punica's SGMV
+// for prefill segments and BGMV for decode tokens). Adapters are never
+// merged into the weights.
 //
 // Adapters are loaded by src/adapters/ (llama.cpp's adapter GGUF); this
 // file is how a delta enters the forward pass, which knows nothing of files.
@@ -27,7 +29,7 @@ struct LoraPair {
   int64_t rank = 0, in = 0, out = 0;  // rank 0: the linear has no delta
   float scale = 0.0f;                 // user scale * alpha / rank
   std::vector<float> a;               // [rank][in]
-  std::vector<float> b;               // [out][rank]
+  std::vector<float> b;               // [rank][out]: B transposed, so expanding is an axpy along out per rank
 };
 
 // A process-unique number per adapter built (prefix-cache keys use it:
@@ -49,7 +51,10 @@ struct LoraAdapter {
 
 // y[t, :] += s * B (A x[t, :]) for the tokens of every sequence of `batch`
 // whose adapter (batch.seq_lora) has a pair for (layer, target). x: [tokens,
-// x_stride], y: [tokens, y_stride].
+// x_stride], y: [tokens, y_stride]. Runs on the calling thread with the
+// kernels of active_isa(); a token's delta does not depend on the rest of
+// the batch. Thread-local scratch: no allocation once it has seen the
+// largest step.
 void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, const float* x, int64_t x_stride,
                 float* y, int64_t y_stride);
 
