@@ -23,11 +23,10 @@ struct Args {
   std::map<std::string, std::string> kv;
   Args(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
-      std::string k = argv[i];
-      if (k.rfind("--", 0) != 0) continue;
-      k = k.substr(2);
-      if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) kv[k] = argv[++i];
-      else kv[k] = "1";
+      const char* arg = argv[i];
+      if (std::strncmp(arg, "--", 2) != 0) continue;
+      const bool has_value = i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0;
+      kv.insert_or_assign(std::string(arg + 2), std::string(has_value ? argv[++i] : "1"));
     }
   }
   std::string str(const std::string& k, const std::string& def = "") const {
@@ -80,8 +79,10 @@ struct RunStats {
   engine::EngineStats engine;
 };
 
+// `adapters`, when given, holds each job's LoRA adapter / soft prompt.
 inline RunStats run_closed_loop(engine::Engine& eng, const std::vector<Job>& jobs, int clients,
-                                const std::function<int(int, int)>& next_job) {
+                                const std::function<int(int, int)>& next_job,
+                                const std::vector<engine::RequestAdapters>* adapters = nullptr) {
   RunStats st;
   st.results.resize(jobs.size());
   std::map<engine::RequestId, std::pair<int, int>> live;  // id -> (client, job)
@@ -93,7 +94,7 @@ inline RunStats run_closed_loop(engine::Engine& eng, const std::vector<Job>& job
     p.temperature = 0.0f;
     p.ignore_eos = true;
     p.max_tokens = jobs[j].max_tokens;
-    live[eng.add_request(jobs[j].prompt, p)] = {c, j};
+    live[eng.add_request(jobs[j].prompt, p, {}, adapters != nullptr ? (*adapters)[j] : engine::RequestAdapters{})] = {c, j};
   };
   const auto t0 = engine::Clock::now();
   for (int c = 0; c < clients; ++c) submit(c);

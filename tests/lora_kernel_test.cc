@@ -227,9 +227,19 @@ TEST(LoraKernel, ApplyLoraOnABatchOfMixedAdapters) {
   std::mt19937 rng(25);
   const std::vector<float> x = random_floats(static_cast<size_t>(T * x_stride), rng);
   const std::vector<float> y0 = random_floats(static_cast<size_t>(T * y_stride), rng);
+  kernels::KernelContext serial;
+  serial.isa = active_isa();
+  ThreadPool pool(3);
+  kernels::KernelContext parallel = serial;
+  parallel.pool = &pool;
+  parallel.force_parallel = true;
   for (LoraTarget target : {LoraTarget::kQ, LoraTarget::kDown, LoraTarget::kUp}) {
     std::vector<float> y = y0;
-    apply_lora(batch, 0, target, x.data(), x_stride, y.data(), y_stride);
+    apply_lora(batch, 0, target, x.data(), x_stride, y.data(), y_stride, serial);
+    // Spread over a pool, the same bits.
+    std::vector<float> yp = y0;
+    apply_lora(batch, 0, target, x.data(), x_stride, yp.data(), y_stride, parallel);
+    ASSERT_EQ(std::memcmp(yp.data(), y.data(), y.size() * 4), 0) << "target " << static_cast<int>(target);
     std::vector<float> want = y0;
     std::vector<bool> touched(want.size(), false);
     std::vector<double> mag(want.size());
@@ -272,7 +282,7 @@ TEST(LoraKernel, ApplyLoraOnABatchOfMixedAdapters) {
       one.seqs = {batch.seqs[s]};
       one.seq_lora = {batch.seq_lora[s]};
       std::vector<float> y1 = y0;
-      apply_lora(one, 0, target, x.data(), x_stride, y1.data(), y_stride);
+      apply_lora(one, 0, target, x.data(), x_stride, y1.data(), y_stride, serial);
       const size_t begin = static_cast<size_t>(batch.seqs[s].q_begin * y_stride);
       const size_t len = static_cast<size_t>(batch.seqs[s].q_len * y_stride);
       ASSERT_EQ(std::memcmp(y1.data() + begin, y.data() + begin, len * 4), 0) << "sequence " << s;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/lora_gguf.h"
+#include "adapters/random_lora.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/perplexity.h"
@@ -197,31 +198,6 @@ TEST(Lora, PerplexityOnShakespeareFallsAsInLlamaCpp) {
   EXPECT_NEAR(with, 17.7, 0.1);
 }
 
-// A random adapter on every linear of stories260K, of the given rank.
-std::shared_ptr<const LoraAdapter> random_adapter(const ModelConfig& c, int64_t rank, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  auto a = std::make_shared<LoraAdapter>();
-  a->name = "random-" + std::to_string(seed);
-  a->layers.resize(static_cast<size_t>(c.n_layer));
-  const std::pair<int64_t, int64_t> shapes[kNumLoraTargets] = {
-      {c.n_embd, c.q_dim()}, {c.n_embd, c.kv_dim()}, {c.n_embd, c.kv_dim()}, {c.q_dim(), c.n_embd},
-      {c.n_embd, c.n_ff},    {c.n_embd, c.n_ff},     {c.n_ff, c.n_embd}};
-  for (auto& layer : a->layers) {
-    for (int t = 0; t < kNumLoraTargets; ++t) {
-      LoraPair& p = layer[static_cast<size_t>(t)];
-      p.rank = rank;
-      std::tie(p.in, p.out) = shapes[t];
-      p.scale = 1.0f;
-      p.a.resize(static_cast<size_t>(rank * p.in));
-      p.b.resize(static_cast<size_t>(rank * p.out));  // [rank][out]
-      for (float& v : p.a) v = n(rng) / std::sqrt(static_cast<float>(p.in));
-      for (float& v : p.b) v = 0.5f * n(rng) / std::sqrt(static_cast<float>(rank));
-    }
-  }
-  return a;
-}
-
 TEST(Lora, ABatchOfManyAdaptersGivesEachRequestItsOwnTokens) {
   // 8 random adapters of ranks 4..64 and no adapter, the same prompt for
   // all (so the prefix cache would share KV if adapters did not key it)
@@ -231,7 +207,7 @@ TEST(Lora, ABatchOfManyAdaptersGivesEachRequestItsOwnTokens) {
   const ModelConfig& cfg = base.lm.model->config();
   std::vector<std::shared_ptr<const LoraAdapter>> adapters = {nullptr};
   const int64_t ranks[] = {4, 8, 16, 24, 32, 40, 48, 64};
-  for (uint32_t i = 0; i < 8; ++i) adapters.push_back(random_adapter(cfg, ranks[i], 100 + i));
+  for (uint32_t i = 0; i < 8; ++i) adapters.push_back(adapters::random_lora(cfg, ranks[i], adapters::kAllLoraTargets, 100 + i));
   engine::EngineConfig c;
   c.max_model_len = 512;
   c.kv_type = DType::kF32;

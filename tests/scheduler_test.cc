@@ -234,7 +234,9 @@ void run_window_workload(bool speculate, bool prefix_caching) {
   EXPECT_GT(h.max_blocks_held, 0);
   EXPECT_EQ(h.kv.pool().stats().used, 0);
   EXPECT_EQ(h.kv.pool().num_free(), 40);
-  if (speculate) EXPECT_GT(h.accepted, 500);
+  if (speculate) {
+    EXPECT_GT(h.accepted, 500);
+  }
 }
 
 TEST(Scheduler, SlidingWindowGivesBlocksBackAndReadsOnlyTheWindow) { run_window_workload(false, false); }

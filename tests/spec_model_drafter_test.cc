@@ -51,7 +51,8 @@ std::vector<int32_t> propose(spec::Drafter& d, uint64_t id, const std::vector<in
 }
 
 spec::ModelDrafterOptions options(int64_t capacity = 4096, int64_t max_batch_tokens = 512) {
-  return {.capacity_tokens = capacity, .block_size = 16, .kv_type = DType::kF16, .max_batch_tokens = max_batch_tokens};
+  return {.capacity_tokens = capacity, .block_size = 16, .kv_type = DType::kF16, .max_batch_tokens = max_batch_tokens,
+          .skip_layers = {}};
 }
 
 TEST(ModelDrafter, ProposesTheDraftModelsGreedyContinuation) {
@@ -251,7 +252,9 @@ TEST(SpeculativeEngine, GreedyOutputsAreBitIdenticalWithADraftModel) {
       EXPECT_GT(b.stats.spec_accepted_tokens_total, 40) << "the drafts must be exercised";
       EXPECT_GT(b.stats.spec_drafted_tokens_total, b.stats.spec_accepted_tokens_total) << "and rejections too";
       EXPECT_LT(b.stats.steps_total, a.stats.steps_total);
-      if (kv_blocks > 0 && n > 1) EXPECT_GT(b.stats.preemptions_total, 0);
+      if (kv_blocks > 0 && n > 1) {
+        EXPECT_GT(b.stats.preemptions_total, 0);
+      }
     }
   }
 }

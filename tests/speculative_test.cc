@@ -303,7 +303,9 @@ TEST(SpeculativeEngine, GreedyOutputsAreBitIdenticalWithNgramDrafts) {
     EXPECT_GT(b.stats.spec_accepted_tokens_total, 100) << "the drafts must be exercised";
     EXPECT_GT(b.stats.spec_drafted_tokens_total, b.stats.spec_accepted_tokens_total) << "and rejections too";
     EXPECT_LT(b.stats.steps_total, a.stats.steps_total);
-    if (kv_blocks > 0) EXPECT_GT(b.stats.preemptions_total, 0);
+    if (kv_blocks > 0) {
+      EXPECT_GT(b.stats.preemptions_total, 0);
+    }
   }
 }
 

@@ -29,20 +29,6 @@ std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& pat
   return m;
 }
 
-// (in, out) of a target's base matrix.
-std::pair<int64_t, int64_t> base_shape(const ModelConfig& c, LoraTarget t) {
-  switch (t) {
-    case LoraTarget::kQ: return {c.n_embd, c.q_dim()};
-    case LoraTarget::kK:
-    case LoraTarget::kV: return {c.n_embd, c.kv_dim()};
-    case LoraTarget::kO: return {c.q_dim(), c.n_embd};
-    case LoraTarget::kGate:
-    case LoraTarget::kUp: return {c.n_embd, c.n_ff};
-    case LoraTarget::kDown: return {c.n_ff, c.n_embd};
-  }
-  return {0, 0};
-}
-
 }  // namespace
 
 std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const ModelConfig& base, float scale) {
@@ -77,7 +63,7 @@ std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const Mode
     const auto tgt = static_cast<LoraTarget>(it - std::begin(kTargetNames));
     const gguf::TensorInfo* tb = f.find_tensor(stem + ".weight.lora_b");
     TESSERA_CHECK(tb != nullptr, kCorruptFile, "{}: '{}' has no matching '{}.weight.lora_b'", path, name, stem);
-    const auto [in, out] = base_shape(base, tgt);
+    const auto [in, out] = lora_target_shape(base, tgt);
     const int64_t rank = t.ne[1];
     TESSERA_CHECK(t.ne[0] == in && tb->ne[0] == rank && tb->ne[1] == out && rank >= 1, kInvalidArgument,
                   "{}: '{}' {} and its lora_b {} do not fit a [{} -> {}] linear (A must be [{}, r], B [r, {}])", path,

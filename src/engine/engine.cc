@@ -105,7 +105,9 @@ std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
     }
     std::string names;
     for (size_t l = 0; l < c.skip.size(); ++l) {
-      if (c.skip[l]) names += (names.empty() ? "" : ",") + std::to_string(l);
+      if (!c.skip[l]) continue;
+      if (!names.empty()) names += ',';
+      names += std::to_string(l);
     }
     TESSERA_LOG_INFO("speculative decoding (layers): skipping layers {} (agreement with the full "
                      "model {:.2f} on a probe text, predicted speed-up {:.2f}x)", names, c.acceptance, c.predicted_speedup);

@@ -132,9 +132,9 @@ void DecoderModel::qkv(const AttentionWeights& w, int64_t il, const ForwardBatch
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   const kernels::MatmulOutput out[] = {{&w.wq, s.q.data(), Q}, {&w.wk, s.k.data(), KV}, {&w.wv, s.v.data(), KV}};
   kernels::matmul_shared_input(out, s.xb.data(), E, T, s.ctx);
-  apply_lora(batch, il, LoraTarget::kQ, s.xb.data(), E, s.q.data(), Q);
-  apply_lora(batch, il, LoraTarget::kK, s.xb.data(), E, s.k.data(), KV);
-  apply_lora(batch, il, LoraTarget::kV, s.xb.data(), E, s.v.data(), KV);
+  apply_lora(batch, il, LoraTarget::kQ, s.xb.data(), E, s.q.data(), Q, s.ctx);
+  apply_lora(batch, il, LoraTarget::kK, s.xb.data(), E, s.k.data(), KV, s.ctx);
+  apply_lora(batch, il, LoraTarget::kV, s.xb.data(), E, s.v.data(), KV, s.ctx);
   if (!w.bq.empty()) {
     add_bias(s.q.data(), Q, T, w.bq);
     add_bias(s.k.data(), KV, T, w.bk);
@@ -181,7 +181,7 @@ void DecoderModel::attention(const AttentionWeights& w, int64_t il, const Forwar
   kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, batch.seqs, shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
   kernels::matmul(w.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
-  apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E);
+  apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E, s.ctx);
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
 }
 
@@ -189,12 +189,12 @@ void DecoderModel::swiglu_ffn(const FfnWeights& w, int64_t il, const ForwardBatc
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, F = cfg_.n_ff;
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
-  apply_lora(batch, il, LoraTarget::kGate, s.xb.data(), E, s.ff_gate.data(), F);
-  apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F);
+  apply_lora(batch, il, LoraTarget::kGate, s.xb.data(), E, s.ff_gate.data(), F, s.ctx);
+  apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
   kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
-  apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E);
+  apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
 }

@@ -7,6 +7,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/kernel_context.h"
 #include "kernels/lora_delta.h"
 
 namespace tessera {
@@ -14,6 +15,19 @@ namespace tessera {
 uint64_t next_lora_uid() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ: return {c.n_embd, c.q_dim()};
+    case LoraTarget::kK:
+    case LoraTarget::kV: return {c.n_embd, c.kv_dim()};
+    case LoraTarget::kO: return {c.q_dim(), c.n_embd};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp: return {c.n_embd, c.n_ff};
+    case LoraTarget::kDown: return {c.n_ff, c.n_embd};
+  }
+  return {0, 0};
 }
 
 size_t LoraAdapter::bytes() const {
@@ -33,14 +47,19 @@ constexpr int64_t kLoraTokenChunk = 64;
 // apply_lora's scratch, one per thread; it only grows.
 struct LoraStepScratch {
   std::vector<std::pair<const LoraPair*, int32_t>> seqs;  // (pair, sequence index) of the sequences with a delta
-  std::vector<int32_t> rows;                               // token rows of the sequences of one pair
-  std::vector<float> ax;                                   // [chunk][rank]
+  std::vector<int32_t> rows;                               // token rows, grouped by pair
+  struct Call {
+    const LoraPair* pair;
+    int64_t row0, n;  // rows[row0, row0 + n)
+  };
+  std::vector<Call> calls;  // one kernel call each: independent outputs
+  std::vector<float> ax;    // [chunk][rank]
 };
 
 }  // namespace
 
 void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, const float* x, int64_t x_stride,
-                float* y, int64_t y_stride) {
+                float* y, int64_t y_stride, const kernels::KernelContext& ctx) {
   if (batch.seq_lora.empty()) return;
   TESSERA_ASSERT(batch.seq_lora.size() == batch.seqs.size());
   thread_local LoraStepScratch sc;
@@ -50,29 +69,50 @@ void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, con
     const LoraPair* p = adapter != nullptr ? adapter->get(layer, target) : nullptr;
     if (p != nullptr && batch.seqs[i].q_len > 0) sc.seqs.emplace_back(p, static_cast<int32_t>(i));
   }
+  if (sc.seqs.empty()) return;
   // Sequences sharing a pair (an adapter several requests use) run as one
   // call, so each weight vector is loaded once per tile of their tokens.
   std::sort(sc.seqs.begin(), sc.seqs.end(), [](const auto& l, const auto& r) {
     return l.first != r.first ? std::less<const LoraPair*>()(l.first, r.first) : l.second < r.second;
   });
-  const Isa isa = active_isa();
+  sc.rows.clear();
+  sc.calls.clear();
+  int64_t work = 0;  // multiply-adds
   for (size_t g = 0; g < sc.seqs.size();) {
     const LoraPair* p = sc.seqs[g].first;
-    sc.rows.clear();
+    const int64_t first = static_cast<int64_t>(sc.rows.size());
     for (; g < sc.seqs.size() && sc.seqs[g].first == p; ++g) {
       const kernels::AttentionSeq& s = batch.seqs[static_cast<size_t>(sc.seqs[g].second)];
       for (int32_t t = s.q_begin; t < s.q_begin + s.q_len; ++t) sc.rows.push_back(t);
     }
-    const int64_t n = static_cast<int64_t>(sc.rows.size());
+    const int64_t n = static_cast<int64_t>(sc.rows.size()) - first;
     const int64_t parts = (n + kLoraTokenChunk - 1) / kLoraTokenChunk;
     const int64_t chunk = (n + parts - 1) / parts;  // even chunks: 65 tokens are 33 + 32, not 64 + 1
-    if (sc.ax.size() < static_cast<size_t>(chunk * p->rank)) sc.ax.resize(static_cast<size_t>(chunk * p->rank));
-    for (int64_t c = 0; c < n; c += chunk) {
-      const int64_t m = std::min(chunk, n - c);
-      const int32_t* rows = sc.rows.data() + c;
-      kernels::lora_shrink(p->a.data(), p->rank, p->in, p->scale, x, x_stride, rows, m, sc.ax.data(), isa);
-      kernels::lora_expand(p->b.data(), p->rank, p->out, sc.ax.data(), y, y_stride, rows, m, isa);
+    for (int64_t c = 0; c < n; c += chunk) sc.calls.push_back({p, first + c, std::min(chunk, n - c)});
+    work += n * p->rank * (p->in + p->out);
+  }
+  // The calls write disjoint rows of y: any thread may run any of them, and
+  // a token's result does not depend on which (the kernels' order of
+  // operations is fixed per token).
+  const Isa isa = ctx.isa;
+  const std::vector<int32_t>& rows = sc.rows;
+  const std::vector<LoraStepScratch::Call>& calls = sc.calls;
+  auto run = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> ax;
+    for (int64_t i = begin; i < end; ++i) {
+      const LoraStepScratch::Call& c = calls[static_cast<size_t>(i)];
+      const LoraPair* p = c.pair;
+      if (ax.size() < static_cast<size_t>(c.n * p->rank)) ax.resize(static_cast<size_t>(c.n * p->rank));
+      const int32_t* r = rows.data() + c.row0;
+      kernels::lora_shrink(p->a.data(), p->rank, p->in, p->scale, x, x_stride, r, c.n, ax.data(), isa);
+      kernels::lora_expand(p->b.data(), p->rank, p->out, ax.data(), y, y_stride, r, c.n, isa);
     }
+  };
+  ThreadPool* pool = calls.size() > 1 ? kernels::parallel_pool(ctx, work, kernels::kMinParallelFloatMatmulMacs) : nullptr;
+  if (pool != nullptr) {
+    pool->parallel_for(static_cast<int64_t>(calls.size()), 1, run);
+  } else {
+    run(0, static_cast<int64_t>(calls.size()));
   }
 }
 

@@ -15,8 +15,11 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "model/config.h"
+#include "kernels/kernel_context.h"
 #include "model/forward_batch.h"
 
 namespace tessera {
@@ -31,6 +34,9 @@ struct LoraPair {
   std::vector<float> a;               // [rank][in]
   std::vector<float> b;               // [rank][out]: B transposed, so expanding is an axpy along out per rank
 };
+
+// (in, out) of the base matrix a target adapts, for a model of config `c`.
+std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t);
 
 // A process-unique number per adapter built (prefix-cache keys use it:
 // an adapter freed and another built at the same address never match).
@@ -51,11 +57,12 @@ struct LoraAdapter {
 
 // y[t, :] += s * B (A x[t, :]) for the tokens of every sequence of `batch`
 // whose adapter (batch.seq_lora) has a pair for (layer, target). x: [tokens,
-// x_stride], y: [tokens, y_stride]. Runs on the calling thread with the
-// kernels of active_isa(); a token's delta does not depend on the rest of
-// the batch. Thread-local scratch: no allocation once it has seen the
-// largest step.
+// x_stride], y: [tokens, y_stride]. One kernel call per adapter pair and
+// chunk of its tokens, spread over ctx.pool when the step is big enough,
+// with ctx.isa's kernels; a token's delta does not depend on the rest of
+// the batch nor on the thread that computes it. Thread-local scratch: no
+// allocation once it has seen the largest step.
 void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, const float* x, int64_t x_stride,
-                float* y, int64_t y_stride);
+                float* y, int64_t y_stride, const kernels::KernelContext& ctx);
 
 }  // namespace tessera
