@@ -53,7 +53,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     }
     const int64_t ctx = eng.config().max_model_len;
     engine::SamplingParams p = a->sampling.params(ctx - (layout ? layout->positions.back() + 1 : static_cast<int64_t>(prompt.size())));
-    int64_t n_out = 0;
+    int64_t n_out = 0, n_prompt = 0;  // n_prompt: with a soft prompt's virtual tokens
     double ttft = 0;
     std::string finish;
     auto on_output = [&](const engine::RequestOutput& o) {
@@ -62,6 +62,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
         std::fflush(stdout);
       }
       n_out = o.num_output_tokens;
+      n_prompt = o.num_prompt_tokens;
       ttft = o.time_to_first_token;
       if (o.finished) finish = engine::finish_reason_name(o.finish_reason);
     };
@@ -79,7 +80,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const double gen = total - ttft;
     TESSERA_LOG_INFO("load {:.2f} s; prompt {} tokens in {:.3f} s ({:.1f} t/s); generated {} tokens in {:.3f} s "
                      "({:.1f} t/s); finish: {}; isa {}",
-                     load, prompt.size(), ttft, prompt.size() / std::max(ttft, 1e-9), n_out, gen,
+                     load, n_prompt, ttft, static_cast<double>(n_prompt) / std::max(ttft, 1e-9), n_out, gen,
                      n_out > 1 ? (n_out - 1) / std::max(gen, 1e-9) : 0.0, finish, isa_name(active_isa()));
     if (ec.spec_method != spec::Method::kNone) {
       const engine::EngineStats st = eng.stats();

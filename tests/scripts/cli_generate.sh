@@ -31,6 +31,33 @@ case "The little dog$dog" in
   *) echo "FAIL: prompt + completion reads: The little dog$dog"; fail=1;;
 esac
 
+# A soft prompt (.npy rows prepended to the input embeddings) steers the
+# continuation; it is counted in the prompt's tokens; a serve-only
+# NAME=FILE and a file of another width are refused with a reason.
+python3 - "$TMP/sp.npy" "$TMP/narrow.npy" <<'PY'
+import random, struct, sys
+def save(path, rows, cols):
+    random.seed(rows * cols)
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % (rows * cols), *[random.gauss(0, 1) for _ in range(rows * cols)]))
+save(sys.argv[1], 4, 64)
+save(sys.argv[2], 4, 63)
+PY
+sp_plain=$("$TESSERA" generate -m "$MODEL" -p "The" -n 24 --temp 0 2>/dev/null)
+sp_out=$("$TESSERA" generate -m "$MODEL" -p "The" -n 24 --temp 0 --soft-prompt "$TMP/sp.npy" 2>"$TMP/sp.log")
+[ -n "$sp_out" ] && [ "$sp_out" != "$sp_plain" ] && echo "ok: --soft-prompt changes the continuation" ||
+  { echo "FAIL: --soft-prompt: '$sp_out' vs '$sp_plain'"; fail=1; }
+grep -q "prompt 6 tokens" "$TMP/sp.log" || { echo "FAIL: BOS + 'The' + 4 virtual tokens not counted"; cat "$TMP/sp.log"; fail=1; }
+for bad in "x=$TMP/sp.npy:serves a soft prompt by name" "$TMP/narrow.npy:embeddings have 64"; do
+  if "$TESSERA" generate -m "$MODEL" -p "The" -n 2 --soft-prompt "${bad%%:*}" >/dev/null 2>"$TMP/bad.log" ||
+     ! grep -q "${bad#*:}" "$TMP/bad.log"; then
+    echo "FAIL: --soft-prompt ${bad%%:*}: $(cat "$TMP/bad.log")"; fail=1
+  fi
+done
+
 # Identical whatever the ISA and thread count.
 for isa in scalar avx2 avx512; do
   for t in 1 2; do
