@@ -24,6 +24,8 @@ struct PerplexityArgs {
   std::string kl_base;  // save the model's log-probabilities here
   std::string kl;       // compare against log-probabilities saved here
   AdapterOptions adapters;
+  KvPolicyOptions kv_policy;
+  bool stream = false;  // the whole file as one sequence
 };
 
 void print_kl(const engine::KlResult& k, bool json) {
@@ -67,6 +69,9 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
   sub.add_option("--chunks", a->chunks, "Evaluate at most this many chunks (-1: all)")->capture_default_str();
   sub.add_flag("--json", a->json, "Print the result as JSON");
   a->adapters.add_to(sub, AdapterScope::kSequence);
+  a->kv_policy.add_to(sub);
+  sub.add_flag("--stream", a->stream,
+               "The whole file as one continuous sequence (implied by a bounded --kv-policy): every token scored");
   sub.add_option("--kl-base", a->kl_base, "Save this model's log-probabilities of every scored token to FILE");
   sub.add_option("--kl", a->kl, "KL divergence from the base saved in FILE (with --kl-base)")
       ->excludes(sub.get_option("--kl-base"));
@@ -83,7 +88,26 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
     opt.kv_type = a->run.kv_dtype();
     const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
     opt.lora = lora.get();
+    opt.kv_policy = a->kv_policy.get();
     ProgressBar bar("perplexity");
+    if (a->stream || opt.kv_policy.bounded()) {
+      TESSERA_CHECK(a->kl.empty() && a->kl_base.empty(), kInvalidArgument, "--kl/--kl-base read chunks, not a stream");
+      const engine::PerplexityResult r = engine::perplexity_stream(
+          *lm.model, tokens, opt, pool, 1000, [&](int64_t done, int64_t total) { bar.update(done, total); });
+      bar.finish();
+      if (a->json) {
+        nlohmann::json j = {{"model", a->run.model}, {"file", a->file}, {"kv_policy", a->kv_policy.policy},
+                            {"kv_budget", opt.kv_policy.budget}, {"n_tokens", r.n_tokens}, {"n_scored", r.n_scored},
+                            {"ppl", r.ppl}, {"ppl_error", r.ppl_error}, {"nll_mean", r.nll_mean},
+                            {"seconds", r.seconds}, {"segment", r.segment}, {"segment_ppl", r.segment_ppl},
+                            {"segment_keys", r.segment_keys}};
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        std::printf("Stream (%s): PPL = %.4f +/- %.5f  (%lld tokens scored, %.1f s)\n", a->kv_policy.policy.c_str(),
+                    r.ppl, r.ppl_error, static_cast<long long>(r.n_scored), r.seconds);
+      }
+      return 0;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const auto on_progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
     if (!a->kl.empty()) {

@@ -135,6 +135,23 @@ void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {
   c.spec_adaptive = !fixed;
 }
 
+void KvPolicyOptions::add_to(CLI::App& app) {
+  app.add_option("--kv-policy", policy, "KV cache policy: dense, window, recompute or sink (docs/KV_POLICIES.md)")
+      ->capture_default_str();
+  app.add_option("--kv-budget", budget, "Most keys a token attends to under a bounded --kv-policy");
+  app.add_option("--kv-sinks", sinks, "Tokens from the start kept by --kv-policy sink")->capture_default_str();
+}
+
+kv::KvPolicy KvPolicyOptions::get() const {
+  const std::optional<kv::KvPolicyKind> kind = kv::parse_kv_policy(policy);
+  TESSERA_CHECK(kind.has_value(), kInvalidArgument, "--kv-policy '{}' is not one of dense, window, recompute, sink",
+                policy);
+  const kv::KvPolicy p{*kind, budget, sinks, 0};
+  const std::string bad = kv::check_kv_policy(p);
+  TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
+  return p;
+}
+
 DType RunOptions::kv_dtype() const {
   auto t = parse_dtype(kv_type);
   TESSERA_CHECK(t && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kBF16), kInvalidArgument,

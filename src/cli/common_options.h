@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
+#include "kv/kv_policy.h"
 
 namespace tessera::cli {
 
@@ -17,6 +18,18 @@ namespace tessera::cli {
 // has one thread per core and adapts its width (core/thread_pool.h).
 inline constexpr const char* kThreadsHelp =
     "Threads, fixed (default: one per core, using fewer while other programs keep cores busy)";
+
+// A bounded KV cache (kv/kv_policy.h, docs/KV_POLICIES.md):
+// --kv-policy dense|window|recompute|sink --kv-budget N --kv-sinks S.
+struct KvPolicyOptions {
+  std::string policy = "dense";
+  int64_t budget = 0;
+  int32_t sinks = 4;
+  void add_to(CLI::App& app);
+  // Throws Error (kInvalidArgument) for an unknown name or a budget that
+  // does not fit the policy.
+  kv::KvPolicy get() const;
+};
 
 struct RunOptions {
   std::string model;

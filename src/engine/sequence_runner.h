@@ -9,6 +9,7 @@
 #include <span>
 
 #include "kv/kv_manager.h"
+#include "kv/kv_policy.h"
 #include "model/kv_cache.h"
 #include "model/lora.h"
 #include "model/model.h"
@@ -21,13 +22,22 @@ struct SequenceRunnerOptions {
   DType kv_type = DType::kF32;
   int64_t max_batch_tokens = 512;  // tokens per forward pass when appending many
   const LoraAdapter* lora = nullptr;  // an adapter every token runs with (model/lora.h)
+  // A bounded cache (kv/kv_policy.h): the sequence may then run past n_ctx
+  // (the cache holds at most the budget). kRecompute keeps the last budget
+  // tokens and computes them again whenever a step would exceed it.
+  kv::KvPolicy kv_policy{};
 };
 
 class SequenceRunner {
  public:
   SequenceRunner(const Model& model, const SequenceRunnerOptions& options, ThreadPool& pool);
 
-  int64_t n_past() const { return table_.num_tokens; }
+  int64_t n_past() const { return n_appended_; }
+  // Keys in the cache (n_past() unless a policy evicted some), and the
+  // cache's blocks in use.
+  int64_t n_keys() const { return table_.num_keys(); }
+  int64_t n_blocks() const { return static_cast<int64_t>(table_.blocks.size()); }
+  const kv::KvManager& kv_manager() const { return kv_manager_; }
   int64_t n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
 
@@ -51,6 +61,14 @@ class SequenceRunner {
   ForwardState& state() { return state_; }
 
  private:
+  // One forward pass over tokens (all reserved in table_ at its end),
+  // after the evictions a bounded policy asks for. Logits of every token
+  // into all_logits_ at row `row0` when all_logits, else of the last.
+  void run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions, bool all_logits,
+                 bool want_last, int64_t row0);
+  // kRecompute: the cache is emptied and the kept tokens computed again.
+  void recompute_window(int64_t n_new);
+
   const Model& model_;
   SequenceRunnerOptions opt_;
   int64_t n_ctx_;
@@ -60,6 +78,8 @@ class SequenceRunner {
   ForwardState state_;
   ForwardBatch batch_;
   AlignedBuffer<float> all_logits_;
+  int64_t n_appended_ = 0;
+  std::vector<int32_t> recent_;  // kRecompute: the last budget tokens of the sequence
 };
 
 }  // namespace tessera::engine

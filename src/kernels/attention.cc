@@ -104,6 +104,30 @@ void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, fl
   }
 }
 
+void rotate_keys(const KvLayerView& kv, const int64_t* slots, int64_t n, const float* cos, const float* sin,
+                 int64_t half, bool neox) {
+  const int32_t bs = kv.block_size;
+  TESSERA_CHECK(2 * half <= kv.head_dim, kInvalidArgument, "rotate_keys: {} rotary pairs in a head of {}", half,
+                kv.head_dim);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t block = slots[t] / bs;
+    const size_t off = static_cast<size_t>(slots[t] % bs);
+    const float* c = cos + t * half;
+    const float* sn = sin + t * half;
+    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+      uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+      for (int64_t i = 0; i < half; ++i) {
+        // K is feature-major: feature d of this key at d * bs + off.
+        const size_t a = (neox ? static_cast<size_t>(i) : 2 * static_cast<size_t>(i)) * bs + off;
+        const size_t b = (neox ? static_cast<size_t>(i + half) : 2 * static_cast<size_t>(i) + 1) * bs + off;
+        const float x0 = load_elem(kv.type, kb, a), x1 = load_elem(kv.type, kb, b);
+        store_elem(kv.type, kb, a, x0 * c[i] - x1 * sn[i]);
+        store_elem(kv.type, kb, b, x0 * sn[i] + x1 * c[i]);
+      }
+    }
+  }
+}
+
 void copy_block(const KvLayerView& kv, int32_t src, int32_t dst) {
   const size_t bb = kv.block_bytes();
   std::memcpy(kv.k + static_cast<size_t>(dst) * bb, kv.k + static_cast<size_t>(src) * bb, bb);
@@ -170,7 +194,9 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       a.block_table = s.block_table;
       a.kv_head = u.kv_head;
       a.nq = u.nq;
-      a.first_pos = s.kv_len - s.q_len + u.q0;
+      a.first_pos = (s.key_pos != nullptr ? s.q_pos : s.kv_len - s.q_len) + u.q0;
+      a.key_pos = s.key_pos;
+      a.n_keys = s.kv_len;
       a.q = q + static_cast<int64_t>(s.q_begin + u.q0) * q_stride;
       a.out = out + static_cast<int64_t>(s.q_begin + u.q0) * out_stride;
       if (store_in_units) {
@@ -201,16 +227,21 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
   std::vector<double> o(static_cast<size_t>(hd));
   for (const AttentionSeq& s : seqs) {
     for (int32_t i = 0; i < s.q_len; ++i) {
-      const int32_t pos = s.kv_len - s.q_len + i;
+      const int32_t pos = (s.key_pos != nullptr ? s.q_pos : s.kv_len - s.q_len) + i;
+      // Slot j of the table holds the key at position key_of(j) (-1: none).
+      const int32_t n_slots = s.key_pos != nullptr ? s.kv_len : pos + 1;
+      auto key_of = [&](int32_t j) { return s.key_pos != nullptr ? s.key_pos[j] : j; };
       for (int32_t h = 0; h < shape.n_heads; ++h) {
         const int32_t kh = h / group;
         const float* qr = q + static_cast<int64_t>(s.q_begin + i) * q_stride + static_cast<int64_t>(h) * hd;
         // Dense scores over [0, pos]; keys before the sliding window are
         // masked to -inf, so they get weight exp(-inf) = 0.
         const int32_t lo = shape.window > 0 ? pos - shape.window + 1 : 0;
-        scores.assign(static_cast<size_t>(pos) + 1, -INFINITY);
+        auto seen = [&](int32_t j) { return key_of(j) >= std::max(lo, 0) && key_of(j) <= pos; };
+        scores.assign(static_cast<size_t>(n_slots), -INFINITY);
         double mx = -INFINITY;
-        for (int32_t j = std::max(lo, 0); j <= pos; ++j) {
+        for (int32_t j = 0; j < n_slots; ++j) {
+          if (!seen(j)) continue;
           const uint8_t* kb = kv.k + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
           double dot = 0.0;
           for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * load_elem(kv.type, kb, static_cast<size_t>(d) * bs + j % bs);
@@ -220,7 +251,8 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
         double sum = 0.0;
         for (double& sc : scores) sum += (sc = std::exp(sc - mx));
         std::fill(o.begin(), o.end(), 0.0);
-        for (int32_t j = std::max(lo, 0); j <= pos; ++j) {
+        for (int32_t j = 0; j < n_slots; ++j) {
+          if (!seen(j)) continue;
           const uint8_t* vb = kv.v + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
           for (int32_t d = 0; d < hd; ++d) o[d] += scores[j] * load_elem(kv.type, vb, static_cast<size_t>(j % bs) * hd + d);
         }

@@ -43,11 +43,20 @@ bool kv_type_supported(DType type);
 // q_len); query i sits at position kv_len - q_len + i and attends causally to
 // keys at positions [0, that position] (the last AttentionShape::window of
 // them with a sliding window). block_table covers kv_len tokens.
+//
+// With key_pos (a bounded KV cache, docs/KV_POLICIES.md) slots and
+// positions are apart: the table's slots [0, kv_len) hold keys in any order,
+// key_pos[j] is the position of the key in slot j (-1: an empty slot), and
+// query i sits at position q_pos + i; it attends to every key whose position
+// is in [0, its own] (and in its window). Without key_pos (nullptr: dense)
+// slot j holds position j, as above.
 struct AttentionSeq {
   int32_t q_begin = 0;
   int32_t q_len = 0;
   int32_t kv_len = 0;
   const int32_t* block_table = nullptr;
+  const int32_t* key_pos = nullptr;  // [kv_len] or nullptr
+  int32_t q_pos = 0;                 // with key_pos: position of the first query row
 };
 
 struct AttentionShape {
@@ -87,6 +96,13 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
 // The inverse of store_kv: reads the K and V rows of n_tokens slots back as
 // f32 ([n_tokens, stride], n_kv_heads * head_dim used).
 void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, float* k, float* v, int64_t stride);
+
+// Rotates the keys of n slots by their own angles (RoPE by a position
+// difference: keys are stored rotated, and a bounded cache moves kept keys
+// to new positions). cos, sin: [n][half] per slot; pairs as RopeParams::neox
+// says, the first 2 * half features of each head. V is not touched.
+void rotate_keys(const KvLayerView& kv, const int64_t* slots, int64_t n, const float* cos, const float* sin,
+                 int64_t half, bool neox);
 
 // Copies K and V of block src to block dst (one layer).
 void copy_block(const KvLayerView& kv, int32_t src, int32_t dst);

@@ -152,6 +152,55 @@ static inline void accumulate_v(const Tiles& t, const float* p, int j0, int n_va
   }
 }
 
+// One row's online-softmax step over one block whose slots hold the
+// positions kp[0, j_end) (the key_pos path): keys the row does not see get
+// weight 0 and their V is never read. With kp[j] == j + const, no window and
+// every key visible this is the dense path's arithmetic, bit for bit (one
+// run of keys; leading zero lanes add +0).
+template <class F, class M, class Tiles>
+static inline void mapped_row_update(const Tiles& t, const int32_t* kp, int j_end, int bs_pad, int pos, int window,
+                                     int hd, float* s, float& m, float& l, float* ar) {
+  using V = typename F::V;
+  constexpr int W = F::kW;
+  float tile_max = -__builtin_inff();
+  bool any = false;
+  for (int j = 0; j < j_end; ++j) {
+    if (!key_visible(kp[j], pos, window)) continue;
+    tile_max = any && tile_max > s[j] ? tile_max : s[j];
+    any = true;
+  }
+  if (!any) return;
+  const float m_new = m > tile_max ? m : tile_max;
+  const float corr = m == -__builtin_inff() ? 0.0f : M::exp1(m - m_new);
+  const V mv = F::set1(m_new);
+  V sum = F::zero();
+  for (int c = 0; c < bs_pad; c += W) {
+    alignas(64) float tmp[W];
+    F::store(tmp, M::exp(F::sub(F::load(s + c), mv)));
+    for (int j = 0; j < W; ++j) {
+      if (c + j >= j_end || !key_visible(kp[c + j], pos, window)) tmp[j] = 0.0f;
+    }
+    const V p = F::load(tmp);
+    F::store(s + c, p);
+    sum = F::add(sum, p);
+  }
+  l = l * corr + F::hsum(sum);
+  m = m_new;
+  // V of each run of visible keys, in slot order; the first run rescales.
+  float scale = corr;
+  for (int j = 0; j < j_end;) {
+    if (!key_visible(kp[j], pos, window)) {
+      ++j;
+      continue;
+    }
+    int e = j + 1;
+    while (e < j_end && key_visible(kp[e], pos, window)) ++e;
+    accumulate_v<F>(t, s, j, e, scale, hd, ar);
+    scale = 1.0f;
+    j = e;
+  }
+}
+
 template <class F, class M>
 void attend_tiled(const AttnUnitArgs& a) {
   using V = typename F::V;
@@ -176,11 +225,13 @@ void attend_tiled(const AttnUnitArgs& a) {
   // needs no padding (keys past j_end are then storage, whose scores the
   // softmax below gives weight 0 like the padding's).
   const bool direct = rows <= 2 && bs == bs_pad;
-  const int last_key = a.first_pos + a.nq - 1;
+  const bool mapped = a.key_pos != nullptr;
+  const int last_key = mapped ? a.n_keys - 1 : a.first_pos + a.nq - 1;
   const int n_blocks = last_key / bs + 1;
   // With a sliding window, blocks wholly before the first row's window hold
-  // no key any row of the unit sees: they are not read.
-  for (int b = first_key(a.first_pos, a.window) / bs; b < n_blocks; ++b) {
+  // no key any row of the unit sees: they are not read. (Mapped slots hold
+  // positions in any order: every block is read.)
+  for (int b = mapped ? 0 : first_key(a.first_pos, a.window) / bs; b < n_blocks; ++b) {
     const size_t base = static_cast<size_t>(a.block_table[b]) * a.block_bytes +
                         static_cast<size_t>(a.kv_head) * a.head_bytes;
     const int j_end = last_key + 1 - b * bs < bs ? last_key + 1 - b * bs : bs;
@@ -214,6 +265,18 @@ void attend_tiled(const AttnUnitArgs& a) {
     // Online softmax and the weighted sum of V, row by row.
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
+      if (mapped) {
+        float* s = sc + static_cast<size_t>(r) * bs_pad;
+        float* ar = acc + static_cast<size_t>(r) * hd;
+        if (direct) {
+          mapped_row_update<F, M>(stored, a.key_pos + static_cast<size_t>(b) * bs, j_end, bs_pad, pos, a.window, hd,
+                                  s, m[r], l[r], ar);
+        } else {
+          mapped_row_update<F, M>(scratch, a.key_pos + static_cast<size_t>(b) * bs, j_end, bs_pad, pos, a.window, hd,
+                                  s, m[r], l[r], ar);
+        }
+        continue;
+      }
       const int n_valid = pos + 1 - b * bs < j_end ? pos + 1 - b * bs : j_end;
       // Keys [j0, n_valid) of this block are in the row's window.
       const int j0 = first_key(pos, a.window) - b * bs > 0 ? first_key(pos, a.window) - b * bs : 0;

@@ -26,6 +26,11 @@ struct AttnUnitArgs {
   int32_t group = 1;      // query heads per KV head
   int32_t nq = 0;         // query tokens in the unit
   int32_t first_pos = 0;  // position of the unit's first query token
+  // Bounded caches (AttentionSeq::key_pos): the position of the key in each
+  // of the sequence's n_keys slots, -1 for an empty one; nullptr: slot j
+  // holds position j and the keys end at the last query.
+  const int32_t* key_pos = nullptr;
+  int32_t n_keys = 0;
   const float* q = nullptr;  // row of the unit's first token; head h at q + h * head_dim
   int64_t q_stride = 0;
   float* out = nullptr;      // same layout as q
@@ -38,6 +43,11 @@ struct AttnUnitArgs {
 // The first key a query at `pos` attends to (static: included by the
 // per-ISA files, see docs/KERNELS.md "ODR rule").
 static inline int32_t first_key(int32_t pos, int32_t window) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
+
+// Whether a key at position kp is seen by a query at pos (key_pos path).
+static inline bool key_visible(int32_t kp, int32_t pos, int32_t window) {
+  return kp >= 0 && kp <= pos && kp >= first_key(pos, window);
+}
 
 using AttendFn = void (*)(const AttnUnitArgs& a);
 

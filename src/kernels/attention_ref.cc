@@ -30,31 +30,41 @@ void attend_ref(const AttnUnitArgs& a) {
   std::fill(acc, acc + static_cast<size_t>(rows) * hd, 0.0f);
   std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
   std::fill(l, l + rows, 0.0f);
-  const int last_key = a.first_pos + a.nq - 1;
-  // Blocks wholly before the first row's window hold no key any row sees.
-  for (int b = first_key(a.first_pos, a.window) / bs; b <= last_key / bs; ++b) {
+  const bool mapped = a.key_pos != nullptr;
+  const int last_key = mapped ? a.n_keys - 1 : a.first_pos + a.nq - 1;
+  // Blocks wholly before the first row's window hold no key any row sees
+  // (mapped slots hold positions in any order: every block is read).
+  for (int b = mapped ? 0 : first_key(a.first_pos, a.window) / bs; b <= last_key / bs; ++b) {
     const uint8_t* kb = a.k + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
     const uint8_t* vb = a.v + static_cast<size_t>(a.block_table[b]) * a.block_bytes + static_cast<size_t>(a.kv_head) * a.head_bytes;
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
-      const int n_valid = std::min(bs, pos + 1 - b * bs);
-      const int j0 = std::max(0, first_key(pos, a.window) - b * bs);  // keys before j0 are out of the window
+      // Dense: keys [j0, n_valid) of the block are seen. Mapped: the keys of
+      // [0, j_end) whose positions the row sees.
+      const int j_end = std::min(bs, last_key + 1 - b * bs);
+      const int n_valid = mapped ? j_end : std::min(bs, pos + 1 - b * bs);
+      const int j0 = mapped ? 0 : std::max(0, first_key(pos, a.window) - b * bs);
+      const int32_t* kp = mapped ? a.key_pos + static_cast<size_t>(b) * bs : nullptr;
+      auto seen = [&](int j) { return kp == nullptr || key_visible(kp[j], pos, a.window); };
       if (n_valid <= j0) continue;
       const float* q = a.q + static_cast<int64_t>(r % a.nq) * a.q_stride +
                        static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int j = j0; j < n_valid; ++j) {
+        if (!seen(j)) continue;
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
         s[j] = dot * a.scale;
         tile_max = std::max(tile_max, s[j]);
       }
+      if (tile_max == -std::numeric_limits<float>::infinity()) continue;  // no key of this block is seen
       const float m_new = std::max(m[r], tile_max);
       const float corr = std::isinf(m[r]) ? 0.0f : std::exp(m[r] - m_new);
       float* ar = acc + static_cast<size_t>(r) * hd;
       for (int d = 0; d < hd; ++d) ar[d] *= corr;
       float sum = 0.0f;
       for (int j = j0; j < n_valid; ++j) {
+        if (!seen(j)) continue;
         const float p = std::exp(s[j] - m_new);
         sum += p;
         for (int d = 0; d < hd; ++d) ar[d] += p * load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);

@@ -199,7 +199,39 @@ void DecoderModel::swiglu_ffn(const FfnWeights& w, int64_t il, const ForwardBatc
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
 }
 
+void DecoderModel::shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const {
+  const int64_t half = cfg_.n_rot / 2;
+  const size_t n = shifts.size();
+  s.rope_cos.ensure(n * static_cast<size_t>(half));
+  s.rope_sin.ensure(n * static_cast<size_t>(half));
+  std::vector<int64_t> slots(n);
+  // YaRN scales cos and sin by its magnitude factor: applied once, when the
+  // key was stored, so a shift must be a pure rotation.
+  const bool scaled = rope_.ext_factor != 0.0f || rope_.attn_factor != 1.0f;
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = shifts[i].slot;
+    float* c = s.rope_cos.data() + i * half;
+    float* sn = s.rope_sin.data() + i * half;
+    if (i > 0 && shifts[i].delta == shifts[i - 1].delta) {
+      std::copy_n(c - half, half, c);
+      std::copy_n(sn - half, half, sn);
+      continue;
+    }
+    kernels::rope_angles(shifts[i].delta, rope_, c, sn);
+    for (int64_t j = 0; scaled && j < half; ++j) {
+      const float r = std::hypot(c[j], sn[j]);
+      c[j] /= r;
+      sn[j] /= r;
+    }
+  }
+  for (int64_t il = 0; il < cfg_.n_layer; ++il) {
+    kernels::rotate_keys(kv.layer(il), slots.data(), static_cast<int64_t>(n), s.rope_cos.data(), s.rope_sin.data(),
+                         half, rope_.neox);
+  }
+}
+
 void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& s) const {
+  if (!batch.key_shifts.empty()) shift_keys(batch.key_shifts, kv, s);
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, V = cfg_.n_vocab;
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   TESSERA_ASSERT(batch.positions.size() == batch.tokens.size() && batch.slots.size() == batch.tokens.size());

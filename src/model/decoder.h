@@ -87,6 +87,8 @@ class DecoderModel : public Model {
   std::vector<DecoderLayer> layers_;
 
  private:
+  // Rotates the keys of batch.key_shifts in every layer (bounded caches).
+  void shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const;
   kernels::WeightView tok_embd_;     // [n_vocab rows, n_embd cols], rows looked up
   std::vector<float> out_norm_;      // [n_embd]
   kernels::PreparedWeight output_;   // [n_vocab, n_embd] (of tok_embd_ when tied)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kv/kv_manager.h"
 
 namespace tessera {
 
@@ -29,6 +30,9 @@ struct ForwardBatch {
   // virtual tokens; model/soft_prompt.h): [n_tokens], nullptr for a token
   // looked up as usual; empty when no token of the step has one.
   std::vector<const float*> embd_rows;
+  // Kept keys of bounded caches that moved to new positions (kv/kv_policy.h):
+  // rotated in every layer before the step's tokens run. Empty: none.
+  std::vector<kv::KeyShift> key_shifts;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -39,7 +43,19 @@ struct ForwardBatch {
     logit_rows.clear();
     seq_lora.clear();
     embd_rows.clear();
+    key_shifts.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens
 };
+
+// The attention entry of a sequence whose tokens [first, first + q_len)
+// are the rows [q_begin, q_begin + q_len) of the step (all reserved in t).
+inline kernels::AttentionSeq attention_seq(const kv::BlockTable& t, int32_t q_begin, int64_t first, int64_t q_len,
+                                           int32_t block_size) {
+  if (!t.mapped()) {
+    return {q_begin, static_cast<int32_t>(q_len), static_cast<int32_t>(first + q_len), t.blocks.data()};
+  }
+  return {q_begin, static_cast<int32_t>(q_len), static_cast<int32_t>(t.key_pos.size()), t.blocks.data(),
+          t.key_pos.data(), t.position(first, block_size)};
+}
 
 }  // namespace tessera
