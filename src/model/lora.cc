@@ -77,6 +77,12 @@ void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, con
   });
   sc.rows.clear();
   sc.calls.clear();
+  // Calls of at most kLoraTokenChunk tokens, and at least as many calls as
+  // threads once a pair has 8 tokens per thread: a step whose sequences
+  // share one adapter still uses every core. (Chunking never changes a
+  // token's result: the kernels compute each output the same way in any
+  // tile.)
+  const int64_t threads = ctx.pool != nullptr ? ctx.pool->size() : 1;
   int64_t work = 0;  // multiply-adds
   for (size_t g = 0; g < sc.seqs.size();) {
     const LoraPair* p = sc.seqs[g].first;
@@ -86,7 +92,7 @@ void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, con
       for (int32_t t = s.q_begin; t < s.q_begin + s.q_len; ++t) sc.rows.push_back(t);
     }
     const int64_t n = static_cast<int64_t>(sc.rows.size()) - first;
-    const int64_t parts = (n + kLoraTokenChunk - 1) / kLoraTokenChunk;
+    const int64_t parts = std::max((n + kLoraTokenChunk - 1) / kLoraTokenChunk, std::min(threads, n / 8));
     const int64_t chunk = (n + parts - 1) / parts;  // even chunks: 65 tokens are 33 + 32, not 64 + 1
     for (int64_t c = 0; c < n; c += chunk) sc.calls.push_back({p, first + c, std::min(chunk, n - c)});
     work += n * p->rank * (p->in + p->out);
