@@ -660,6 +660,56 @@ TEST_F(ServerTest, SpeculativeFieldChangesSpeedNotText) {
   EXPECT_EQ(m->body.find("tessera_spec_draft_tokens_total 0\n"), std::string::npos) << "no draft was verified";
 }
 
+// "kv_policy" (docs/SERVER.md): a bounded request runs past the model's
+// context (its cache holds its budget), with the server's default policy
+// replaced field by field; bad values are a 400 naming the field.
+TEST_F(ServerTest, KvPolicyFieldBoundsTheCache) {
+  Stack s(*lm_, *tok_);
+  s.served.ctx.kv_policy = {kv::KvPolicyKind::kDense, 48, 4, 0};  // as with --kv-budget 48
+  s.attach();
+  httplib::Client cli("127.0.0.1", s.port());
+  const int64_t n = s.engine->config().max_model_len + 100;  // past the context
+  const std::string base =
+      fmt::format(R"("prompt": "Once upon a time", "max_tokens": {}, "temperature": 0, "ignore_eos": true)", n);
+  auto dense = cli.Post("/v1/completions", "{" + base + "}", "application/json");
+  ASSERT_TRUE(dense);
+  EXPECT_EQ(dense->status, 400) << n << " tokens exceed the context: " << dense->body;
+  std::vector<std::string> texts;
+  for (const std::string extra : {R"(, "kv_policy": {"type": "sink", "budget": 64, "sinks": 4})",
+                                  R"(, "kv_policy": {"type": "sink", "budget": 64})", R"(, "kv_policy": "window")"}) {
+    auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << extra << ": " << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["usage"]["completion_tokens"], n) << extra;
+    texts.push_back(j["choices"][0]["text"].get<std::string>());
+  }
+  EXPECT_EQ(texts[0], texts[1]) << "sinks default to the server's 4";
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "kv_policy": 3)", "kv_policy"},
+           {R"(, "kv_policy": "h2o")", "kv_policy"},
+           {R"(, "kv_policy": {"type": "recompute", "budget": 64})", "kv_policy.type"},
+           {R"(, "kv_policy": {"type": "sink", "budget": -1})", "kv_policy.budget"},
+           {R"(, "kv_policy": {"type": "sink", "budget": 4})", "kv_policy"},
+           {R"(, "kv_policy": {"type": "sink", "sinks": "many"})", "kv_policy.sinks"},
+           {R"(, "kv_policy": {"size": 4})", "kv_policy.size"}}) {
+    auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << extra << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"], param) << r->body;
+  }
+  // Refused by the engine (the pool cannot hold the budget): a 400 too.
+  auto big = cli.Post("/v1/completions", "{" + base + R"(, "kv_policy": {"type": "window", "budget": 100000})" + "}",
+                      "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 400) << big->body;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (s.async->stats().kv_blocks_used != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(s.async->stats().kv_blocks_used, 0);
+}
+
 TEST_F(ServerTest, HostileRequestsGetOnly4xx) {
   Stack s(*lm_, *tok_);
   s.attach();

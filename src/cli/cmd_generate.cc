@@ -17,6 +17,7 @@ struct GenerateArgs {
   SamplingOptions sampling;
   SpecOptions spec;
   AdapterOptions adapters;
+  KvPolicyOptions kv_policy;
   std::string prompt;
   std::string prompt_schema;         // Prompt Cache schema (JSON)
   std::vector<std::string> modules;  // modules to import, in schema order
@@ -29,11 +30,13 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   a->sampling.add_to(sub);
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kEngine);
+  a->kv_policy.add_to(sub);
   sub.add_option("-p,--prompt", a->prompt, "Prompt text (after the modules, with --prompt-schema)")->required();
   sub.add_option("--prompt-schema", a->prompt_schema, "Prompt Cache schema (JSON): modules whose attention states are reused");
   sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');
   return [a]() {
     const auto t0 = engine::Clock::now();
+    const kv::KvPolicy kv_policy = a->kv_policy.get();
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = Tokenizer::from_gguf(*lm.file);
     engine::EngineConfig ec = a->run.engine_config();
@@ -53,6 +56,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     }
     const int64_t ctx = eng.config().max_model_len;
     engine::SamplingParams p = a->sampling.params(ctx - (layout ? layout->positions.back() + 1 : static_cast<int64_t>(prompt.size())));
+    p.kv_policy = kv_policy;  // a bounded one is not capped by the context: -n as long as wanted
     int64_t n_out = 0, n_prompt = 0;  // n_prompt: with a soft prompt's virtual tokens
     double ttft = 0;
     std::string finish;

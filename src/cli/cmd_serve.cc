@@ -33,6 +33,7 @@ struct ServeArgs {
   RunOptions run;
   SpecOptions spec;
   AdapterOptions adapters;
+  KvPolicyOptions kv_policy;  // the default of requests without "kv_policy"
   server::ServerOptions http;
   std::string chat_template;
   std::string prompt_schema;  // Prompt Cache modules (engine/prompt_cache.h)
@@ -146,6 +147,9 @@ int serve(ServeArgs& a) {
   served.ctx.tokenizer = tok.get();
   served.ctx.chat_template = chat ? &*chat : nullptr;
   served.ctx.max_model_len = eng.config().max_model_len;
+  served.ctx.kv_policy = a.kv_policy.get();
+  TESSERA_CHECK(served.ctx.kv_policy.kind != kv::KvPolicyKind::kRecompute, kInvalidArgument,
+                "--kv-policy recompute is for tessera perplexity; the server has dense, window and sink");
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
   server::AdapterRegistry adapters(lm.model->config(),
@@ -191,6 +195,7 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   a->run.add_to(sub);
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kServer);
+  a->kv_policy.add_to(sub);
   sub.add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
                "Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (loading reads any file the server can)");
   sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();

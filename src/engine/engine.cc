@@ -196,8 +196,11 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
   }
   TESSERA_CHECK(params.n <= config_.max_num_seqs, kInvalidArgument, "n = {} exceeds the engine's {} sequences",
                 params.n, config_.max_num_seqs);
-  std::string why = scheduler_->check_admissible(r->num_tokens(), params.max_tokens);
-  if (why.empty() && max_position + params.max_tokens > config_.max_model_len) {
+  const bool bounded = params.kv_policy.bounded();
+  TESSERA_CHECK(!bounded || (r->positions.empty() && !r->preloaded), kInvalidArgument,
+                "a bounded kv_policy cannot be combined with a Prompt Cache prompt");
+  std::string why = scheduler_->check_admissible(r->num_tokens(), params.max_tokens, params.kv_policy);
+  if (why.empty() && !bounded && max_position + params.max_tokens > config_.max_model_len) {
     why = fmt::format("the prompt reaches position {}; with {} tokens to generate it exceeds the maximum context "
                       "length of {}", max_position, params.max_tokens, config_.max_model_len);
   }
@@ -332,7 +335,8 @@ void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out)
   FinishReason reason = FinishReason::kNone;
   if (m.stopped || eos || stop_token) {
     reason = FinishReason::kStop;
-  } else if (r->num_output_tokens() >= p.max_tokens || r->num_tokens() >= config_.max_model_len) {
+  } else if (r->num_output_tokens() >= p.max_tokens ||
+             (!p.kv_policy.bounded() && r->num_tokens() >= config_.max_model_len)) {
     reason = FinishReason::kLength;
   }
   if (reason != FinishReason::kNone) finish(r, reason, /*flush=*/!m.stopped, out);
@@ -425,7 +429,7 @@ void Engine::propose_drafts() {
     if (pending != 1) continue;
     ++base_outputs;
     const SamplingParams& p = r->params;
-    if (!p.speculative || (p.n > 1 && r->num_output_tokens() == 0)) continue;
+    if (!p.speculative || p.kv_policy.bounded() || (p.n > 1 && r->num_output_tokens() == 0)) continue;
     // Never past max_tokens or the context: the verify's bonus token must fit.
     int64_t k = p.speculative_k > 0 ? p.speculative_k : config_.spec_k;
     k = std::min<int64_t>(k, p.max_tokens - r->num_output_tokens() - 1);

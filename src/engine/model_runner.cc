@@ -19,17 +19,18 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
     kv_.write(*l.req->preloaded, l.from, l.to, slots);
   }
   batch_.clear();
+  batch_.key_shifts = out.key_shifts;  // bounded policies' evictions this step
   for (const ScheduledRequest& s : out.scheduled) {
     const Request& r = *s.req;
     const int32_t q_begin = static_cast<int32_t>(batch_.tokens.size());
     const int64_t start = r.num_computed_tokens;
     for (int64_t p = start; p < start + s.num_new_tokens; ++p) {
       batch_.tokens.push_back(r.token_or_draft(p));
-      batch_.positions.push_back(r.position(p));
+      // A mapped table (a bounded policy that evicted) places tokens by rank.
+      batch_.positions.push_back(r.blocks.mapped() ? r.blocks.position(p, bs) : r.position(p));
       batch_.slots.push_back(r.blocks.slot(p, bs));
     }
-    batch_.seqs.push_back({q_begin, static_cast<int32_t>(s.num_new_tokens),
-                           static_cast<int32_t>(start + s.num_new_tokens), r.blocks.blocks.data()});
+    batch_.seqs.push_back(attention_seq(r.blocks, q_begin, start, s.num_new_tokens, bs));
     if (r.lora && batch_.seq_lora.size() + 1 < batch_.seqs.size()) {
       batch_.seq_lora.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
     }

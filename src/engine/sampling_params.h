@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_policy.h"
+
 namespace tessera::engine {
 
 struct SamplingParams {
@@ -39,6 +41,12 @@ struct SamplingParams {
   bool speculative = true;
   int32_t speculative_k = 0;
   std::string speculative_method;  // empty: the engine's; else must name it ("none": off)
+
+  // A bounded KV cache for this request (kv/kv_policy.h, docs/KV_POLICIES.md):
+  // dense (default), window or sink; the scheduler evicts before each step.
+  // A bounded request is not capped by the cache size (it holds at most its
+  // budget), never speculates, and is not preempted (docs/KV_POLICIES.md).
+  kv::KvPolicy kv_policy{};
 
   bool greedy() const { return temperature <= 0.0f; }
 };

@@ -30,8 +30,22 @@ int64_t Scheduler::cache_capacity_tokens() const {
   return static_cast<int64_t>(kv_.pool().num_blocks() - 1) * kv_.block_size();
 }
 
-std::string Scheduler::check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const {
+std::string Scheduler::check_admissible(int64_t num_prompt_tokens, int64_t max_tokens, const kv::KvPolicy& policy) const {
   if (num_prompt_tokens <= 0) return "the prompt is empty";
+  if (policy.bounded()) {
+    // Its keys' positions stay below the budget, and it holds at most the
+    // budget, a partly filled block, empty slots and one step's tokens.
+    if (policy.budget > model_len_) {
+      return fmt::format("kv_policy budget {} exceeds this model's maximum context length of {}", policy.budget, model_len_);
+    }
+    const int64_t bs = kv_.block_size();
+    const int64_t need = policy.budget + 2 * bs + std::min<int64_t>(config_.max_num_batched_tokens, kv::max_step_tokens(policy));
+    if (need > cache_capacity_tokens()) {
+      return fmt::format("kv_policy budget {} needs {} cache tokens but this server's KV cache holds {} (give it more "
+                         "--kv-memory)", policy.budget, need, cache_capacity_tokens());
+    }
+    return "";
+  }
   const int64_t len = config_.max_model_len;
   const std::string limit =
       len < model_len_ ? fmt::format("this server's KV cache holds at most {} tokens per sequence (the model's "
@@ -66,7 +80,11 @@ Request* Scheduler::add_running_after(std::unique_ptr<Request> req, const Reques
 void Scheduler::take_cached_prefix(Request* r) {
   const int32_t bs = kv_.block_size();
   kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key ^ r->cache_salt, config_.block_hash);
-  for (size_t b = 0; b < r->block_hashes.size(); ++b) {
+  // A bounded request takes no more than its budget: up to there its cache
+  // is dense, the same whoever computed it; past it, it would have evicted.
+  const kv::KvPolicy& policy = r->params.kv_policy;
+  const size_t most = policy.bounded() ? static_cast<size_t>(policy.budget / bs) : r->block_hashes.size();
+  for (size_t b = 0; b < std::min(most, r->block_hashes.size()); ++b) {
     auto id = kv_.pool().lookup_and_retain(block_key(*r, static_cast<int64_t>(b)));
     if (!id) break;
     r->blocks.blocks.push_back(*id);
@@ -98,15 +116,16 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t pending = r->num_tokens() - r->num_computed_tokens;
     // A draft rides on a decode step (its last token pending), as far as
     // the budget allows.
-    if (pending != 1) r->draft.clear();
-    int64_t n = std::min(pending + static_cast<int64_t>(r->draft.size()), budget);
+    if (pending != 1 || r->params.kv_policy.bounded()) r->draft.clear();
+    int64_t n = std::min({pending + static_cast<int64_t>(r->draft.size()), budget, step_cap(*r)});
     if (n <= 0) {
       ++i;
       continue;
     }
     bool ok = false;
+    const size_t shifts_before = out.key_shifts.size();
     for (;;) {
-      ok = kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies);
+      ok = evict_for_step(r, n, out) && kv_.reserve(r->blocks, r->num_computed_tokens + n, out.copies);
       if (ok) break;
       if (n > pending) {
         n = pending;  // short of blocks: drop the draft before anyone is preempted
@@ -118,7 +137,10 @@ SchedulerOutput Scheduler::schedule() {
       Request* victim = running_.back();
       preempt(victim);
       preempted = true;
-      if (victim == r) break;
+      if (victim == r) {
+        out.key_shifts.resize(shifts_before);  // its blocks are gone: nothing of it to rotate
+        break;
+      }
     }
     if (!ok) break;
     const int64_t num_draft = std::max<int64_t>(n - pending, 0);
@@ -141,8 +163,10 @@ SchedulerOutput Scheduler::schedule() {
     // Preloaded K/V past the cached prefix is written, not computed: it
     // takes blocks but no token budget.
     const int64_t loaded = r->preloaded ? std::max(r->num_computed_tokens, r->preloaded->n_tokens) : r->num_computed_tokens;
-    const int64_t n = std::min(r->num_tokens() - loaded, budget);
-    if (!kv_.reserve(r->blocks, loaded + n, out.copies)) {
+    const int64_t n = std::min({r->num_tokens() - loaded, budget, step_cap(*r)});
+    const size_t shifts_before = out.key_shifts.size();
+    if (!evict_for_step(r, n, out) || !kv_.reserve(r->blocks, loaded + n, out.copies)) {
+      out.key_shifts.resize(shifts_before);
       kv_.free(r->blocks);  // give back any cached prefix it took
       r->num_computed_tokens = 0;
       r->num_registered_blocks = 0;
@@ -162,7 +186,19 @@ SchedulerOutput Scheduler::schedule() {
   return out;
 }
 
+int64_t Scheduler::step_cap(const Request& r) const { return kv::max_step_tokens(r.params.kv_policy); }
+
+bool Scheduler::evict_for_step(Request* r, int64_t n, SchedulerOutput& out) {
+  const kv::KvPolicy& policy = r->params.kv_policy;
+  if (!policy.bounded()) return true;
+  const std::vector<int64_t> gone = kv::plan_evictions(policy, r->blocks, n, kv_.block_size());
+  if (gone.empty()) return true;
+  return kv_.evict(r->blocks, gone, out.copies, out.key_shifts);
+}
+
 void Scheduler::register_full_blocks(Request* r) {
+  // A table that evicted no longer holds the plain prefix its hashes name.
+  if (r->blocks.mapped()) return;
   const int32_t bs = kv_.block_size();
   const int64_t full = r->num_computed_tokens / bs;
   if (full <= r->num_registered_blocks) return;
@@ -182,7 +218,9 @@ kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
 }
 
 void Scheduler::drop_out_of_window(Request* r) {
-  if (config_.sliding_window <= 0) return;
+  // A bounded request's cache holds at most its budget already; its slots
+  // are not its token indices once it evicted.
+  if (config_.sliding_window <= 0 || r->params.kv_policy.bounded()) return;
   // The next query sits at num_computed_tokens and reads keys from
   // num_computed_tokens - window + 1 on. One block more is kept: a block's
   // prefix-cache key names its parent block, which must still be there when

@@ -21,6 +21,7 @@
 
 #include "engine/request.h"
 #include "kv/kv_manager.h"
+#include "kv/kv_policy.h"
 #include "kv/prefix_hash.h"
 
 namespace tessera::engine {
@@ -59,6 +60,9 @@ struct KvLoad {
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;
   std::vector<kv::CopyOp> copies;  // copy-on-write, before the forward pass
+  // Kept keys of bounded-policy requests that moved (their evictions this
+  // step): rotated after the copies, before the step's tokens.
+  std::vector<kv::KeyShift> key_shifts;
   std::vector<KvLoad> loads;       // after the copies, before the forward pass
   int64_t num_tokens = 0;
   bool empty() const { return scheduled.empty(); }
@@ -78,7 +82,9 @@ class Scheduler {
 
   // "" if the request can ever run (prompt + max_tokens within the context,
   // which is the model's capped to what the whole pool holds), else why not.
-  std::string check_admissible(int64_t num_prompt_tokens, int64_t max_tokens) const;
+  // A bounded policy (kv/kv_policy.h) is capped by neither: its cache holds
+  // at most its budget, which must fit the model's context and the pool.
+  std::string check_admissible(int64_t num_prompt_tokens, int64_t max_tokens, const kv::KvPolicy& policy = {}) const;
   // config().max_model_len is min(the configured length, this).
   int64_t cache_capacity_tokens() const;
 
@@ -119,6 +125,11 @@ class Scheduler {
 
  private:
   void preempt(Request* req);
+  // Bounded policies: the most tokens req may compute this step, and the
+  // evictions that make room for n of them (copies and key shifts into out).
+  // False if the pool is short of blocks for the copies (nothing changed).
+  int64_t step_cap(const Request& req) const;
+  bool evict_for_step(Request* req, int64_t n, SchedulerOutput& out);
   // Prefix-cache lookup for a request about to be admitted with nothing
   // computed: takes the cached blocks of its longest cached prefix.
   void take_cached_prefix(Request* req);

@@ -84,9 +84,9 @@ void refuse_unsupported(const json& body, std::initializer_list<const char*> nam
   }
 }
 
-engine::SamplingParams sampling(const json& body, int32_t default_max_tokens) {
+engine::SamplingParams sampling(const json& body, int32_t default_max_tokens, const ModelContext& ctx) {
   try {
-    return parse_sampling(body, {.temperature = 1.0f, .max_tokens = default_max_tokens});
+    return parse_sampling(body, {.temperature = 1.0f, .max_tokens = default_max_tokens, .kv_policy = ctx.kv_policy});
   } catch (const FieldError& e) {
     bad(e.field(), e.what());
   }
@@ -297,7 +297,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
     const int64_t n = field(body, "n") ? bounded_int(body["n"], "n", 1, 128) : 1;
     if (best_of != n) bad("best_of", "'best_of' different from 'n' is not supported");
   }
-  r.params = sampling(body, /*default_max_tokens=*/16);
+  r.params = sampling(body, /*default_max_tokens=*/16, ctx);
   parse_stream(body, r);
   r.echo = boolean(body, "echo", false);
   if (const json* lp = field(body, "logprobs")) {
@@ -332,7 +332,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   }
   r.endpoint = Endpoint::kChat;
   const json messages = normalise_messages(body);
-  r.params = sampling(body, /*default_max_tokens=*/1);  // replaced below when not given
+  r.params = sampling(body, /*default_max_tokens=*/1, ctx);  // replaced below when not given
   parse_stream(body, r);
   r.chat_logprobs = boolean(body, "logprobs", false);
   if (const json* tl = field(body, "top_logprobs")) {

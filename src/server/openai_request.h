@@ -61,6 +61,7 @@ struct ModelContext {
   std::string served_model_name;
   const engine::PromptCache* prompt_cache = nullptr;  // null: started without --prompt-schema
   AdapterRegistry* adapters = nullptr;  // LoRA adapters served by name; null: none
+  kv::KvPolicy kv_policy{};  // --kv-policy: requests without a "kv_policy" field run with it
 };
 
 struct ApiRequest {

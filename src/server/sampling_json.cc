@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -28,6 +29,41 @@ double number(const json& body, const char* field, double lo, double hi) {
 
 int64_t integer(const json& body, const char* field, int64_t lo, int64_t hi) {
   return integer_value(*get(body, field), field, lo, hi);
+}
+
+// "kv_policy": "sink" (the server's budget and sinks), or an object
+// {"type": "sink", "budget": 256, "sinks": 4} whose absent fields are the
+// server's (docs/SERVER.md).
+kv::KvPolicy parse_kv_policy_field(const json& v, const kv::KvPolicy& server) {
+  kv::KvPolicy p = server;
+  auto set_type = [&](const json& t, const char* name) {
+    if (!t.is_string()) field_error(name, fmt::format("'{}' must be a string", name));
+    const std::optional<kv::KvPolicyKind> k = kv::parse_kv_policy(t.get<std::string>());
+    if (!k || *k == kv::KvPolicyKind::kRecompute) {
+      field_error(name, fmt::format("'{}' must be one of dense, window, sink (got '{}')", name, t.get<std::string>()));
+    }
+    p.kind = *k;
+  };
+  if (v.is_string()) {
+    set_type(v, "kv_policy");
+  } else if (v.is_object()) {
+    for (const auto& [key, x] : v.items()) {
+      if (key == "type") {
+        set_type(x, "kv_policy.type");
+      } else if (key == "budget") {
+        p.budget = integer_value(x, "kv_policy.budget", 1, std::numeric_limits<int32_t>::max());
+      } else if (key == "sinks") {
+        p.sinks = static_cast<int32_t>(integer_value(x, "kv_policy.sinks", 0, 1 << 20));
+      } else {
+        field_error("kv_policy." + key, fmt::format("unknown field 'kv_policy.{}' (known: type, budget, sinks)", key));
+      }
+    }
+  } else {
+    field_error("kv_policy", "'kv_policy' must be a string or an object {\"type\", \"budget\", \"sinks\"}");
+  }
+  const std::string bad = kv::check_kv_policy(p);
+  if (!bad.empty()) field_error("kv_policy", fmt::format("'kv_policy': {}", bad));
+  return p;
 }
 
 }  // namespace
@@ -64,6 +100,7 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
   engine::SamplingParams p;
   p.temperature = defaults.temperature;
   p.max_tokens = defaults.max_tokens;
+  p.kv_policy = defaults.kv_policy;
   if (get(body, "temperature")) p.temperature = static_cast<float>(number(body, "temperature", 0.0, 2.0));
   if (get(body, "top_p")) p.top_p = static_cast<float>(number(body, "top_p", 0.0, 1.0));
   if (p.top_p <= 0.0f) field_error("top_p", "'top_p' must be greater than 0");
@@ -133,6 +170,7 @@ engine::SamplingParams parse_sampling(const json& body, const SamplingDefaults& 
       field_error("speculative", "'speculative' must be a boolean or an object {\"method\", \"k\"}");
     }
   }
+  if (const json* k = get(body, "kv_policy")) p.kv_policy = parse_kv_policy_field(*k, defaults.kv_policy);
   return p;
 }
 

@@ -9,12 +9,14 @@
 #include <string>
 
 #include "engine/sampling_params.h"
+#include "kv/kv_policy.h"
 
 namespace tessera::server {
 
 struct SamplingDefaults {
   float temperature = 1.0f;
   int32_t max_tokens = 16;
+  kv::KvPolicy kv_policy{};  // the server's --kv-policy; a request's "kv_policy" replaces it
 };
 
 // The field a value came from, for error messages: param() of the Error.
