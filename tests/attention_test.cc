@@ -315,5 +315,65 @@ TEST(Attention, NewRowsStoredInTheCallEqualStoreThenAttend) {
   }
 }
 
+// Attention mass capture (H2O / SpAtten): the softmax weight each slot
+// received, summed over rows and heads, equals the naive reference's on
+// every ISA, for dense tables (prefill chunks, decode, GQA, windows) and
+// mapped ones (scattered positions, empty slots); and capturing it changes
+// no output bit.
+TEST(Attention, KeyMassMatchesNaiveAndLeavesOutputsAlone) {
+  std::mt19937 rng(1234);
+  for (int window : {0, 7, 40}) {
+    for (int bs : {16, 5}) {
+      KvSetup s = make({8, 2, 64, bs, {{1, 37}, {20, 90}, {1, 1}, {3, 64}}, DType::kF16, window}, rng);
+      const AttentionShape shape{8, 0.125f, window};
+      // Mapped twin of sequence 3 (3 rows over 64 slots): positions
+      // scattered over the slots, some slots empty.
+      std::vector<int32_t> key_pos(s.tables[3].size() * bs, -1);
+      std::vector<int32_t> order(64);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int p = 0; p < 50; ++p) key_pos[order[p]] = p;
+      std::vector<AttentionSeq> seqs = s.seqs;
+      seqs[3].kv_len = static_cast<int32_t>(key_pos.size());
+      seqs[3].key_pos = key_pos.data();
+      seqs[3].q_pos = 47;
+      std::vector<std::vector<int64_t>> want(seqs.size()), got(seqs.size());
+      const int64_t base = 5 * kMassOne;  // the mass is added to what is there
+      std::vector<float> ref(s.q.size());
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        want[i].assign(static_cast<size_t>(seqs[i].kv_len), base);
+        seqs[i].key_mass = want[i].data();
+      }
+      paged_attention_naive(s.kv, s.q.data(), s.stride, ref.data(), s.stride, seqs, shape);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        double total = 0.0;
+        for (int64_t m : want[i]) total += static_cast<double>(m - base) / kMassOne;
+        EXPECT_NEAR(total, 8.0 * seqs[i].q_len, 1e-3) << "every row's weights sum to 1, seq " << i;
+      }
+      for (Isa isa : supported_isas()) {
+        ThreadPool pool(2);
+        Workspace ws;
+        KernelContext ctx{&pool, isa, &ws};
+        std::vector<AttentionSeq> plain = seqs;
+        for (auto& q : plain) q.key_mass = nullptr;
+        std::vector<float> out0(s.q.size()), out1(s.q.size());
+        paged_attention(s.kv, s.q.data(), s.stride, out0.data(), s.stride, plain, shape, ctx);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          got[i].assign(static_cast<size_t>(seqs[i].kv_len), base);
+          seqs[i].key_mass = got[i].data();
+        }
+        paged_attention(s.kv, s.q.data(), s.stride, out1.data(), s.stride, seqs, shape, ctx);
+        ASSERT_EQ(0, std::memcmp(out0.data(), out1.data(), out0.size() * sizeof(float))) << isa_name(isa);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          for (size_t j = 0; j < got[i].size(); ++j) {
+            ASSERT_NEAR(static_cast<double>(got[i][j] - want[i][j]) / kMassOne, 0.0, 2e-5)
+                << isa_name(isa) << " window " << window << " bs " << bs << " seq " << i << " slot " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels

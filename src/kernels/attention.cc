@@ -53,6 +53,32 @@ struct WorkUnit {
 
 size_t head_bytes(const KvLayerView& kv) { return kv.tile_elems() * kv.elem_bytes(); }
 
+// Row stride of a unit's captured scores: every slot of every block read.
+int32_t scores_ld(const AttentionSeq& s, int32_t block_size) {
+  return (s.kv_len + block_size - 1) / block_size * block_size;
+}
+
+// The softmax weight each slot received from the unit's rows, from the
+// scores and row statistics the kernel captured: mass[j] = sum over rows
+// seeing slot j of exp(score - max) / sum, each term in fixed point
+// (kMassOne). mass: [n_keys of the unit].
+void unit_mass(const AttnUnitArgs& a, int64_t* mass) {
+  const bool mapped = a.key_pos != nullptr;
+  const int32_t n_slots = mapped ? a.n_keys : a.first_pos + a.nq;
+  std::fill(mass, mass + a.n_keys, int64_t{0});
+  for (int32_t r = 0; r < a.group * a.nq; ++r) {
+    const float mx = a.row_stats[2 * r], sum = a.row_stats[2 * r + 1];
+    if (!(sum > 0.0f)) continue;  // the row saw no key
+    const float inv = 1.0f / sum;
+    const int32_t pos = a.first_pos + r % a.nq;
+    const float* sc = a.key_scores + static_cast<size_t>(r) * a.scores_ld;
+    for (int32_t j = 0; j < n_slots; ++j) {
+      const bool seen = mapped ? key_visible(a.key_pos[j], pos, a.window) : j <= pos && j >= first_key(pos, a.window);
+      if (seen) mass[j] += std::llround(static_cast<double>(std::exp(sc[j] - mx) * inv) * kMassOne);
+    }
+  }
+}
+
 }  // namespace
 
 bool kv_type_supported(DType type) {
@@ -164,6 +190,26 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
   }
   int64_t work = 0;  // multiply-adds: q.K and p.V per query row, head and key
   for (const AttentionSeq& s : seqs) work += int64_t{s.q_len} * shape.n_heads * s.kv_len * 2 * kv.head_dim;
+  // Attention mass capture (H2O / SpAtten): each unit of a sequence that
+  // wants it gets a region of ctx.ws->attn_mass (its rows' raw scores, their
+  // softmax max and sum) and one of attn_mass_sum (the unit's fixed-point
+  // mass per slot, computed after its pass); the units' masses are added to
+  // key_mass after the dispatch.
+  std::vector<size_t> mass_at(units.size(), SIZE_MAX), sum_at(units.size(), 0);
+  size_t mass_floats = 0, mass_sums = 0;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const AttentionSeq& s = seqs[units[i].seq];
+    if (s.key_mass == nullptr) continue;
+    mass_at[i] = mass_floats;
+    sum_at[i] = mass_sums;
+    const size_t rows = static_cast<size_t>(group) * units[i].nq;
+    mass_floats += rows * scores_ld(s, kv.block_size) + 2 * rows;
+    mass_sums += static_cast<size_t>(s.kv_len);
+  }
+  if (mass_floats > 0) {
+    ctx.ws->attn_mass.ensure(mass_floats);
+    ctx.ws->attn_mass_sum.ensure(mass_sums);
+  }
   ThreadPool* pool = parallel_pool(ctx, work, kMinParallelAttentionMacs);
   const AttentionKernels& kern = kernels_for(ctx.isa);
   const size_t per_thread = attention_scratch_floats(kv.block_size, kv.head_dim, group);
@@ -209,13 +255,28 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
                      u.kv_head);
         }
       }
+      if (mass_at[i] == SIZE_MAX) {
+        a.key_scores = a.row_stats = nullptr;
+        kern.attend(a);
+        continue;
+      }
+      a.key_scores = ctx.ws->attn_mass.data() + mass_at[i];
+      a.scores_ld = scores_ld(s, kv.block_size);
+      a.row_stats = a.key_scores + static_cast<size_t>(group) * u.nq * a.scores_ld;
       kern.attend(a);
+      unit_mass(a, ctx.ws->attn_mass_sum.data() + sum_at[i]);
     }
   };
   if (pool == nullptr) {
     job(0, 1);
   } else {
     pool->run_dynamic(job);
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (mass_at[i] == SIZE_MAX) continue;
+    const AttentionSeq& s = seqs[units[i].seq];
+    const int64_t* m = ctx.ws->attn_mass_sum.data() + sum_at[i];
+    for (int32_t j = 0; j < s.kv_len; ++j) s.key_mass[j] += m[j];
   }
 }
 
@@ -258,6 +319,11 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
         }
         float* orow = out + static_cast<int64_t>(s.q_begin + i) * out_stride + static_cast<int64_t>(h) * hd;
         for (int32_t d = 0; d < hd; ++d) orow[d] = static_cast<float>(o[d] / sum);
+        if (s.key_mass != nullptr) {
+          for (int32_t j = 0; j < n_slots; ++j) {
+            if (seen(j)) s.key_mass[j] += std::llround(scores[j] / sum * static_cast<double>(kMassOne));
+          }
+        }
       }
     }
   }

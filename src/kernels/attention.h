@@ -50,6 +50,13 @@ bool kv_type_supported(DType type);
 // query i sits at position q_pos + i; it attends to every key whose position
 // is in [0, its own] (and in its window). Without key_pos (nullptr: dense)
 // slot j holds position j, as above.
+//
+// key_mass (H2O / SpAtten, kv/kv_policy.h): when set, the softmax weight
+// each slot's key received in this call, summed over query rows and heads,
+// is added to key_mass[slot] (captured in the same pass; [kv_len]), in
+// fixed point: each row's weight is rounded to a multiple of 1 / kMassOne
+// on its own, so the sums are exact and do not depend on how rows were
+// split into steps, units or threads (batch invariance).
 struct AttentionSeq {
   int32_t q_begin = 0;
   int32_t q_len = 0;
@@ -57,7 +64,11 @@ struct AttentionSeq {
   const int32_t* block_table = nullptr;
   const int32_t* key_pos = nullptr;  // [kv_len] or nullptr
   int32_t q_pos = 0;                 // with key_pos: position of the first query row
+  int64_t* key_mass = nullptr;       // [kv_len] or nullptr
 };
+
+// The fixed-point unit of AttentionSeq::key_mass: a weight of 1.
+inline constexpr int64_t kMassOne = int64_t{1} << 32;
 
 struct AttentionShape {
   int32_t n_heads = 0;     // query heads; a multiple of kv.n_kv_heads (GQA)

@@ -262,6 +262,16 @@ void attend_tiled(const AttnUnitArgs& a) {
       }
       score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     }
+    if (a.key_scores != nullptr) {
+      // Attention mass capture: the raw scores, before the softmax below
+      // turns them into weights in place (slots a row does not see are
+      // copied too; the caller masks them).
+      for (int r = 0; r < rows; ++r) {
+        const float* src = sc + static_cast<size_t>(r) * bs_pad;
+        float* dst = a.key_scores + static_cast<size_t>(r) * a.scores_ld + static_cast<size_t>(b) * bs;
+        for (int j = 0; j < j_end; ++j) dst[j] = src[j];
+      }
+    }
     // Online softmax and the weighted sum of V, row by row.
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
@@ -311,6 +321,12 @@ void attend_tiled(const AttnUnitArgs& a) {
       } else {
         accumulate_v<F>(scratch, s, j0, n_valid, corr, hd, ar);
       }
+    }
+  }
+  if (a.row_stats != nullptr) {
+    for (int r = 0; r < rows; ++r) {
+      a.row_stats[2 * r] = m[r];
+      a.row_stats[2 * r + 1] = l[r];
     }
   }
   for (int r = 0; r < rows; ++r) {

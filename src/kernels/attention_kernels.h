@@ -38,6 +38,13 @@ struct AttnUnitArgs {
   float scale = 1.0f;
   int32_t window = 0;        // > 0: row at position p sees keys (p - window, p] only
   float* scratch = nullptr;  // attention_scratch_floats() floats
+  // Attention mass capture (AttentionSeq::key_mass), nullptr when not
+  // wanted: row r's scaled score of every slot j it sees at
+  // key_scores[r * scores_ld + j] (other entries are left as they were),
+  // and its final softmax max and sum at row_stats[2 r], row_stats[2 r + 1].
+  float* key_scores = nullptr;
+  int32_t scores_ld = 0;
+  float* row_stats = nullptr;
 };
 
 // The first key a query at `pos` attends to (static: included by the

@@ -55,6 +55,7 @@ void attend_ref(const AttnUnitArgs& a) {
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
         s[j] = dot * a.scale;
+        if (a.key_scores != nullptr) a.key_scores[static_cast<size_t>(r) * a.scores_ld + b * bs + j] = s[j];
         tile_max = std::max(tile_max, s[j]);
       }
       if (tile_max == -std::numeric_limits<float>::infinity()) continue;  // no key of this block is seen
@@ -71,6 +72,12 @@ void attend_ref(const AttnUnitArgs& a) {
       }
       l[r] = l[r] * corr + sum;
       m[r] = m_new;
+    }
+  }
+  if (a.row_stats != nullptr) {
+    for (int r = 0; r < rows; ++r) {
+      a.row_stats[2 * r] = m[r];
+      a.row_stats[2 * r + 1] = l[r];
     }
   }
   for (int r = 0; r < rows; ++r) {

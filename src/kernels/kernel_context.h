@@ -18,6 +18,8 @@ struct Workspace {
   AlignedBuffer<uint8_t> act;  // quantized activations
   AlignedBuffer<float> tmp;    // per-thread scratch
   AlignedBuffer<float> padded_x;  // [n_tokens, cols]: x widened for weights stored with padding
+  AlignedBuffer<float> attn_mass;        // attention mass capture (kernels/attention.cc)
+  AlignedBuffer<int64_t> attn_mass_sum;  // its per-unit sums
 };
 
 struct KernelContext {
