@@ -5,7 +5,9 @@
 // positions. Every token is appended alone (a decode step), so a segment's
 // time is decode time. Prints JSON.
 //
-//   tessera_kv_policies_bench [--tokens N] [--budgets 64,128,256] [--threads T] [models...]
+//   tessera_kv_policies_bench [--tokens N] [--budgets 64,128,256]
+//       [--policies window,sink,recompute,h2o,spatten] [--no-dense] [--no-design-check]
+//       [--threads T] [models...]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,13 +37,19 @@ std::string read_all(const std::string& path) {
   return s;
 }
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     const size_t j = s.find(',', i);
-    out.push_back(std::stoll(s.substr(i, j - i)));
+    out.push_back(s.substr(i, j - i));
     i = j == std::string::npos ? s.size() : j + 1;
   }
+  return out;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  for (const std::string& x : split(s)) out.push_back(std::stoll(x));
   return out;
 }
 
@@ -54,13 +62,30 @@ int main(int argc, char** argv) {
   int threads = 2;
   std::string data = "../shared/data/tinystories_val_prefix.txt";
   std::vector<std::string> models;
+  std::vector<tessera::kv::KvPolicyKind> policies;
+  bool dense = true, design_check = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--tokens" && i + 1 < argc) n_tokens = std::stoll(argv[++i]);
+    if (a == "--policies" && i + 1 < argc) {
+      for (const std::string& name : split(argv[++i])) {
+        const auto k = tessera::kv::parse_kv_policy(name);
+        if (!k) {
+          std::fprintf(stderr, "unknown policy %s\n", name.c_str());
+          return 1;
+        }
+        policies.push_back(*k);
+      }
+    } else if (a == "--no-dense") dense = false;
+    else if (a == "--no-design-check") design_check = false;
+    else if (a == "--tokens" && i + 1 < argc) n_tokens = std::stoll(argv[++i]);
     else if (a == "--budgets" && i + 1 < argc) budgets = parse_list(argv[++i]);
     else if (a == "--threads" && i + 1 < argc) threads = std::stoi(argv[++i]);
     else if (a == "--data" && i + 1 < argc) data = argv[++i];
     else models.push_back(a);
+  }
+  if (policies.empty()) {
+    policies = {kv::KvPolicyKind::kWindow, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kRecompute,
+                kv::KvPolicyKind::kH2O, kv::KvPolicyKind::kSpAtten};
   }
   if (models.empty()) {
     models = {"../shared/models/stories260K/stories260K.gguf", "../shared/models/stories1M/stories1M.gguf"};
@@ -80,15 +105,14 @@ int main(int argc, char** argv) {
     struct Run {
       kv::KvPolicy policy;
     };
-    std::vector<Run> runs{{{kv::KvPolicyKind::kDense, 0, 0, 0}}};
+    std::vector<Run> runs;
+    if (dense) runs.push_back({{kv::KvPolicyKind::kDense, 0, 0, 0}});
     for (int64_t b : budgets) {
-      for (kv::KvPolicyKind k : {kv::KvPolicyKind::kWindow, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kRecompute}) {
-        runs.push_back({{k, b, 4, 0}});
-      }
+      for (kv::KvPolicyKind k : policies) runs.push_back({{k, b, 4, 0}});
     }
     // The design check: granularity 1 rotates every kept key at every token,
     // the rotation work a cache of pre-RoPE keys does in the kernel.
-    runs.push_back({{kv::KvPolicyKind::kSink, budgets.back(), 4, 1}});
+    if (design_check) runs.push_back({{kv::KvPolicyKind::kSink, budgets.back(), 4, 1}});
     const size_t block_bytes = KvCache::bytes_per_block(lm.model->config(), 16, DType::kF16);
     for (const Run& run : runs) {
       engine::PerplexityOptions opt;

@@ -28,11 +28,8 @@ using nlohmann::json;
 
 constexpr const char* kAdapter = "models/stories260K/lora-shakespeare.gguf";
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
+using testing::kAddressSanitizer;
+using testing::rss_kib;
 
 TEST(AdapterPool, IdleAdaptersAreEvictedLeastRecentlyUsedFirstAndReloaded) {
   TESSERA_REQUIRE_SHARED(kAdapter);
@@ -175,15 +172,6 @@ TEST_F(AdapterServing, SoftPromptsAreServedByName) {
   // Bad files at start are refused with the loader's message.
   EXPECT_EQ(status_of([&] { s.adapters.add_soft_prompt("bad", testing::stories260k_path(), "stories"); }), 400);
   EXPECT_EQ(status_of([&] { s.adapters.add_soft_prompt("story", path, "stories"); }), 400);
-}
-
-long rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
-  }
-  return -1;
 }
 
 TEST_F(AdapterServing, LoadAndUnloadUnderLoadLosesNothing) {

@@ -211,13 +211,21 @@ TEST(KvPolicyCache, RotatedBlocksLeaveThePrefixCache) {
   m.free(a);
 }
 
-// Random reserves and evictions against a shadow list of live tokens.
+// Random reserves and evictions against a shadow list of live tokens. A
+// scored table (H2O, SpAtten) is mapped from the start, and each slot's
+// score and depth stay with its token through evictions (blocks closing up)
+// and are reset when a slot is filled again.
 TEST(KvPolicyCache, SlotReuseMatchesAShadowModel) {
   std::mt19937 rng(1234);
-  for (int round = 0; round < 50; ++round) {
+  for (int round = 0; round < 100; ++round) {
     const int bs = 1 + static_cast<int>(rng() % 8);
+    const bool scored = round % 2 == 1;
     kv::KvManager m({bs, 200});
     kv::BlockTable t;
+    if (scored) t.score_depth = 5;
+    // A token's tags: the score and depth the test gives its slot.
+    auto tag_score = [](int64_t tok) { return 1000 + tok; };
+    auto tag_depth = [](int64_t tok) { return static_cast<uint8_t>(1 + tok % 5); };
     std::vector<int64_t> shadow;  // live tokens in order
     int64_t next_tok = 0;
     for (int op = 0; op < 60; ++op) {
@@ -233,7 +241,17 @@ TEST(KvPolicyCache, SlotReuseMatchesAShadowModel) {
         if (t.mapped() && n <= empty) {
           EXPECT_EQ(t.blocks.size(), blocks_before);
         }
-        for (int64_t i = 0; i < n; ++i) shadow.push_back(next_tok++);
+        EXPECT_EQ(t.mapped(), scored || t.mapped());
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t tok = next_tok++;
+          shadow.push_back(tok);
+          if (!scored) continue;
+          const int64_t j = std::find(t.key_tok.begin(), t.key_tok.end(), tok) - t.key_tok.begin();
+          ASSERT_EQ(t.key_score[j], 0) << "a filled slot starts unscored";
+          ASSERT_EQ(t.key_depth[j], 5) << "a filled slot is seen by every layer";
+          t.key_score[j] = tag_score(tok);
+          t.key_depth[j] = tag_depth(tok);
+        }
       } else {
         // Evict a random subset of the live tokens.
         std::vector<int64_t> slots;
@@ -275,6 +293,15 @@ TEST(KvPolicyCache, SlotReuseMatchesAShadowModel) {
           EXPECT_TRUE(std::any_of(first, first + bs, [](int32_t p) { return p >= 0; })) << "empty block kept";
         }
       }
+      if (scored) {
+        ASSERT_EQ(t.key_score.size(), t.key_pos.size());
+        ASSERT_EQ(t.key_depth.size(), t.key_pos.size());
+        for (int64_t tok : shadow) {
+          const int64_t j = std::find(t.key_tok.begin(), t.key_tok.end(), tok) - t.key_tok.begin();
+          ASSERT_EQ(t.key_score[j], tag_score(tok)) << "token " << tok;
+          ASSERT_EQ(t.key_depth[j], tag_depth(tok)) << "token " << tok;
+        }
+      }
       EXPECT_EQ(m.pool().num_free(), 199 - static_cast<int32_t>(t.blocks.size()));
       ASSERT_EQ(m.pool().check_invariants(), "");
     }
@@ -298,6 +325,60 @@ TEST(KvPolicyCache, PlansKeepSinksAndTheMostRecentTokens) {
   EXPECT_TRUE(kv::plan_evictions(big, t, 1, 4).empty());
   EXPECT_NE(kv::check_kv_policy({kv::KvPolicyKind::kSink, 4, 4, 0}), "");
   m.free(t);
+}
+
+// H2O keeps the recent tokens and, of the older ones, those with the most
+// attention mass; SpAtten first drops the keys its cascade hid from the
+// most layers, and its cascade hides the least important keys from upper
+// layers only once the sequence outgrows the budget.
+TEST(KvPolicyCache, ScoredPlansKeepRecentAndHeavyTokens) {
+  kv::KvManager m({4, 64});
+  kv::BlockTable t;
+  t.score_depth = 4;
+  std::vector<kv::CopyOp> copies;
+  ASSERT_TRUE(m.reserve(t, 20, copies));
+  ASSERT_TRUE(t.mapped());
+  // Token j's mass: high for 3, 7, 11; the others by age.
+  for (int j = 0; j < 20; ++j) t.key_score[j] = j % 4 == 3 ? 10000 : 100 + j;
+  kv::KvPolicy h2o{kv::KvPolicyKind::kH2O, 20, 0, 1};  // recent: 10
+  std::vector<int64_t> gone = kv::plan_evictions(h2o, t, 2, 4);
+  EXPECT_EQ(gone, (std::vector<int64_t>{0, 1}));  // the lightest, oldest first
+  h2o.recent = 2;
+  gone = kv::plan_evictions(h2o, t, 5, 4);
+  EXPECT_EQ(gone, (std::vector<int64_t>{0, 1, 2, 4, 5}));
+  h2o.granularity = 0;  // whole blocks' worth
+  gone = kv::plan_evictions(h2o, t, 5, 4);
+  EXPECT_EQ(gone, (std::vector<int64_t>{0, 1, 2, 4, 5, 6, 8, 9}));
+  // Never a recent token, even when a whole block's worth is asked for.
+  h2o.recent = 19;
+  EXPECT_EQ(kv::plan_evictions(h2o, t, 1, 4), (std::vector<int64_t>{0, 1}));
+  EXPECT_NE(kv::check_kv_policy({kv::KvPolicyKind::kH2O, 8, 0, 0, 8}), "");
+
+  // SpAtten, 4 layers, budget 16: caps 16, 14, 11, 8 (layer_cap).
+  kv::KvPolicy sp{kv::KvPolicyKind::kSpAtten, 16, 0, 1};  // recent: 4
+  EXPECT_EQ(kv::layer_cap(sp, 0, 4), 16);
+  EXPECT_EQ(kv::layer_cap(sp, 1, 4), 14);
+  EXPECT_EQ(kv::layer_cap(sp, 2, 4), 11);
+  EXPECT_EQ(kv::layer_cap(sp, 3, 4), 8);
+  kv::BlockTable u;
+  u.score_depth = 4;
+  ASSERT_TRUE(m.reserve(u, 12, copies));
+  for (int j = 0; j < 12; ++j) u.key_score[j] = 12 - j;  // the oldest weigh most
+  kv::plan_cascade(sp, u, 1);  // 13 tokens <= 16: not engaged
+  EXPECT_TRUE(std::all_of(u.key_depth.begin(), u.key_depth.end(), [](uint8_t d) { return d == 4; }));
+  ASSERT_TRUE(m.reserve(u, 16, copies));
+  for (int j = 12; j < 16; ++j) u.key_score[j] = 0;
+  kv::plan_cascade(sp, u, 1);  // 17 tokens: each layer >= 1 sees 3 keys too many
+  // Candidates: tokens 0..12 (recent 4 - 1 new = 3 kept: 13, 14, 15), the
+  // lightest first: 12, 11, 10 hidden from layers 1+, 9, 8, 7 from 2+, 6,
+  // 5, 4 from 3+.
+  const std::vector<uint8_t> want = {4, 4, 4, 4, 3, 3, 3, 2, 2, 2, 1, 1, 1, 4, 4, 4};
+  EXPECT_EQ(std::vector<uint8_t>(u.key_depth.begin(), u.key_depth.begin() + 16), want);
+  // Physical eviction takes the keys hidden from the most layers first.
+  gone = kv::plan_evictions(sp, u, 1, 4);
+  EXPECT_EQ(gone, (std::vector<int64_t>{12}));
+  m.free(t);
+  m.free(u);
 }
 
 // ---- policies on a real model --------------------------------------------
@@ -327,7 +408,8 @@ TEST(KvPolicyModel, BudgetAtLeastTheLengthEqualsDenseBitForBit) {
   ThreadPool pool(2);
   const std::vector<int32_t> toks = story_tokens(150);
   const std::vector<float> dense = stream_logits(m, {}, toks, pool);
-  for (kv::KvPolicyKind k : {kv::KvPolicyKind::kWindow, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kRecompute}) {
+  for (kv::KvPolicyKind k : {kv::KvPolicyKind::kWindow, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kRecompute,
+                             kv::KvPolicyKind::kH2O, kv::KvPolicyKind::kSpAtten}) {
     const std::vector<float> got = stream_logits(m, {k, 150, 4, 0}, toks, pool);
     ASSERT_EQ(got.size(), dense.size());
     EXPECT_EQ(0, std::memcmp(got.data(), dense.data(), got.size() * sizeof(float))) << kv::kv_policy_name(k);
@@ -341,7 +423,8 @@ TEST(KvPolicyModel, SinkStaysFiniteAndCloseToRecompute) {
   const std::vector<int32_t> toks = story_tokens(1500);
   ASSERT_GE(toks.size(), 1000u);
   std::map<kv::KvPolicyKind, double> ppl;
-  for (kv::KvPolicyKind k : {kv::KvPolicyKind::kRecompute, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kWindow}) {
+  for (kv::KvPolicyKind k : {kv::KvPolicyKind::kRecompute, kv::KvPolicyKind::kSink, kv::KvPolicyKind::kWindow,
+                             kv::KvPolicyKind::kH2O, kv::KvPolicyKind::kSpAtten}) {
     engine::PerplexityOptions opt;
     opt.kv_type = DType::kF32;
     opt.kv_policy = {k, 64, 4, 0};
@@ -355,8 +438,11 @@ TEST(KvPolicyModel, SinkStaysFiniteAndCloseToRecompute) {
   // token stream, so no attention sink forms at position 0; see
   // docs/KV_POLICIES.md.)
   EXPECT_LT(ppl[kv::KvPolicyKind::kWindow], 1.15 * ppl[kv::KvPolicyKind::kRecompute]);
-  std::printf("ppl at budget 64: recompute %.3f sink %.3f window %.3f\n", ppl[kv::KvPolicyKind::kRecompute],
-              ppl[kv::KvPolicyKind::kSink], ppl[kv::KvPolicyKind::kWindow]);
+  EXPECT_LT(ppl[kv::KvPolicyKind::kH2O], 1.15 * ppl[kv::KvPolicyKind::kRecompute]);
+  EXPECT_LT(ppl[kv::KvPolicyKind::kSpAtten], 1.15 * ppl[kv::KvPolicyKind::kRecompute]);
+  std::printf("ppl at budget 64: recompute %.3f sink %.3f window %.3f h2o %.3f spatten %.3f\n",
+              ppl[kv::KvPolicyKind::kRecompute], ppl[kv::KvPolicyKind::kSink], ppl[kv::KvPolicyKind::kWindow],
+              ppl[kv::KvPolicyKind::kH2O], ppl[kv::KvPolicyKind::kSpAtten]);
 }
 
 }  // namespace

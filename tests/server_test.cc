@@ -685,9 +685,18 @@ TEST_F(ServerTest, KvPolicyFieldBoundsTheCache) {
     texts.push_back(j["choices"][0]["text"].get<std::string>());
   }
   EXPECT_EQ(texts[0], texts[1]) << "sinks default to the server's 4";
+  // H2O and SpAtten, with the server's budget and their default recent tokens.
+  for (const std::string extra : {R"(, "kv_policy": "h2o")", R"(, "kv_policy": {"type": "spatten", "recent": 8})"}) {
+    auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << extra << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], n) << extra;
+  }
   for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
            {R"(, "kv_policy": 3)", "kv_policy"},
-           {R"(, "kv_policy": "h2o")", "kv_policy"},
+           {R"(, "kv_policy": "h3o")", "kv_policy"},
+           {R"(, "kv_policy": {"type": "h2o", "budget": 64, "recent": 64})", "kv_policy"},
+           {R"(, "kv_policy": {"type": "h2o", "recent": -1})", "kv_policy.recent"},
            {R"(, "kv_policy": {"type": "recompute", "budget": 64})", "kv_policy.type"},
            {R"(, "kv_policy": {"type": "sink", "budget": -1})", "kv_policy.budget"},
            {R"(, "kv_policy": {"type": "sink", "budget": 4})", "kv_policy"},

@@ -136,17 +136,21 @@ void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {
 }
 
 void KvPolicyOptions::add_to(CLI::App& app) {
-  app.add_option("--kv-policy", policy, "KV cache policy: dense, window, recompute or sink (docs/KV_POLICIES.md)")
+  app.add_option("--kv-policy", policy,
+                 "KV cache policy: dense, window, recompute, sink, h2o or spatten (docs/KV_POLICIES.md)")
       ->capture_default_str();
   app.add_option("--kv-budget", budget, "Most keys a token attends to under a bounded --kv-policy");
   app.add_option("--kv-sinks", sinks, "Tokens from the start kept by --kv-policy sink")->capture_default_str();
+  app.add_option("--kv-recent", recent,
+                 "Recent tokens always kept by --kv-policy h2o / spatten (default: budget / 2, spatten budget / 4)");
 }
 
 kv::KvPolicy KvPolicyOptions::get() const {
   const std::optional<kv::KvPolicyKind> kind = kv::parse_kv_policy(policy);
-  TESSERA_CHECK(kind.has_value(), kInvalidArgument, "--kv-policy '{}' is not one of dense, window, recompute, sink",
-                policy);
-  const kv::KvPolicy p{*kind, budget, sinks, 0};
+  TESSERA_CHECK(kind.has_value(), kInvalidArgument,
+                "--kv-policy '{}' is not one of dense, window, recompute, sink, h2o, spatten", policy);
+  kv::KvPolicy p{*kind, budget, sinks, 0};
+  p.recent = recent;
   const std::string bad = kv::check_kv_policy(p);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
   return p;

@@ -20,11 +20,13 @@ inline constexpr const char* kThreadsHelp =
     "Threads, fixed (default: one per core, using fewer while other programs keep cores busy)";
 
 // A bounded KV cache (kv/kv_policy.h, docs/KV_POLICIES.md):
-// --kv-policy dense|window|recompute|sink --kv-budget N --kv-sinks S.
+// --kv-policy dense|window|recompute|sink|h2o|spatten --kv-budget N
+// [--kv-sinks S] [--kv-recent R].
 struct KvPolicyOptions {
   std::string policy = "dense";
   int64_t budget = 0;
   int32_t sinks = 4;
+  int32_t recent = -1;  // -1: the policy's default
   void add_to(CLI::App& app);
   // Throws Error (kInvalidArgument) for an unknown name or a budget that
   // does not fit the policy.

@@ -205,6 +205,8 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
                       "length of {}", max_position, params.max_tokens, config_.max_model_len);
   }
   TESSERA_CHECK(why.empty(), kOutOfRange, "{}", why);
+  // H2O / SpAtten: its table keeps the attention mass of each key.
+  if (params.kv_policy.scored()) r->blocks.score_depth = kv::score_depth(model_.config().n_layer);
 
   r->num_prompt_tokens = r->num_tokens();
   for (int64_t i = r->num_virtual_tokens(); i < r->num_tokens(); ++i) ++r->history.prompt[r->tokens[static_cast<size_t>(i)]];

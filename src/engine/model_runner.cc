@@ -21,7 +21,7 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
   batch_.clear();
   batch_.key_shifts = out.key_shifts;  // bounded policies' evictions this step
   for (const ScheduledRequest& s : out.scheduled) {
-    const Request& r = *s.req;
+    Request& r = *s.req;
     const int32_t q_begin = static_cast<int32_t>(batch_.tokens.size());
     const int64_t start = r.num_computed_tokens;
     for (int64_t p = start; p < start + s.num_new_tokens; ++p) {
@@ -31,6 +31,12 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
       batch_.slots.push_back(r.blocks.slot(p, bs));
     }
     batch_.seqs.push_back(attention_seq(r.blocks, q_begin, start, s.num_new_tokens, bs));
+    if (r.params.kv_policy.kind == kv::KvPolicyKind::kSpAtten) {
+      batch_.key_depth.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
+      batch_.key_depth.push_back(r.blocks.key_depth.data());
+    } else if (!batch_.key_depth.empty()) {
+      batch_.key_depth.push_back(nullptr);
+    }
     if (r.lora && batch_.seq_lora.size() + 1 < batch_.seqs.size()) {
       batch_.seq_lora.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
     }

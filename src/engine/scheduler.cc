@@ -191,6 +191,7 @@ int64_t Scheduler::step_cap(const Request& r) const { return kv::max_step_tokens
 bool Scheduler::evict_for_step(Request* r, int64_t n, SchedulerOutput& out) {
   const kv::KvPolicy& policy = r->params.kv_policy;
   if (!policy.bounded()) return true;
+  kv::plan_cascade(policy, r->blocks, n);
   const std::vector<int64_t> gone = kv::plan_evictions(policy, r->blocks, n, kv_.block_size());
   if (gone.empty()) return true;
   return kv_.evict(r->blocks, gone, out.copies, out.key_shifts);

@@ -115,6 +115,8 @@ void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const 
   const int32_t bs = kv_manager_.block_size();
   batch_.clear();
   std::vector<kv::CopyOp> copies;
+  if (opt_.kv_policy.scored() && table_.score_depth == 0) table_.score_depth = kv::score_depth(model_.config().n_layer);
+  kv::plan_cascade(opt_.kv_policy, table_, chunk);
   if (opt_.kv_policy.kind != kv::KvPolicyKind::kRecompute) {
     const std::vector<int64_t> gone = kv::plan_evictions(opt_.kv_policy, table_, chunk, bs);
     if (!gone.empty()) {
@@ -133,6 +135,7 @@ void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const 
     batch_.slots.push_back(table_.slot(start + i, bs));
   }
   batch_.seqs.push_back(attention_seq(table_, 0, start, chunk, bs));
+  if (opt_.kv_policy.kind == kv::KvPolicyKind::kSpAtten) batch_.key_depth.push_back(table_.key_depth.data());
   if (opt_.lora != nullptr) batch_.seq_lora.push_back(opt_.lora);
   if (all_logits) {
     for (int64_t i = 0; i < chunk; ++i) batch_.logit_rows.push_back(static_cast<int32_t>(i));

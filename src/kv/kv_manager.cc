@@ -83,6 +83,10 @@ bool KvManager::reserve_mapped(BlockTable& t, int64_t num_tokens, std::vector<Co
     last_private = j / block_size_;
     t.key_tok[j] = tok++;
     t.key_pos[j] = t.num_live++;
+    if (t.scored()) {
+      t.key_score[j] = 0;
+      t.key_depth[j] = t.score_depth;
+    }
   }
   while (tok < num_tokens) {
     const BlockId id = *pool_.allocate();
@@ -92,28 +96,39 @@ bool KvManager::reserve_mapped(BlockTable& t, int64_t num_tokens, std::vector<Co
       const bool used = tok < num_tokens;
       t.key_tok.push_back(used ? tok++ : -1);
       t.key_pos.push_back(used ? t.num_live++ : -1);
+      if (t.scored()) {
+        t.key_score.push_back(0);
+        t.key_depth.push_back(t.score_depth);
+      }
     }
   }
   t.num_tokens = num_tokens;
   return true;
 }
 
+void KvManager::map(BlockTable& t) {
+  if (t.mapped()) return;
+  // The same contents, described slot by slot: slot j holds token j.
+  TESSERA_ASSERT(t.num_dropped == 0);
+  const size_t n_slots = t.blocks.size() * static_cast<size_t>(block_size_);
+  t.key_pos.assign(n_slots, -1);
+  t.key_tok.assign(n_slots, -1);
+  for (int64_t j = 0; j < t.num_tokens; ++j) {
+    t.key_pos[j] = static_cast<int32_t>(j);
+    t.key_tok[j] = j;
+  }
+  if (t.scored()) {
+    t.key_score.assign(n_slots, 0);
+    t.key_depth.assign(n_slots, t.score_depth);
+  }
+  t.num_live = static_cast<int32_t>(t.num_tokens);
+  t.is_mapped = true;
+}
+
 bool KvManager::evict(BlockTable& t, std::span<const int64_t> evict, std::vector<CopyOp>& copies,
                       std::vector<KeyShift>& shifts) {
   const int64_t bs = block_size_;
-  if (!t.mapped()) {
-    // The same contents, described slot by slot: slot j holds token j.
-    TESSERA_ASSERT(t.num_dropped == 0);
-    const int64_t n_slots = static_cast<int64_t>(t.blocks.size()) * bs;
-    t.key_pos.assign(static_cast<size_t>(n_slots), -1);
-    t.key_tok.assign(static_cast<size_t>(n_slots), -1);
-    for (int64_t j = 0; j < t.num_tokens; ++j) {
-      t.key_pos[j] = static_cast<int32_t>(j);
-      t.key_tok[j] = j;
-    }
-    t.num_live = static_cast<int32_t>(t.num_tokens);
-    t.is_mapped = true;
-  }
+  map(t);
   std::vector<uint8_t> gone(t.key_pos.size(), 0);
   for (int64_t j : evict) {
     TESSERA_ASSERT(t.key_pos[j] >= 0);
@@ -147,6 +162,7 @@ bool KvManager::evict(BlockTable& t, std::span<const int64_t> evict, std::vector
   for (int64_t j : evict) {
     t.key_pos[j] = -1;
     t.key_tok[j] = -1;
+    if (t.scored()) t.key_score[j] = 0;
   }
   t.num_live = static_cast<int32_t>(kept.size());
   // Blocks left empty go back to the pool; the table closes up over them
@@ -158,12 +174,17 @@ bool KvManager::evict(BlockTable& t, std::span<const int64_t> evict, std::vector
     t.blocks.erase(t.blocks.begin() + b);
     t.key_pos.erase(first, first + bs);
     t.key_tok.erase(t.key_tok.begin() + b * bs, t.key_tok.begin() + (b + 1) * bs);
+    if (t.scored()) {
+      t.key_score.erase(t.key_score.begin() + b * bs, t.key_score.begin() + (b + 1) * bs);
+      t.key_depth.erase(t.key_depth.begin() + b * bs, t.key_depth.begin() + (b + 1) * bs);
+    }
   }
   return true;
 }
 
 bool KvManager::reserve(BlockTable& t, int64_t num_tokens, std::vector<CopyOp>& copies) {
   if (num_tokens <= t.num_tokens) return true;
+  if (t.scored()) map(t);
   if (t.mapped()) return reserve_mapped(t, num_tokens, copies);
   const int32_t need = blocks_needed(t, num_tokens);
   if (need > pool_.num_free()) return false;
@@ -198,6 +219,7 @@ void KvManager::truncate(BlockTable& t, int64_t num_tokens) {
       if (t.key_pos[j] >= 0) --t.num_live;
       t.key_tok[j] = -1;
       t.key_pos[j] = -1;
+      if (t.scored()) t.key_score[j] = 0;
     }
     t.num_tokens = num_tokens;
     return;
@@ -247,6 +269,8 @@ void KvManager::free(BlockTable& t) {
   t.num_dropped = 0;
   t.key_pos.clear();
   t.key_tok.clear();
+  t.key_score.clear();
+  t.key_depth.clear();
   t.num_live = 0;
   t.is_mapped = false;
 }

@@ -38,8 +38,17 @@ struct BlockTable {
   std::vector<int64_t> key_tok;  // [blocks.size() * block_size] when mapped, else empty
   int32_t num_live = 0;          // mapped: slots holding a token (also the next token's position)
   bool is_mapped = false;        // once it first evicted (until freed)
+  // Scored tables (H2O, SpAtten: kv/kv_policy.h) are mapped from their first
+  // token and keep, per slot, the attention mass its key has received
+  // (accumulated by the attention kernels through AttentionSeq::key_mass)
+  // and, with cascade pruning, the number of layers that still see it
+  // (layers [0, key_depth[j])). Both are reset when a slot is filled.
+  uint8_t score_depth = 0;        // 0: not scored; else the depth of a new key (the layer count)
+  std::vector<int64_t> key_score; // [key_pos.size()] when scored (kernels::kMassOne units)
+  std::vector<uint8_t> key_depth; // [key_pos.size()] when scored
 
   bool mapped() const { return is_mapped; }
+  bool scored() const { return score_depth > 0; }
   // Keys held: every reserved token of a dense table.
   int64_t num_keys() const { return mapped() ? num_live : num_tokens; }
   // The slot of token `tok` (reserved, not evicted).
@@ -115,6 +124,10 @@ class KvManager {
   // the pool is short of blocks for the copies.
   bool evict(BlockTable& t, std::span<const int64_t> evict, std::vector<CopyOp>& copies,
              std::vector<KeyShift>& shifts);
+
+  // Describes a dense table slot by slot (slot j holds token j), as evict()
+  // does before its first eviction; scored tables are mapped from the start.
+  void map(BlockTable& t);
 
   // A new table sharing every block of `t` (ref counts +1).
   BlockTable fork(const BlockTable& t);

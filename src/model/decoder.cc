@@ -170,6 +170,26 @@ void DecoderModel::rope(int64_t il, int64_t T, ForwardState& s) const {
   }
 }
 
+std::span<const kernels::AttentionSeq> DecoderModel::layer_seqs(const ForwardBatch& batch, int64_t il,
+                                                                ForwardState& s) const {
+  if (batch.key_depth.empty()) return batch.seqs;
+  // SpAtten's cascade: the slots hidden from this layer read as empty.
+  s.layer_seqs.assign(batch.seqs.begin(), batch.seqs.end());
+  s.layer_key_pos.resize(batch.seqs.size());
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const uint8_t* depth = batch.key_depth[i];
+    if (depth == nullptr) continue;
+    kernels::AttentionSeq& q = s.layer_seqs[i];
+    std::vector<int32_t>& kp = s.layer_key_pos[i];
+    kp.assign(q.key_pos, q.key_pos + q.kv_len);
+    for (int32_t j = 0; j < q.kv_len; ++j) {
+      if (depth[j] <= il) kp[j] = -1;
+    }
+    q.key_pos = kp.data();
+  }
+  return s.layer_seqs;
+}
+
 void DecoderModel::attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
                              ForwardState& s) const {
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
@@ -178,7 +198,7 @@ void DecoderModel::attention(const AttentionWeights& w, int64_t il, const Forwar
   const kernels::AttentionShape shape{static_cast<int32_t>(cfg_.n_head),
                                       1.0f / std::sqrt(static_cast<float>(cfg_.head_dim)),
                                       static_cast<int32_t>(cfg_.sliding_window)};
-  kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, batch.seqs, shape, s.ctx, &fresh);
+  kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, layer_seqs(batch, il, s), shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
   kernels::matmul(w.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E, s.ctx);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,9 @@ class DecoderModel : public Model {
   void rope(int64_t il, int64_t n_tokens, ForwardState& s) const;
   // s.att = attention over the paged cache (with the model's sliding
   // window), after storing this step's K/V; then s.x += s.att Wo^T.
+  // The step's attention entries as layer il sees them (SpAtten's cascade
+  // hides keys from upper layers: ForwardBatch::key_depth).
+  std::span<const kernels::AttentionSeq> layer_seqs(const ForwardBatch& batch, int64_t il, ForwardState& s) const;
   void attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
                  ForwardState& s) const;
   // s.x += W_down (silu(s.xb W_gate) * s.xb W_up); taps ffn_act (the

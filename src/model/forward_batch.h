@@ -33,6 +33,11 @@ struct ForwardBatch {
   // Kept keys of bounded caches that moved to new positions (kv/kv_policy.h):
   // rotated in every layer before the step's tokens run. Empty: none.
   std::vector<kv::KeyShift> key_shifts;
+  // SpAtten's cascade (kv/kv_policy.h): per sequence, the number of layers
+  // that see each of its slots (layer il sees slot j iff key_depth[j] > il),
+  // nullptr for a sequence every layer sees whole; empty when no sequence of
+  // the step has one.
+  std::vector<const uint8_t*> key_depth;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -44,18 +49,23 @@ struct ForwardBatch {
     seq_lora.clear();
     embd_rows.clear();
     key_shifts.clear();
+    key_depth.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens
 };
 
 // The attention entry of a sequence whose tokens [first, first + q_len)
 // are the rows [q_begin, q_begin + q_len) of the step (all reserved in t).
-inline kernels::AttentionSeq attention_seq(const kv::BlockTable& t, int32_t q_begin, int64_t first, int64_t q_len,
+// forward() adds to t.key_score when t is scored.
+inline kernels::AttentionSeq attention_seq(kv::BlockTable& t, int32_t q_begin, int64_t first, int64_t q_len,
                                            int32_t block_size) {
   if (!t.mapped()) {
     return {q_begin, static_cast<int32_t>(q_len), static_cast<int32_t>(first + q_len), t.blocks.data()};
   }
+  // A scored table (H2O, SpAtten) collects the attention mass of its keys
+  // (into the table's own vector: nothing resizes it before forward()).
+  int64_t* mass = t.scored() ? t.key_score.data() : nullptr;
   return {q_begin, static_cast<int32_t>(q_len), static_cast<int32_t>(t.key_pos.size()), t.blocks.data(),
-          t.key_pos.data(), t.position(first, block_size)};
+          t.key_pos.data(), t.position(first, block_size), mass};
 }
 
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "kernels/kernel_context.h"
@@ -36,6 +37,10 @@ struct ForwardState {
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
   AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer
+  // One layer's attention entries when some keys are hidden from it
+  // (ForwardBatch::key_depth), and their masked key positions.
+  std::vector<kernels::AttentionSeq> layer_seqs;
+  std::vector<std::vector<int32_t>> layer_key_pos;
 };
 
 class Model {

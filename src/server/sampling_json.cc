@@ -32,15 +32,15 @@ int64_t integer(const json& body, const char* field, int64_t lo, int64_t hi) {
 }
 
 // "kv_policy": "sink" (the server's budget and sinks), or an object
-// {"type": "sink", "budget": 256, "sinks": 4} whose absent fields are the
-// server's (docs/SERVER.md).
+// {"type": "h2o", "budget": 256, "sinks": 4, "recent": 128} whose absent
+// fields are the server's (docs/SERVER.md).
 kv::KvPolicy parse_kv_policy_field(const json& v, const kv::KvPolicy& server) {
   kv::KvPolicy p = server;
   auto set_type = [&](const json& t, const char* name) {
     if (!t.is_string()) field_error(name, fmt::format("'{}' must be a string", name));
     const std::optional<kv::KvPolicyKind> k = kv::parse_kv_policy(t.get<std::string>());
     if (!k || *k == kv::KvPolicyKind::kRecompute) {
-      field_error(name, fmt::format("'{}' must be one of dense, window, sink (got '{}')", name, t.get<std::string>()));
+      field_error(name, fmt::format("'{}' must be one of dense, window, sink, h2o, spatten (got '{}')", name, t.get<std::string>()));
     }
     p.kind = *k;
   };
@@ -54,12 +54,15 @@ kv::KvPolicy parse_kv_policy_field(const json& v, const kv::KvPolicy& server) {
         p.budget = integer_value(x, "kv_policy.budget", 1, std::numeric_limits<int32_t>::max());
       } else if (key == "sinks") {
         p.sinks = static_cast<int32_t>(integer_value(x, "kv_policy.sinks", 0, 1 << 20));
+      } else if (key == "recent") {
+        p.recent = static_cast<int32_t>(integer_value(x, "kv_policy.recent", 0, std::numeric_limits<int32_t>::max()));
       } else {
-        field_error("kv_policy." + key, fmt::format("unknown field 'kv_policy.{}' (known: type, budget, sinks)", key));
+        field_error("kv_policy." + key,
+                    fmt::format("unknown field 'kv_policy.{}' (known: type, budget, sinks, recent)", key));
       }
     }
   } else {
-    field_error("kv_policy", "'kv_policy' must be a string or an object {\"type\", \"budget\", \"sinks\"}");
+    field_error("kv_policy", "'kv_policy' must be a string or an object {\"type\", \"budget\", \"sinks\", \"recent\"}");
   }
   const std::string bad = kv::check_kv_policy(p);
   if (!bad.empty()) field_error("kv_policy", fmt::format("'kv_policy': {}", bad));

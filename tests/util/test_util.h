@@ -34,6 +34,15 @@ std::string temp_path(const std::string& name);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
 
+// This process's resident memory (VmRSS), KiB. Not a leak measure under
+// AddressSanitizer, whose quarantine keeps freed memory resident.
+long rss_kib();
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 }  // namespace tessera::testing
 
 // Shared data is part of the contract (CI always has it); a test that needs a
