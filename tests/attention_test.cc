@@ -24,6 +24,7 @@ struct Case {
   std::vector<std::pair<int, int>> seqs;  // (q_len, kv_len)
   DType type;
   int window = 0;  // sliding window; 0: full causal attention
+  float softcap = 0.0f;  // logit soft-capping; 0: none
 };
 
 struct KvSetup {
@@ -81,7 +82,7 @@ KvSetup make(const Case& c, std::mt19937& rng) {
 void check_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   KvSetup s = make(c, rng);
-  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window};
+  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window, c.softcap};
   std::vector<float> ref(s.q.size(), 0.0f);
   paged_attention_naive(s.kv, s.q.data(), s.stride, ref.data(), s.stride, s.seqs, shape);
   // Error bound: outputs are convex combinations of V rows. A score error
@@ -101,7 +102,10 @@ void check_case(const Case& c, uint32_t seed) {
   int max_ctx = 0;
   for (auto [ql, kl] : c.seqs) max_ctx = std::max(max_ctx, kl);
   const double eps = std::numeric_limits<float>::epsilon();
-  const double ds = c.head_dim * eps * max_qk * shape.scale;
+  // Soft-capping is 1-Lipschitz, so it does not grow ds; its own rounding
+  // (cap - 2 cap / (exp + 1) cancels near 0: a few eps of cap, plus the
+  // vector exp's 2e-7) comes on top.
+  const double ds = c.head_dim * eps * max_qk * shape.scale + c.softcap * (4 * eps + 2e-7);
   const double tol = max_v * (std::exp(2.0 * ds) - 1.0 + 4e-7 + 2.0 * max_ctx * eps) + 1e-6;
   for (Isa isa : supported_isas()) {
     ThreadPool pool(2);
@@ -119,7 +123,7 @@ void check_case(const Case& c, uint32_t seed) {
     }
     EXPECT_LE(worst, tol) << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " hd "
                           << c.head_dim << " bs " << c.block_size << " type " << dtype_name(c.type) << " window "
-                          << c.window;
+                          << c.window << " softcap " << c.softcap;
   }
 }
 
@@ -188,6 +192,24 @@ TEST(Attention, SlidingWindowMatchesDenseMaskedReference) {
     const int window = 1 + static_cast<int>(rng() % 120);
     check_case({kv_heads * group, kv_heads, hd, bs, seqs, DType::kF16, window}, static_cast<uint32_t>(rng()));
   }
+}
+
+// Logit soft-capping (Gemma 2: softcap * tanh(score / softcap)) on every ISA
+// against the naive reference's std::tanh in double: caps that saturate most
+// scores (1), some (4) and few (50), with and without a sliding window,
+// decode and prefill, GQA, every KV type.
+TEST(Attention, SoftcapMatchesNaiveReference) {
+  uint32_t seed = 900;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (float cap : {1.0f, 4.0f, 50.0f}) {
+      for (int window : {0, 17}) {
+        for (int bs : {16, 7}) {
+          check_case({8, 2, 64, bs, {{1, 1}, {1, 37}, {16, 100}, {3, 64}, {40, 90}}, t, window, cap}, seed++);
+        }
+      }
+    }
+  }
+  check_case({4, 4, 24, 5, {{7, 30}, {1, 13}}, DType::kF32, 0, 2.5f}, seed++);  // a head dim the vector kernels leave to the reference
 }
 
 // Keys before a decode token's window are never read: with them overwritten

@@ -146,7 +146,7 @@ void expect_load_error(const std::string& path, std::string_view needle) {
 
 TEST(ModelLoad, UneditedCopiesLoad) {
   // The copy itself is faithful, so every failure below is the edit's.
-  for (const char* arch : {"llama", "qwen2"}) {
+  for (const char* arch : {"llama", "qwen2", "gemma2", "gemma3", "phi3"}) {
     const LoadedModel m = load_model(rewrite({}, std::string("copy-") + arch, arch));
     EXPECT_EQ(m.model->config().arch, arch);
     EXPECT_EQ(m.model->config().n_vocab, 64);
@@ -170,6 +170,52 @@ TEST(ModelLoad, EveryArchitectureLoads) {
   }
 }
 
+// Gemma 2 / 3 and Phi-3 as llama.cpp reads them: local / global layers,
+// soft-caps with Gemma 2's defaults, the query scale, fused tensors.
+TEST(ModelLoad, GemmaAndPhi3Hyperparameters) {
+  const ModelConfig g2 = load_model(base_model("gemma2")).model->config();
+  EXPECT_EQ(g2.swa_window, 4096);
+  EXPECT_EQ(g2.swa_period, 2);
+  EXPECT_EQ(g2.sliding_window, 0);  // not every layer: the engine keeps every block
+  EXPECT_TRUE(g2.local_layer(0));
+  EXPECT_FALSE(g2.local_layer(1));
+  EXPECT_EQ(g2.attn_softcap, 50.0f);
+  EXPECT_EQ(g2.final_softcap, 30.0f);
+  EXPECT_TRUE(g2.tied_output);
+  EXPECT_FLOAT_EQ(g2.attn_scale, 0.25f);  // 1/sqrt(head_dim 16)
+  // Without the keys, llama.cpp's defaults.
+  Edit bare = drop_key("gemma2.attn_logit_softcapping");
+  bare.skip_key = [](const std::string& k) { return k.find("softcapping") != std::string::npos || k == "gemma2.attention.sliding_window"; };
+  const ModelConfig g2d = load_model(rewrite(bare, "gemma2-defaults", "gemma2")).model->config();
+  EXPECT_EQ(g2d.attn_softcap, 50.0f);
+  EXPECT_EQ(g2d.final_softcap, 30.0f);
+  EXPECT_EQ(g2d.swa_window, 4096);
+
+  const ModelConfig g3 = load_model(base_model("gemma3")).model->config();
+  EXPECT_EQ(g3.swa_window, 512);
+  EXPECT_EQ(g3.swa_period, 6);
+  EXPECT_EQ(g3.rope_freq_base_swa, 10000.0f);
+  EXPECT_EQ(g3.rope_freq_base, 1e6f);
+  EXPECT_EQ(g3.attn_softcap, 0.0f);
+  EXPECT_EQ(g3.final_softcap, 0.0f);
+  // No window in the file: every layer global.
+  EXPECT_EQ(load_model(rewrite(drop_key("gemma3.attention.sliding_window"), "gemma3-global", "gemma3"))
+                .model->config().swa_window,
+            0);
+  Edit base_swa = set_key("gemma3.rope.freq_base_swa", f32(20000.0f));
+  base_swa.set_keys.emplace_back("gemma3.attention.sliding_window_pattern", u32(3));
+  const ModelConfig g3b = load_model(rewrite(base_swa, "gemma3-base-swa", "gemma3")).model->config();
+  EXPECT_EQ(g3b.rope_freq_base_swa, 20000.0f);
+  EXPECT_EQ(g3b.swa_period, 3);
+
+  const ModelConfig p3 = load_model(base_model("phi3")).model->config();
+  EXPECT_EQ(p3.sliding_window, 0);  // the file says 0: none
+  EXPECT_TRUE(p3.rope_neox);
+  EXPECT_EQ(load_model(rewrite(set_key("phi3.attention.sliding_window", u32(8)), "phi3-swa", "phi3"))
+                .model->config().sliding_window,
+            8);
+}
+
 TEST(ModelLoad, MissingTensor) {
   expect_load_error(rewrite(drop_tensor("blk.1.ffn_up.weight"), "no-ffn-up"),
                     "missing tensor 'blk.1.ffn_up.weight'");
@@ -180,6 +226,20 @@ TEST(ModelLoad, MissingTensor) {
                     "missing tensor 'blk.1.attn_k_norm.weight'");
   expect_load_error(rewrite(drop_tensor("blk.0.attn_q_norm.weight"), "no-q-norm", "qwen3"),
                     "missing tensor 'blk.0.attn_q_norm.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.1.post_attention_norm.weight"), "no-post-attn-norm", "gemma2"),
+                    "missing tensor 'blk.1.post_attention_norm.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.0.post_ffw_norm.weight"), "no-post-ffw-norm", "gemma3"),
+                    "missing tensor 'blk.0.post_ffw_norm.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.1.attn_k_norm.weight"), "gemma3-no-k-norm", "gemma3"),
+                    "missing tensor 'blk.1.attn_k_norm.weight'");
+  expect_load_error(rewrite(drop_tensor("blk.0.attn_qkv.weight"), "no-qkv", "phi3"),
+                    "missing tensor 'blk.0.attn_qkv.weight'");
+  // LongRoPE comes as a pair of tensors.
+  expect_load_error(rewrite(add_tensor("rope_factors_long.weight", {8}), "phi3-long-only", "phi3"),
+                    "missing tensor 'rope_factors_short.weight'");
+  // Phi-3's ffn_up holds gate and up: n_ff rows alone is not its layout.
+  expect_load_error(rewrite(reshape("blk.0.ffn_up.weight", {64, 128}), "phi3-up-half", "phi3"),
+                    "tensor 'blk.0.ffn_up.weight' has shape [64, 128], expected [64, 256]");
 }
 
 // A tensor the architecture does not use would change what the model
@@ -194,6 +254,13 @@ TEST(ModelLoad, UnusedTensor) {
   // Qwen2 with Qwen3's norms is not Qwen3.
   expect_load_error(rewrite(add_tensor("blk.0.attn_k_norm.weight", {16}), "qwen2-k-norm", "qwen2"),
                     "tensor 'blk.0.attn_k_norm.weight' is not used by Tessera's 'qwen2' model");
+  // llama.cpp's gemma2 has no output matrix; phi3 has no separate gate or q.
+  expect_load_error(rewrite(add_tensor("output.weight", {64, 64}), "gemma2-output", "gemma2"),
+                    "tensor 'output.weight' is not used by Tessera's 'gemma2' model");
+  expect_load_error(rewrite(add_tensor("blk.0.ffn_gate.weight", {64, 128}), "phi3-gate", "phi3"),
+                    "tensor 'blk.0.ffn_gate.weight' is not used by Tessera's 'phi3' model");
+  expect_load_error(rewrite(add_tensor("blk.0.attn_q.weight", {64, 64}), "phi3-q", "phi3"),
+                    "tensor 'blk.0.attn_q.weight' is not used by Tessera's 'phi3' model");
   // Old Llama conversions' rotary inverse frequencies are in the ignored list.
   EXPECT_NO_THROW(load_model(rewrite(add_tensor("blk.0.attn_rot_embd", {8}), "rot-embd")));
 }
@@ -215,6 +282,11 @@ TEST(ModelLoad, UnknownOrUnsupportedKey) {
   expect_load_error(rewrite(set_key("llama.rope.scaling.yarn_log_multiplier", f32(0.1f)), "yarn-log-mul"),
                     "metadata key 'llama.rope.scaling.yarn_log_multiplier' is not supported");
   expect_load_error(rewrite(set_key("split.count", u32(3)), "split3"), "'split.count' = 3");
+  // Gemma 3 has no attention soft-capping; a window pattern per layer is not read.
+  expect_load_error(rewrite(set_key("gemma3.attn_logit_softcapping", f32(50.0f)), "gemma3-softcap", "gemma3"),
+                    "metadata key 'gemma3.attn_logit_softcapping' is not supported by Tessera's 'gemma3' model");
+  expect_load_error(rewrite(set_key("phi3.rope.freq_base_swa", f32(10000.0f)), "phi3-base-swa", "phi3"),
+                    "metadata key 'phi3.rope.freq_base_swa' is not supported by Tessera's 'phi3' model");
   expect_load_error(rewrite(set_key("adapter.type", str("lora")), "adapter"),
                     "metadata key 'adapter.type' is not supported");
   expect_load_error(rewrite(set_key("llama.vocab_size", u32(65)), "vocab65"),
@@ -240,8 +312,10 @@ TEST(ModelLoad, RopeScaling) {
   Edit linear = set_key("llama.rope.scaling.type", str("linear"));
   linear.set_keys.emplace_back("llama.rope.scaling.original_context_length", u32(512));
   EXPECT_EQ(load_model(rewrite(linear, "linear-orig-ctx")).model->config().rope_scaling, RopeScaling::kLinear);
-  expect_load_error(rewrite(set_key("llama.rope.scaling.attn_factor", f32(1.5f)), "attn-factor-linear"),
-                    "metadata key 'llama.rope.scaling.attn_factor' is not supported");
+  // A factor on cos and sin with any scaling, as llama.cpp applies it (Phi-3's LongRoPE writes one).
+  EXPECT_EQ(load_model(rewrite(set_key("llama.rope.scaling.attn_factor", f32(1.5f)), "attn-factor-linear"))
+                .model->config().rope_attn_factor,
+            1.5f);
   Edit none = set_key("llama.rope.scaling.type", str("none"));
   none.set_keys.emplace_back("llama.rope.scaling.factor", f32(2.0f));
   EXPECT_EQ(load_model(rewrite(none, "none-factor")).model->config().rope_freq_scale, 1.0f);
@@ -298,7 +372,7 @@ TEST(ModelLoad, InconsistentHyperparameters) {
 
 TEST(ModelLoad, UnsupportedArchitecture) {
   expect_load_error(rewrite(set_key("general.architecture", str("gpt2")), "gpt2"),
-                    "architecture 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3)");
+                    "architecture 'gpt2' is not supported (supported: gemma2, gemma3, llama, mistral, phi3, qwen2, qwen3)");
 }
 
 TEST(ModelLoad, NotAModelFile) {

@@ -6,6 +6,7 @@
 //                                                      may differ, plus the two products)
 //   silu_mul:              |y - ref| <= 8 eps |ref| + 1e-37  (vector exp within ~2 ulp, then a
 //                                                      divide and a multiply)
+//   gelu_tanh_mul:         |y - ref| <= 8 eps |ref| + 1e-37  (as silu_mul)
 //   softmax:               |y - ref| <= 8 eps |ref| + 1e-37
 //   argmax:                equal index (first maximum, NaNs skipped)
 #include <gtest/gtest.h>
@@ -171,6 +172,32 @@ TEST_P(OpsTest, SiluMulMatchesScalar) {
     silu_mul(g.data(), up.data(), n, GetParam());
     silu_mul(gr.data(), up.data(), n, Isa::kScalar);
     for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], gr[i], 8 * kEps * std::fabs(gr[i]) + 1e-37f) << "n " << n << " i " << i;
+  }
+}
+
+// GeGLU's gelu_tanh(g) * up, computed as g / (1 + exp(-2 z)) everywhere:
+// the vector exp is within ~2 ulp, then a divide and a multiply (as silu_mul).
+TEST_P(OpsTest, GeluTanhMulMatchesScalar) {
+  std::mt19937 rng(15);
+  for (int64_t n : kLengths) {
+    std::vector<float> g = random_vec(n, rng, 6.0f), up = random_vec(n, rng, 2.0f);
+    if (n > 4) {
+      g[0] = -40.0f;  // exp overflows: gelu is -0
+      g[1] = 40.0f;   // exp underflows: gelu is x
+      g[2] = 0.0f;
+    }
+    std::vector<float> gr = g;
+    gelu_tanh_mul(g.data(), up.data(), n, GetParam());
+    gelu_tanh_mul(gr.data(), up.data(), n, Isa::kScalar);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], gr[i], 8 * kEps * std::fabs(gr[i]) + 1e-37f) << "n " << n << " i " << i;
+  }
+  // The scalar reference against tanh in double.
+  for (float x : {-5.0f, -1.0f, -0.1f, 0.3f, 1.0f, 2.5f, 7.0f}) {
+    float g = x;
+    const float one = 1.0f;
+    gelu_tanh_mul(&g, &one, 1, Isa::kScalar);
+    const double z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    EXPECT_NEAR(g, 0.5 * x * (1.0 + std::tanh(z)), 4e-7 * std::fabs(x) + 1e-30) << x;
   }
 }
 

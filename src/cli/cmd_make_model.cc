@@ -1,5 +1,5 @@
 // tessera make-model: write a random-weight GGUF (llama, llama3, mistral, qwen2,
-// qwen3 layouts) of a named or explicit shape.
+// qwen3, gemma2, gemma3, phi3 layouts) of a named or explicit shape.
 #include <fmt/format.h>
 
 #include "cli/command.h"
@@ -24,6 +24,7 @@ struct MakeModelArgs {
   std::string rope_scaling;
   float rope_scaling_factor = 0.0f;
   int64_t rope_orig_ctx = 0, sliding_window = 0;
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool tied = false;
   int threads = 0;
 };
@@ -36,7 +37,7 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmar
   sub.add_option("--output-type", a->output_type, "Type of the output matrix (default: --type)");
   sub.add_option("--arch", a->arch,
                  "llama, llama3 (rope_freqs.weight), mistral (sliding window), qwen2 (QKV bias, NeoX RoPE), "
-                 "qwen3 (q/k norm, NeoX RoPE)")->capture_default_str();
+                 "qwen3 (q/k norm, NeoX RoPE), gemma2, gemma3, phi3")->capture_default_str();
   sub.add_option("--vocab-from", a->vocab_from, "Copy the tokenizer of this GGUF");
   sub.add_option("--n-vocab", a->n_vocab, "Synthetic vocabulary size (without --vocab-from)");
   sub.add_option("--seed", a->seed, "Random seed")->capture_default_str();
@@ -49,10 +50,12 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmar
   sub.add_option("--ctx", a->ctx, "Override: context length");
   sub.add_option("--rope-dims", a->rope_dims, "Override: rotated dims per head");
   sub.add_option("--rope-base", a->rope_base, "Override: RoPE frequency base");
-  sub.add_option("--rope-scaling", a->rope_scaling, "Write rope.scaling.type: linear or yarn");
+  sub.add_option("--rope-scaling", a->rope_scaling, "Write rope.scaling.type: linear or yarn (phi3: longrope)");
   sub.add_option("--rope-scaling-factor", a->rope_scaling_factor, "RoPE scaling factor (llama3 default 32)");
   sub.add_option("--rope-orig-ctx", a->rope_orig_ctx, "Original context of the RoPE scaling (llama3 default 8192)");
-  sub.add_option("--sliding-window", a->sliding_window, "Sliding attention window (llama family; mistral default 4096)");
+  sub.add_option("--sliding-window", a->sliding_window, "Sliding attention window (llama family, phi3; mistral default 4096; gemma's local layers, default 4096 / 512)");
+  sub.add_option("--attn-softcap", a->attn_softcap, "Attention logit soft-cap (gemma2; default 50)");
+  sub.add_option("--final-softcap", a->final_softcap, "Final logit soft-cap (gemma2 default 30; gemma3 none)");
   sub.add_flag("--tied", a->tied, "Tie the output matrix to the token embedding");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   return [a]() {
@@ -84,6 +87,8 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmar
     s.rope_scaling_factor = a->rope_scaling_factor;
     s.rope_orig_ctx = a->rope_orig_ctx;
     s.sliding_window = a->sliding_window;
+    s.attn_softcap = a->attn_softcap;
+    s.final_softcap = a->final_softcap;
     if (s.vocab_from.empty() && s.n_vocab == 0) s.n_vocab = 512;
     write_synthetic_model(s, a->out, a->threads);
     TESSERA_LOG_INFO("wrote {} ({} layers, dim {}, {} weights)", a->out, s.n_layer, s.n_embd, dtype_name(s.type));

@@ -166,6 +166,7 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
   TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
                 "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
   TESSERA_CHECK(shape.window >= 0, kInvalidArgument, "attention: sliding window {} is negative", shape.window);
+  TESSERA_CHECK(shape.softcap >= 0.0f, kInvalidArgument, "attention: soft-cap {} is negative", shape.softcap);
   // The new rows can be written by the units that read them only when each
   // (sequence, kv head) is one unit and the sequences cover the new tokens
   // exactly (decode, short chunks); otherwise they are written first.
@@ -232,6 +233,7 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     a.out_stride = out_stride;
     a.scale = shape.scale;
     a.window = shape.window;
+    a.softcap = shape.softcap;
     a.scratch = scratch + per_thread * tid;
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < units.size();
          i = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -307,6 +309,7 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
           double dot = 0.0;
           for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * load_elem(kv.type, kb, static_cast<size_t>(d) * bs + j % bs);
           scores[j] = dot * shape.scale;
+          if (shape.softcap > 0.0f) scores[j] = shape.softcap * std::tanh(scores[j] / shape.softcap);
           mx = std::max(mx, scores[j]);
         }
         double sum = 0.0;

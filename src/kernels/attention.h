@@ -77,6 +77,10 @@ struct AttentionShape {
   // only to keys at positions (p - window, p]. Whole blocks before the window
   // are not read.
   int32_t window = 0;
+  // Logit soft-capping (Gemma 2): when > 0, each score s = scale * q.k
+  // becomes softcap * tanh(s / softcap) before the softmax. 0 leaves the
+  // kernels' arithmetic as it is without it, bit for bit.
+  float softcap = 0.0f;
 };
 
 // Writes the K and V rows of n_tokens new tokens into their slots

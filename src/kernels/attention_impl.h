@@ -201,6 +201,17 @@ static inline void mapped_row_update(const Tiles& t, const int32_t* kp, int j_en
   }
 }
 
+// Soft-capping of n scores (n a multiple of F::kW), as softcap_score().
+template <class F, class M>
+static inline void softcap_scores(float* sc, size_t n, float cap) {
+  using V = typename F::V;
+  const V two_over = F::set1(2.0f / cap), c = F::set1(cap), c2 = F::set1(2.0f * cap), one = F::set1(1.0f);
+  for (size_t i = 0; i < n; i += F::kW) {
+    const V e = M::exp(F::mul(F::load(sc + i), two_over));
+    F::store(sc + i, F::sub(c, F::div(c2, F::add(e, one))));
+  }
+}
+
 template <class F, class M>
 void attend_tiled(const AttnUnitArgs& a) {
   using V = typename F::V;
@@ -262,6 +273,7 @@ void attend_tiled(const AttnUnitArgs& a) {
       }
       score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     }
+    if (a.softcap > 0.0f) softcap_scores<F, M>(sc, static_cast<size_t>(rows) * bs_pad, a.softcap);
     if (a.key_scores != nullptr) {
       // Attention mass capture: the raw scores, before the softmax below
       // turns them into weights in place (slots a row does not see are

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 
 namespace tessera::kernels {
@@ -37,6 +38,7 @@ struct AttnUnitArgs {
   int64_t out_stride = 0;
   float scale = 1.0f;
   int32_t window = 0;        // > 0: row at position p sees keys (p - window, p] only
+  float softcap = 0.0f;      // > 0: scores become softcap * tanh(score / softcap) (see softcap_score)
   float* scratch = nullptr;  // attention_scratch_floats() floats
   // Attention mass capture (AttentionSeq::key_mass), nullptr when not
   // wanted: row r's scaled score of every slot j it sees at
@@ -55,6 +57,10 @@ static inline int32_t first_key(int32_t pos, int32_t window) { return window > 0
 static inline bool key_visible(int32_t kp, int32_t pos, int32_t window) {
   return kp >= 0 && kp <= pos && kp >= first_key(pos, window);
 }
+
+// cap * tanh(s / cap), written as cap - 2 cap / (exp(2 s / cap) + 1): the
+// form every kernel computes (the vector ones with their own exp).
+static inline float softcap_score(float s, float cap) { return cap - 2.0f * cap / (std::exp(2.0f * s / cap) + 1.0f); }
 
 using AttendFn = void (*)(const AttnUnitArgs& a);
 

@@ -55,6 +55,7 @@ void attend_ref(const AttnUnitArgs& a) {
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
         s[j] = dot * a.scale;
+        if (a.softcap > 0.0f) s[j] = softcap_score(s[j], a.softcap);
         if (a.key_scores != nullptr) a.key_scores[static_cast<size_t>(r) * a.scores_ld + b * bs + j] = s[j];
         tile_max = std::max(tile_max, s[j]);
       }

@@ -106,6 +106,15 @@ void silu_mul(float* gate, const float* up, int64_t n, Isa isa) {
   }
 }
 
+void gelu_tanh_mul(float* gate, const float* up, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->gelu_tanh_mul(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float z2 = -2.0f * (kGeluSqrt2OverPi * (g + kGeluCubic * g * g * g));
+    gate[i] = g / (1.0f + std::exp(z2)) * up[i];
+  }
+}
+
 void add_inplace(float* y, const float* x, int64_t n, Isa isa) {
   if (const OpsKernels* k = vector_ops(isa)) return k->add_inplace(y, x, n);
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

@@ -57,6 +57,11 @@ void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const RopeParams& 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n, Isa isa);
 
+// gate[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation (Gemma's
+// GeGLU): gelu(x) = x / 2 (1 + tanh(z)) = x / (1 + exp(-2 z)),
+// z = sqrt(2 / pi) (x + 0.044715 x^3); every version computes the last form.
+void gelu_tanh_mul(float* gate, const float* up, int64_t n, Isa isa);
+
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n, Isa isa);
 

@@ -111,6 +111,18 @@ static void silu_mul_v(float* gate, const float* up, int64_t n) {
 }
 
 template <class F>
+static void gelu_tanh_mul_v(float* gate, const float* up, int64_t n) {
+  using V = typename F::V;
+  const V one = F::set1(1.0f), minus2 = F::set1(-2.0f), c = F::set1(kGeluSqrt2OverPi), a = F::set1(kGeluCubic);
+  for_each_vector<F>(n, [&](int64_t i, int m) {
+    const V g = load_n<F>(gate + i, m);
+    // The reference's order: -2 * (c * (g + a * g * g * g)).
+    const V z2 = F::mul(minus2, F::mul(c, F::add(g, F::mul(F::mul(F::mul(a, g), g), g))));
+    store_n<F>(gate + i, F::mul(F::div(g, F::add(one, vexp<F>(z2))), load_n<F>(up + i, m)), m);
+  });
+}
+
+template <class F>
 static void add_inplace_v(float* y, const float* x, int64_t n) {
   for_each_vector<F>(n, [&](int64_t i, int m) {
     store_n<F>(y + i, F::add(load_n<F>(y + i, m), load_n<F>(x + i, m)), m);
@@ -185,7 +197,7 @@ static int64_t argmax_v(const float* x, int64_t n) {
 
 template <class F>
 struct OpsSet {
-  static constexpr OpsKernels table = {rmsnorm_v<F>, rope_apply_v<F>, silu_mul_v<F>,
+  static constexpr OpsKernels table = {rmsnorm_v<F>, rope_apply_v<F>, silu_mul_v<F>, gelu_tanh_mul_v<F>,
                                        add_inplace_v<F>, softmax_v<F>, argmax_v<F>};
 };
 

@@ -16,6 +16,18 @@ class Keys {
     return true;
   }
 
+  // A window length: 0 (or an absent key) means none, as in llama.cpp.
+  int64_t window(const std::string& key) const {
+    if (!has(key)) return 0;
+    return f_.get_uint(key) == 0 ? 0 : positive(key, int64_t{1} << 24);
+  }
+
+  float softcap(const std::string& key, float fallback) const {
+    const double x = number_or(key, fallback);
+    if (!(x >= 0.0 && x <= 1e6)) fail(ErrorCode::kCorruptFile, "{}: '{}' = {} is out of range", f_.path(), key, x);
+    return static_cast<float>(x);
+  }
+
   int64_t positive(const std::string& key, int64_t limit) const {
     has(key);
     const gguf::Value* v = f_.find(key);
@@ -75,15 +87,38 @@ void read_rope(const gguf::File& f, const Keys& k, const std::string& p, ModelCo
     if (!(c.yarn_beta_fast > 0.0f && c.yarn_beta_slow > 0.0f)) {
       fail(ErrorCode::kCorruptFile, "{}: YaRN betas {} / {} must be positive", f.path(), c.yarn_beta_fast, c.yarn_beta_slow);
     }
-    c.rope_attn_factor = static_cast<float>(k.number_or(p + "rope.scaling.attn_factor", 1.0));
-    if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f)) {
-      fail(ErrorCode::kCorruptFile, "{}: rope.scaling.attn_factor {} is out of range", f.path(), c.rope_attn_factor);
-    }
   }
-  // Read but without effect on the computation (the original context
-  // matters to YaRN only, as in llama.cpp).
+  // A factor on cos and sin whatever the scaling (llama.cpp multiplies it
+  // into every rotation; Phi-3's LongRoPE converter writes it).
+  c.rope_attn_factor = static_cast<float>(k.number_or(p + "rope.scaling.attn_factor", 1.0));
+  if (!(c.rope_attn_factor > 0.0f && c.rope_attn_factor < 100.0f)) {
+    fail(ErrorCode::kCorruptFile, "{}: rope.scaling.attn_factor {} is out of range", f.path(), c.rope_attn_factor);
+  }
+  // The original context matters to YaRN and to Phi-3's LongRoPE factors
+  // only (as in llama.cpp); the others read it without effect.
+  if (c.rope_scaling != RopeScaling::kYarn) {
+    c.yarn_orig_ctx = k.has(p + "rope.scaling.original_context_length")
+                          ? k.positive(p + "rope.scaling.original_context_length", int64_t{1} << 24)
+                          : c.n_ctx_train;
+  }
   k.has(p + "rope.scaling.finetuned");
-  k.has(p + "rope.scaling.original_context_length");
+}
+
+// Local (sliding-window) layers interleaved with global ones, as llama.cpp's
+// gemma2 / gemma3 read them.
+void read_interleaved_swa(const gguf::File& f, const Keys& k, const std::string& p, const ConfigOptions& o,
+                          ModelConfig& c) {
+  const std::string window_key = p + "attention.sliding_window";
+  c.swa_window = f.has(window_key) ? k.window(window_key) : o.swa_window;
+  if (c.swa_window == 0) return;  // every layer global
+  const std::string period_key = p + "attention.sliding_window_pattern";
+  c.swa_period = k.has(period_key) ? k.positive(period_key, 1024) : o.swa_period;
+  const bool own = o.swa_rope_base > 0.0f;
+  c.rope_freq_base_swa = static_cast<float>(k.number_or(p + "rope.freq_base_swa", own ? o.swa_rope_base : c.rope_freq_base));
+  c.rope_freq_scale_swa = own ? 1.0f : c.rope_freq_scale;
+  if (!(c.rope_freq_base_swa > 1.0f)) {
+    fail(ErrorCode::kCorruptFile, "{}: rope.freq_base_swa {} is out of range", f.path(), c.rope_freq_base_swa);
+  }
 }
 
 }  // namespace
@@ -122,8 +157,11 @@ ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
     fail(ErrorCode::kCorruptFile, "{}: rms epsilon {} is out of range", f.path(), c.rms_eps);
   }
   read_rope(f, k, p, c);
-  if (options.sliding_window && k.has(p + "attention.sliding_window")) {
-    c.sliding_window = k.positive(p + "attention.sliding_window", int64_t{1} << 24);
+  if (options.sliding_window) c.sliding_window = k.window(p + "attention.sliding_window");
+  if (options.swa_period > 0) read_interleaved_swa(f, k, p, options, c);
+  if (options.softcap) c.attn_softcap = k.softcap(p + "attn_logit_softcapping", options.attn_softcap);
+  if (options.softcap || options.final_softcap) {
+    c.final_softcap = k.softcap(p + "final_logit_softcapping", options.final_softcap_default);
   }
   return c;
 }

@@ -31,15 +31,29 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear and YaRN)
   bool rope_neox = false;    // NeoX (half-split) vs normal (interleaved) ordering
   RopeScaling rope_scaling = RopeScaling::kNone;
-  // YaRN (rope_scaling == kYarn): the context the model was trained on
-  // before the extension, the correction range's betas, and a factor on
-  // cos/sin (the magnitude correction 1 + 0.1 ln(factor) comes on top).
+  // The context the model was trained on before the extension (YaRN's, and
+  // where Phi-3's long RoPE factors start), and for YaRN (rope_scaling ==
+  // kYarn) the correction range's betas (its magnitude correction
+  // 1 + 0.1 ln(factor) comes on top of rope_attn_factor).
   int64_t yarn_orig_ctx = 0;
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
-  float rope_attn_factor = 1.0f;
-  int64_t sliding_window = 0;  // > 0: each query sees this many keys, itself included
+  float rope_attn_factor = 1.0f;  // on cos/sin (rope.scaling.attn_factor; YaRN's own comes on top)
+  int64_t sliding_window = 0;  // > 0: each query of every layer sees this many keys, itself included
+  // Interleaved local / global layers (Gemma 2/3): when swa_window > 0, layer
+  // il is local (sliding window swa_window, RoPE base rope_freq_base_swa and
+  // scale rope_freq_scale_swa) if il % swa_period < swa_period - 1, as
+  // llama.cpp's set_swa_pattern; the other layers are global.
+  int64_t swa_window = 0;
+  int64_t swa_period = 0;
+  float rope_freq_base_swa = 10000.0f;
+  float rope_freq_scale_swa = 1.0f;
+  float attn_scale = 0.0f;     // query scale; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;   // > 0: scores become cap * tanh(scores / cap) (Gemma 2)
+  float final_softcap = 0.0f;  // > 0: the same on the logits
   bool tied_output = false;  // output matrix is token_embd
+
+  bool local_layer(int64_t il) const { return swa_window > 0 && il % swa_period < swa_period - 1; }
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
@@ -50,7 +64,22 @@ struct ModelConfig {
 // key for a feature it does not support stays unread, and the loader then
 // refuses the file naming it (model/loader.h).
 struct ConfigOptions {
-  bool sliding_window = false;  // "<arch>.attention.sliding_window"
+  bool sliding_window = false;  // "<arch>.attention.sliding_window", every layer
+  // Interleaved local / global layers (ModelConfig::swa_window): the default
+  // period of "<arch>.attention.sliding_window_pattern" (> 0: the
+  // architecture interleaves) and window (0: local layers only when the file
+  // gives "<arch>.attention.sliding_window"). Local layers' RoPE base is
+  // "<arch>.rope.freq_base_swa", by default swa_rope_base with no scaling, or
+  // (swa_rope_base = 0) the global layers' base and scaling.
+  int64_t swa_period = 0;
+  int64_t swa_window = 0;
+  float swa_rope_base = 0.0f;
+  // "<arch>.attn_logit_softcapping" / "<arch>.final_logit_softcapping" are
+  // read (with these defaults) when `softcap`; a final softcap alone when
+  // `final_softcap`.
+  bool softcap = false;
+  bool final_softcap = false;
+  float attn_softcap = 0.0f, final_softcap_default = 0.0f;
 };
 
 // Reads and validates the hyperparameters common to Llama-style models.

@@ -14,6 +14,24 @@ namespace {
 
 std::string blk(int64_t il, const char* name) { return fmt::format("blk.{}.{}", il, name); }
 
+// Rows [r0, r0 + n) of a matrix: a view of its part of a fused tensor.
+kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
+  w.data += static_cast<size_t>(r0) * w.row_bytes;
+  w.rows = n;
+  return w;
+}
+
+// Divisors of the RoPE angles, one per rotary pair: positive and finite.
+std::vector<float> rope_divisors(ModelLoader& ld, const std::string& name, int64_t n) {
+  std::vector<float> v = ld.vector(name, n);
+  for (float x : v) {
+    if (!(x > 0.0f && std::isfinite(x))) {
+      fail(ErrorCode::kCorruptFile, "{}: tensor '{}' holds {}, not a positive factor", ld.file().path(), name, x);
+    }
+  }
+  return v;
+}
+
 void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<float>& b) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* row = x + t * stride;
@@ -23,12 +41,17 @@ void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<floa
 
 }  // namespace
 
+float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b) {
+  const int64_t d = c.n_layer == n_layer_27b ? c.n_embd / c.n_head : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(d));
+}
+
 DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool neox) {
   cfg_ = ld.read_config(options);
   cfg_.rope_neox = neox;
 }
 
-void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs) {
+void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
   const gguf::File& f = ld.file();
   cfg_.n_vocab = f.tensor("token_embd.weight").ne[1];
   const std::string vocab_key = cfg_.arch + ".vocab_size";
@@ -42,17 +65,12 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs) {
   const int64_t E = cfg_.n_embd;
   tok_embd_ = ld.matrix("token_embd.weight", E, cfg_.n_vocab);
   out_norm_ = ld.vector("output_norm.weight", E);
-  cfg_.tied_output = !ld.has_tensor("output.weight");
+  cfg_.tied_output = tied || !ld.has_tensor("output.weight");
   output_ = kernels::prepare_weight(cfg_.tied_output ? tok_embd_ : ld.matrix("output.weight", E, cfg_.n_vocab));
   if (rope_freqs && ld.has_tensor("rope_freqs.weight")) {
     // Llama 3.1+: per-pair divisors of the RoPE angles, as llama.cpp's
     // converter computes them from the HF config's rope_scaling (llama3).
-    rope_factors_ = ld.vector("rope_freqs.weight", cfg_.n_rot / 2);
-    for (float x : rope_factors_) {
-      if (!(x > 0.0f && std::isfinite(x))) {
-        fail(ErrorCode::kCorruptFile, "{}: tensor 'rope_freqs.weight' holds {}, not a positive factor", f.path(), x);
-      }
-    }
+    rope_factors_ = rope_divisors(ld, "rope_freqs.weight", cfg_.n_rot / 2);
   }
   rope_.n_rot = cfg_.n_rot;
   rope_.freq_base = cfg_.rope_freq_base;
@@ -66,9 +84,32 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs) {
     rope_.ext_factor = 1.0f;
     rope_.yarn_low = dims[0];
     rope_.yarn_high = dims[1];
-    rope_.attn_factor = cfg_.rope_attn_factor;
   }
+  rope_.attn_factor = cfg_.rope_attn_factor;
+  rope_swa_ = rope_;
+  rope_swa_.freq_base = cfg_.rope_freq_base_swa;
+  rope_swa_.freq_scale = cfg_.rope_freq_scale_swa;
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
+  for (int64_t il = 0; il < cfg_.n_layer; ++il) {
+    DecoderLayer& L = layers_[il];
+    L.window = static_cast<int32_t>(cfg_.local_layer(il) ? cfg_.swa_window : cfg_.sliding_window);
+    L.local_rope = cfg_.local_layer(il);
+  }
+}
+
+void DecoderModel::load_long_rope(ModelLoader& ld) {
+  if (!ld.has_tensor("rope_factors_long.weight") && !ld.has_tensor("rope_factors_short.weight")) return;
+  const int64_t half = cfg_.n_rot / 2;
+  rope_factors_ = rope_divisors(ld, "rope_factors_short.weight", half);
+  rope_long_factors_ = rope_divisors(ld, "rope_factors_long.weight", half);
+  rope_.freq_factors = rope_factors_.data();
+  rope_long_ = rope_;
+  rope_long_.freq_factors = rope_long_factors_.data();
+  long_rope_from_ = cfg_.yarn_orig_ctx;
+}
+
+const kernels::RopeParams& DecoderModel::rope_at(int64_t pos) const {
+  return !rope_long_factors_.empty() && pos >= long_rope_from_ ? rope_long_ : rope_;
 }
 
 void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const {
@@ -86,6 +127,21 @@ void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, Decode
   }
 }
 
+void DecoderModel::load_attention_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+  L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
+  const kernels::WeightView qkv = ld.matrix(blk(il, "attn_qkv.weight"), E, Q + 2 * KV);
+  L.attn.wq = kernels::prepare_weight(row_range(qkv, 0, Q));
+  L.attn.wk = kernels::prepare_weight(row_range(qkv, Q, KV));
+  L.attn.wv = kernels::prepare_weight(row_range(qkv, Q + KV, KV));
+  L.attn.wo = kernels::prepare_weight(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+}
+
+void DecoderModel::load_post_norms(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  L.attn_post_norm = ld.vector(blk(il, "post_attention_norm.weight"), cfg_.n_embd);
+  L.ffn_post_norm = ld.vector(blk(il, "post_ffw_norm.weight"), cfg_.n_embd);
+}
+
 void DecoderModel::load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), cfg_.head_dim);
   L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), cfg_.head_dim);
@@ -96,6 +152,15 @@ void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
   L.ffn.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
   L.ffn.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up.weight"), E, F));
+  L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+}
+
+void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+  const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F);
+  L.ffn.gate = kernels::prepare_weight(row_range(gate_up, 0, F));
+  L.ffn.up = kernels::prepare_weight(row_range(gate_up, F, F));
   L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
 }
 
@@ -157,9 +222,10 @@ void DecoderModel::qk_norm(const AttentionWeights& w, int64_t T, ForwardState& s
 
 void DecoderModel::rope(int64_t il, int64_t T, ForwardState& s) const {
   const int64_t Q = cfg_.q_dim(), KV = cfg_.kv_dim(), half = cfg_.n_rot / 2;
+  const bool local = layers_[il].local_rope;
   for (int64_t t = 0; t < T; ++t) {
-    const float* c = s.rope_cos.data() + t * half;
-    const float* sn = s.rope_sin.data() + t * half;
+    const float* c = (local ? s.rope_cos_swa : s.rope_cos).data() + t * half;
+    const float* sn = (local ? s.rope_sin_swa : s.rope_sin).data() + t * half;
     kernels::rope_rotate(s.q.data() + t * Q, cfg_.n_head, cfg_.head_dim, rope_, c, sn, s.ctx.isa);
     kernels::rope_rotate(s.k.data() + t * KV, cfg_.n_head_kv, cfg_.head_dim, rope_, c, sn, s.ctx.isa);
   }
@@ -190,62 +256,91 @@ std::span<const kernels::AttentionSeq> DecoderModel::layer_seqs(const ForwardBat
   return s.layer_seqs;
 }
 
-void DecoderModel::attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
+void DecoderModel::add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t T,
+                                ForwardState& s) const {
+  const int64_t E = cfg_.n_embd;
+  if (!post_norm.empty()) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = s.xb2.data() + t * E;
+      kernels::rmsnorm(row, post_norm.data(), row, E, cfg_.rms_eps, s.ctx.isa);
+    }
+    if (s.tap) s.tap(name, il, s.xb2.data(), T, E, E);
+  }
+  kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
+}
+
+void DecoderModel::attention(const DecoderLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv,
                              ForwardState& s) const {
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   const kernels::KvLayerView layer = kv.layer(il);
   const kernels::NewKv fresh{s.k.data(), s.v.data(), KV, batch.slots.data(), T};
-  const kernels::AttentionShape shape{static_cast<int32_t>(cfg_.n_head),
-                                      1.0f / std::sqrt(static_cast<float>(cfg_.head_dim)),
-                                      static_cast<int32_t>(cfg_.sliding_window)};
+  kernels::AttentionShape shape;
+  shape.n_heads = static_cast<int32_t>(cfg_.n_head);
+  shape.scale = cfg_.attn_scale > 0.0f ? cfg_.attn_scale : 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  shape.window = L.window;
+  shape.softcap = cfg_.attn_softcap;
   kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, layer_seqs(batch, il, s), shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
-  kernels::matmul(w.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
+  kernels::matmul(L.attn.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E, s.ctx);
-  kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
+  add_residual(L.attn_post_norm, "attn_post_norm", il, T, s);
 }
 
-void DecoderModel::swiglu_ffn(const FfnWeights& w, int64_t il, const ForwardBatch& batch, ForwardState& s) const {
+void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch,
+                             ForwardState& s) const {
+  const FfnWeights& w = L.ffn;
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, F = cfg_.n_ff;
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
   apply_lora(batch, il, LoraTarget::kGate, s.xb.data(), E, s.ff_gate.data(), F, s.ctx);
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
-  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  if (act == FfnAct::kGeluTanh) {
+    kernels::gelu_tanh_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  } else {
+    kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  }
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
-  kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
+  add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
 }
 
 void DecoderModel::shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const {
   const int64_t half = cfg_.n_rot / 2;
   const size_t n = shifts.size();
-  s.rope_cos.ensure(n * static_cast<size_t>(half));
-  s.rope_sin.ensure(n * static_cast<size_t>(half));
   std::vector<int64_t> slots(n);
-  // YaRN scales cos and sin by its magnitude factor: applied once, when the
-  // key was stored, so a shift must be a pure rotation.
-  const bool scaled = rope_.ext_factor != 0.0f || rope_.attn_factor != 1.0f;
-  for (size_t i = 0; i < n; ++i) {
-    slots[i] = shifts[i].slot;
-    float* c = s.rope_cos.data() + i * half;
-    float* sn = s.rope_sin.data() + i * half;
-    if (i > 0 && shifts[i].delta == shifts[i - 1].delta) {
-      std::copy_n(c - half, half, c);
-      std::copy_n(sn - half, half, sn);
-      continue;
+  for (size_t i = 0; i < n; ++i) slots[i] = shifts[i].slot;
+  // The rotation by each shift's delta with `p`, into cos / sin. YaRN and
+  // attn_factor scale cos and sin: applied once, when the key was stored, so
+  // a shift must be a pure rotation. (Phi-3's long factors are not used here:
+  // keys past their start are shifted with the short ones.)
+  auto angles = [&](const kernels::RopeParams& p, AlignedBuffer<float>& cos, AlignedBuffer<float>& sin) {
+    cos.ensure(n * static_cast<size_t>(half));
+    sin.ensure(n * static_cast<size_t>(half));
+    const bool scaled = p.ext_factor != 0.0f || p.attn_factor != 1.0f;
+    for (size_t i = 0; i < n; ++i) {
+      float* c = cos.data() + i * half;
+      float* sn = sin.data() + i * half;
+      if (i > 0 && shifts[i].delta == shifts[i - 1].delta) {
+        std::copy_n(c - half, half, c);
+        std::copy_n(sn - half, half, sn);
+        continue;
+      }
+      kernels::rope_angles(shifts[i].delta, p, c, sn);
+      for (int64_t j = 0; scaled && j < half; ++j) {
+        const float r = std::hypot(c[j], sn[j]);
+        c[j] /= r;
+        sn[j] /= r;
+      }
     }
-    kernels::rope_angles(shifts[i].delta, rope_, c, sn);
-    for (int64_t j = 0; scaled && j < half; ++j) {
-      const float r = std::hypot(c[j], sn[j]);
-      c[j] /= r;
-      sn[j] /= r;
-    }
-  }
+  };
+  angles(rope_, s.rope_cos, s.rope_sin);
+  if (cfg_.swa_window > 0) angles(rope_swa_, s.rope_cos_swa, s.rope_sin_swa);
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
-    kernels::rotate_keys(kv.layer(il), slots.data(), static_cast<int64_t>(n), s.rope_cos.data(), s.rope_sin.data(),
+    const bool local = layers_[il].local_rope;
+    kernels::rotate_keys(kv.layer(il), slots.data(), static_cast<int64_t>(n),
+                         (local ? s.rope_cos_swa : s.rope_cos).data(), (local ? s.rope_sin_swa : s.rope_sin).data(),
                          half, rope_.neox);
   }
 }
@@ -277,8 +372,11 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
     }
     const int32_t id = batch.tokens[i];
     TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "token id {} out of range (vocabulary {})", id, V);
-    kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes,
-                            s.x.data() + i * E, E);
+    float* row = s.x.data() + i * E;
+    kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes, row, E);
+    if (embd_scale_ != 1.0f) {
+      for (int64_t j = 0; j < E; ++j) row[j] *= embd_scale_;
+    }
   }
   if (s.tap) s.tap("embd", -1, s.x.data(), T, E, E);
   // RoPE angles depend on the position only: once per token, not per layer.
@@ -286,7 +384,16 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   s.rope_cos.ensure(t * static_cast<size_t>(half));
   s.rope_sin.ensure(t * static_cast<size_t>(half));
   for (int64_t i = 0; i < T; ++i) {
-    kernels::rope_angles(batch.positions[i], rope_, s.rope_cos.data() + i * half, s.rope_sin.data() + i * half);
+    kernels::rope_angles(batch.positions[i], rope_at(batch.positions[i]), s.rope_cos.data() + i * half,
+                         s.rope_sin.data() + i * half);
+  }
+  if (cfg_.swa_window > 0) {
+    s.rope_cos_swa.ensure(t * static_cast<size_t>(half));
+    s.rope_sin_swa.ensure(t * static_cast<size_t>(half));
+    for (int64_t i = 0; i < T; ++i) {
+      kernels::rope_angles(batch.positions[i], rope_swa_, s.rope_cos_swa.data() + i * half,
+                           s.rope_sin_swa.data() + i * half);
+    }
   }
   TESSERA_CHECK(batch.skip_layers.empty() || static_cast<int64_t>(batch.skip_layers.size()) == cfg_.n_layer,
                 kInvalidArgument, "skip_layers names {} layers of {}", batch.skip_layers.size(), cfg_.n_layer);
@@ -302,6 +409,11 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   }
   if (s.tap) s.tap("result_norm", -1, s.xb.data(), R, E, E);
   kernels::matmul(output_, s.xb.data(), E, R, s.logits.data(), V, s.ctx);
+  if (cfg_.final_softcap > 0.0f) {
+    const float cap = cfg_.final_softcap;
+    float* z = s.logits.data();
+    for (int64_t i = 0; i < R * V; ++i) z[i] = cap * std::tanh(z[i] / cap);
+  }
 }
 
 }  // namespace tessera

@@ -20,6 +20,8 @@ namespace tessera {
 
 // Matrices are prepared once at load (kernels::prepare_weight repacks the
 // types that have a faster layout); .view is the GGUF data in place.
+// A fused matrix (Phi-3's attn_qkv, ffn_up) is loaded as views of its row
+// ranges, so the blocks below never see the difference.
 struct AttentionWeights {
   kernels::PreparedWeight wq;      // [q_dim rows, n_embd cols]
   kernels::PreparedWeight wk, wv;  // [kv_dim, n_embd]
@@ -34,11 +36,18 @@ struct FfnWeights {
 };
 
 struct DecoderLayer {
-  std::vector<float> attn_norm;  // [n_embd]
+  std::vector<float> attn_norm;       // [n_embd]
   AttentionWeights attn;
-  std::vector<float> ffn_norm;   // [n_embd]
+  std::vector<float> attn_post_norm;  // [n_embd] on the attention output before the residual (Gemma); empty without
+  std::vector<float> ffn_norm;        // [n_embd]
   FfnWeights ffn;
+  std::vector<float> ffn_post_norm;   // [n_embd] on the FFN output before the residual (Gemma); empty without
+  int32_t window = 0;                 // this layer's sliding window (0: none)
+  bool local_rope = false;            // rotates with the local layers' RoPE (ModelConfig::rope_freq_base_swa)
 };
+
+// The activation of a gated FFN: silu (SwiGLU) or tanh-approximated GELU (GeGLU, Gemma).
+enum class FfnAct { kSilu, kGeluTanh };
 
 class DecoderModel : public Model {
  public:
@@ -56,15 +65,29 @@ class DecoderModel : public Model {
                      ForwardState& s) const = 0;
 
   // ---- loading ---------------------------------------------------------
-  // token_embd, output_norm, output (tied to token_embd when absent), and
-  // Llama 3's rope_freqs when `rope_freqs` (the architecture reads it).
-  void load_common(ModelLoader& ld, bool rope_freqs);
+  // token_embd, output_norm, output (tied to token_embd when absent, or
+  // always when `tied`: Gemma 2 has no output matrix), Llama 3's rope_freqs
+  // when `rope_freqs` (the architecture reads it), and each layer's window
+  // and RoPE (every layer's sliding window, or the interleaved local ones).
+  void load_common(ModelLoader& ld, bool rope_freqs, bool tied = false);
+  // Phi-3's LongRoPE: rope_factors_short.weight / rope_factors_long.weight
+  // ([n_rot / 2] divisors of the angles), if the file has them. Positions
+  // before rope.scaling.original_context_length turn with the short factors,
+  // later ones with the long factors (what Hugging Face and vLLM compute for
+  // a decode step there).
+  void load_long_rope(ModelLoader& ld);
   // attn_norm, attn_{q,k,v,output}.weight, with attn_{q,k,v}.bias when `bias`.
   void load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const;
+  // attn_norm, attn_qkv.weight ([q_dim + 2 kv_dim, n_embd]: q, k, v rows), attn_output.
+  void load_attention_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // attn_q_norm / attn_k_norm ([head_dim]).
   void load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
+  // post_attention_norm / post_ffw_norm ([n_embd], Gemma).
+  void load_post_norms(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // ffn_norm, ffn_{gate,up,down}.
   void load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
+  // ffn_norm, ffn_up ([2 n_ff, n_embd]: gate rows, then up rows), ffn_down.
+  void load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
 
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
@@ -74,18 +97,22 @@ class DecoderModel : public Model {
   void qkv(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
   // RMSNorm over each head of s.q and s.k (Qwen3's q_norm / k_norm).
   void qk_norm(const AttentionWeights& w, int64_t n_tokens, ForwardState& s) const;
-  // Rotates s.q and s.k with the step's angles; taps q, k, v.
+  // Rotates s.q and s.k with the step's angles (the layer's RoPE); taps q, k, v.
   void rope(int64_t il, int64_t n_tokens, ForwardState& s) const;
-  // s.att = attention over the paged cache (with the model's sliding
-  // window), after storing this step's K/V; then s.x += s.att Wo^T.
+  // s.att = attention over the paged cache (with the layer's sliding window,
+  // the model's query scale and score soft-capping), after storing this
+  // step's K/V; then s.x += s.att Wo^T, RMS-normalised by attn_post_norm
+  // first when the layer has one.
   // The step's attention entries as layer il sees them (SpAtten's cascade
   // hides keys from upper layers: ForwardBatch::key_depth).
   std::span<const kernels::AttentionSeq> layer_seqs(const ForwardBatch& batch, int64_t il, ForwardState& s) const;
-  void attention(const AttentionWeights& w, int64_t il, const ForwardBatch& batch, KvCache& kv,
-                 ForwardState& s) const;
-  // s.x += W_down (silu(s.xb W_gate) * s.xb W_up); taps ffn_act (the
-  // input of W_down) and layer_out.
-  void swiglu_ffn(const FfnWeights& w, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
+  void attention(const DecoderLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv, ForwardState& s) const;
+  // s.x += W_down (act(s.xb W_gate) * s.xb W_up), RMS-normalised by
+  // ffn_post_norm first when the layer has one; taps ffn_act (the input of
+  // W_down) and layer_out.
+  void gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
+
+  float embd_scale_ = 1.0f;  // token embeddings are multiplied by it (Gemma: sqrt(n_embd))
 
   ModelConfig cfg_;
   std::vector<DecoderLayer> layers_;
@@ -93,16 +120,33 @@ class DecoderModel : public Model {
  private:
   // Rotates the keys of batch.key_shifts in every layer (bounded caches).
   void shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const;
+  // s.xb2 = rmsnorm(s.xb2) * w when w is not empty (a post-norm); then s.x += s.xb2.
+  void add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t n_tokens,
+                    ForwardState& s) const;
+  // The RoPE of a token at `pos` on the global layers (Phi-3's short or long factors).
+  const kernels::RopeParams& rope_at(int64_t pos) const;
   kernels::WeightView tok_embd_;     // [n_vocab rows, n_embd cols], rows looked up
   std::vector<float> out_norm_;      // [n_embd]
   kernels::PreparedWeight output_;   // [n_vocab, n_embd] (of tok_embd_ when tied)
   std::vector<float> rope_factors_;  // [n_rot / 2] divisors of the RoPE angles (rope_freqs.weight), or empty
-  kernels::RopeParams rope_;
+  std::vector<float> rope_long_factors_;  // [n_rot / 2] (rope_factors_long.weight), or empty
+  kernels::RopeParams rope_;         // every layer's, or the global layers'
+  kernels::RopeParams rope_swa_;     // the local layers' (cfg_.swa_window > 0)
+  kernels::RopeParams rope_long_;    // positions from long_rope_from_ on (rope_long_factors_ not empty)
+  int64_t long_rope_from_ = 0;
 };
+
+// Gemma's query scale, as llama.cpp sets it (GGUF has no
+// query_pre_attn_scalar): 1/sqrt(n_embd / n_head) on the 27B model (which
+// llama.cpp recognises by its n_layer_27b layers), else 1/sqrt(head_dim).
+float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b);
 
 // The architectures (model/arch/*.cc), by what general.architecture says.
 std::unique_ptr<Model> make_llama(ModelLoader& ld);
 std::unique_ptr<Model> make_qwen2(ModelLoader& ld);
 std::unique_ptr<Model> make_qwen3(ModelLoader& ld);
+std::unique_ptr<Model> make_gemma2(ModelLoader& ld);
+std::unique_ptr<Model> make_gemma3(ModelLoader& ld);
+std::unique_ptr<Model> make_phi3(ModelLoader& ld);
 
 }  // namespace tessera

@@ -37,6 +37,7 @@ struct ForwardState {
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
   AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer
+  AlignedBuffer<float> rope_cos_swa, rope_sin_swa;  // the same for the local layers, if their RoPE differs
   // One layer's attention entries when some keys are hidden from it
   // (ForwardBatch::key_depth), and their masked key positions.
   std::vector<kernels::AttentionSeq> layer_seqs;

@@ -18,6 +18,9 @@ const std::map<std::string, Factory, std::less<>>& factories() {
       {"mistral", make_llama},  // the llama topology; its sliding window from mistral.attention.sliding_window
       {"qwen2", make_qwen2},
       {"qwen3", make_qwen3},
+      {"gemma2", make_gemma2},
+      {"gemma3", make_gemma3},
+      {"phi3", make_phi3},
   };
   return table;
 }

@@ -84,18 +84,29 @@ std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float fac
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {
   SyntheticModelSpec s = spec;
   TESSERA_CHECK(s.arch == "llama" || s.arch == "llama3" || s.arch == "mistral" || s.arch == "qwen2" ||
-                    s.arch == "qwen3", kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2 or qwen3",
+                    s.arch == "qwen3" || s.arch == "gemma2" || s.arch == "gemma3" || s.arch == "phi3",
+                kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3 or phi3",
                 s.arch);
   // llama3 and mistral are llama files with more in them.
   const std::string file_arch = s.arch == "llama3" || s.arch == "mistral" ? "llama" : s.arch;
-  const bool qkv_bias = s.arch == "qwen2", qk_norm = s.arch == "qwen3";
-  if (s.rope_freq_base == 0.0f) s.rope_freq_base = s.arch == "llama3" ? 500000.0f : s.arch == "qwen3" ? 1e6f : 10000.0f;
+  const bool gemma = s.arch == "gemma2" || s.arch == "gemma3", phi3 = s.arch == "phi3";
+  const bool qkv_bias = s.arch == "qwen2", qk_norm = s.arch == "qwen3" || s.arch == "gemma3";
+  if (s.rope_freq_base == 0.0f) {
+    s.rope_freq_base = s.arch == "llama3" ? 500000.0f : s.arch == "qwen3" || s.arch == "gemma3" ? 1e6f : 10000.0f;
+  }
   if (s.arch == "mistral" && s.sliding_window == 0) s.sliding_window = 4096;
+  // Gemma's local layers' window (Gemma 2: 4096, Gemma 3 1B: 512).
+  if (gemma && s.sliding_window == 0) s.sliding_window = s.arch == "gemma2" ? 4096 : 512;
+  if (s.arch == "gemma2") s.tied_output = true;  // llama.cpp's gemma2 has no output matrix
   TESSERA_CHECK(s.sliding_window >= 0, kInvalidArgument, "sliding window {} is negative", s.sliding_window);
-  TESSERA_CHECK(s.sliding_window == 0 || file_arch == "llama", kInvalidArgument,
-                "a sliding window is written for llama-family files only, not {}", s.arch);
-  TESSERA_CHECK(s.rope_scaling.empty() || s.rope_scaling == "linear" || s.rope_scaling == "yarn", kInvalidArgument,
-                "rope scaling '{}' must be linear or yarn", s.rope_scaling);
+  TESSERA_CHECK(s.sliding_window == 0 || file_arch == "llama" || gemma || phi3, kInvalidArgument,
+                "a sliding window is written for llama-family, gemma and phi3 files only, not {}", s.arch);
+  TESSERA_CHECK(s.rope_scaling.empty() || s.rope_scaling == "linear" || s.rope_scaling == "yarn" ||
+                    (phi3 && s.rope_scaling == "longrope"),
+                kInvalidArgument, "rope scaling '{}' must be linear or yarn (or longrope for phi3)", s.rope_scaling);
+  TESSERA_CHECK(!phi3 || s.rope_scaling.empty() || s.rope_scaling == "longrope", kInvalidArgument,
+                "phi3 files take longrope scaling only");
+  TESSERA_CHECK(s.arch != "gemma2" || s.rope_scaling.empty(), kInvalidArgument, "gemma2 files have no RoPE scaling");
   TESSERA_CHECK(s.rope_scaling_factor == 0.0f || s.rope_scaling_factor >= 1.0f, kInvalidArgument,
                 "rope scaling factor {} must be >= 1", s.rope_scaling_factor);
   TESSERA_CHECK(s.n_embd > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_head_kv > 0 && s.n_ff > 0, kInvalidArgument,
@@ -122,19 +133,47 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  if (s.head_dim != s.n_embd / s.n_head || s.arch == "qwen3") {  // Qwen3's converter always writes them
+  if (s.head_dim != s.n_embd / s.n_head || s.arch == "qwen3" || gemma) {  // these converters always write them
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
-  if (!s.rope_scaling.empty()) {
+  if (!s.rope_scaling.empty() && !phi3) {
     w.set_string(a + "rope.scaling.type", s.rope_scaling);
     w.set_f32(a + "rope.scaling.factor", s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 1.0f);
     if (s.rope_orig_ctx > 0) w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
   }
-  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  // Phi-3's converter always writes the window (0: none, Phi-4).
+  if (s.sliding_window > 0 || phi3) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  TESSERA_CHECK(s.attn_softcap >= 0.0f && s.final_softcap >= 0.0f, kInvalidArgument, "soft-caps must be >= 0");
+  TESSERA_CHECK(s.attn_softcap == 0.0f || s.arch == "gemma2", kInvalidArgument, "attention soft-capping is gemma2's only");
+  TESSERA_CHECK(s.final_softcap == 0.0f || gemma, kInvalidArgument, "final soft-capping is written for gemma only");
+  if (s.arch == "gemma2") {  // Gemma 2's config values by default
+    w.set_f32(a + "attn_logit_softcapping", s.attn_softcap > 0.0f ? s.attn_softcap : 50.0f);
+    w.set_f32(a + "final_logit_softcapping", s.final_softcap > 0.0f ? s.final_softcap : 30.0f);
+  } else if (s.final_softcap > 0.0f) {
+    w.set_f32(a + "final_logit_softcapping", s.final_softcap);
+  }
+  // Phi-3's LongRoPE: per-pair short and long factors, the original context
+  // and a magnitude factor on cos/sin, as the converter writes them.
+  std::vector<float> phi3_short, phi3_long;
+  if (phi3 && s.rope_scaling == "longrope") {
+    const int64_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 4096;
+    TESSERA_CHECK(orig < s.n_ctx, kInvalidArgument, "longrope needs an original context {} below the context {}", orig,
+                  s.n_ctx);
+    const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(orig);
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+    w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)))));
+    const int64_t half = s.n_rot / 2;
+    const double factor = s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : scale;
+    for (int64_t i = 0; i < half; ++i) {
+      const double f = half > 1 ? static_cast<double>(i) / static_cast<double>(half - 1) : 0.0;
+      phi3_short.push_back(static_cast<float>(1.0 + 0.25 * f * f));      // near 1 (Phi-3's short factors)
+      phi3_long.push_back(static_cast<float>(1.0 + (factor - 1.0) * f));  // up to the scaling factor
+    }
+  }
 
   int64_t n_vocab = s.n_vocab;
   if (!s.vocab_from.empty()) {
@@ -176,15 +215,23 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
                     llama3_rope_factors(s.n_rot, s.rope_freq_base, s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 32.0f,
                                         s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 8192)});
   }
+  if (!phi3_long.empty()) {
+    plan.push_back({"rope_factors_long.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, phi3_long});
+    plan.push_back({"rope_factors_short.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, phi3_short});
+  }
   plan.push_back({"token_embd.weight", s.type, E, n_vocab, std_in});
   plan.push_back({"output_norm.weight", DType::kF32, E, 1, 0.0f});
   if (!s.tied_output) plan.push_back({"output.weight", out_type, E, n_vocab, std_in});
   for (int64_t il = 0; il < s.n_layer; ++il) {
     auto n = [&](const char* t) { return fmt::format("blk.{}.{}", il, t); };
     plan.push_back({n("attn_norm.weight"), DType::kF32, E, 1, 0.0f});
-    plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
-    plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
-    plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
+    if (phi3) {
+      plan.push_back({n("attn_qkv.weight"), s.type, E, Q + 2 * KV, std_in});
+    } else {
+      plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
+      plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
+      plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
+    }
     if (qkv_bias) {
       plan.push_back({n("attn_q.bias"), DType::kF32, Q, 1, std_in});
       plan.push_back({n("attn_k.bias"), DType::kF32, KV, 1, std_in});
@@ -195,10 +242,16 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
       plan.push_back({n("attn_k_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
     }
     plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
+    if (gemma) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
     plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
-    plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
-    plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
+    if (phi3) {
+      plan.push_back({n("ffn_up.weight"), s.type, E, 2 * F, std_in});  // gate rows, then up rows
+    } else {
+      plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
+      plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
+    }
     plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
+    if (gemma) plan.push_back({n("post_ffw_norm.weight"), DType::kF32, E, 1, 0.0f});
   }
 
   ThreadPool pool(n_threads);

@@ -17,7 +17,11 @@ struct SyntheticModelSpec {
   // The layout llama.cpp's converter writes for: "llama"; "llama3" (llama
   // with rope_freqs.weight, Llama 3.1+ RoPE scaling); "mistral" (llama with
   // llama.attention.sliding_window, Mistral 7B v0.1); "qwen2" (QKV biases,
-  // NeoX RoPE); "qwen3" (per-head q/k RMSNorm, NeoX RoPE).
+  // NeoX RoPE); "qwen3" (per-head q/k RMSNorm, NeoX RoPE); "gemma2" (post-norms,
+  // GeGLU, soft-capping, alternating local/global layers, always tied);
+  // "gemma3" (gemma2 without soft-capping, with q/k norms, 5 local : 1 global
+  // layers); "phi3" (fused attn_qkv and gate/up, LongRoPE factors with
+  // rope_scaling "longrope").
   std::string arch = "llama";
   int64_t n_embd = 64;
   int64_t n_layer = 2;
@@ -28,13 +32,19 @@ struct SyntheticModelSpec {
   int64_t n_ctx = 2048;
   int64_t n_rot = 0;           // 0: head_dim
   float rope_freq_base = 0.0f;  // 0: the family's (llama3 500000, qwen3 1000000, else 10000)
-  // RoPE scaling: "" (none written), "linear" or "yarn", with the factor and
+  // RoPE scaling: "" (none written), "linear" or "yarn" ("longrope" for
+  // phi3: short and long factors, the long ones up to the factor, default
+  // n_ctx / orig ctx, and an original context of default 4096), with the factor and
   // the original context length; llama3's rope_freqs use the factor (default
   // 32) and original context (default 8192) too, as Llama 3.2's config does.
   std::string rope_scaling;
   float rope_scaling_factor = 0.0f;
   int64_t rope_orig_ctx = 0;
-  int64_t sliding_window = 0;  // > 0: written as <arch>.attention.sliding_window (mistral: default 4096)
+  int64_t sliding_window = 0;  // > 0: written as <arch>.attention.sliding_window (defaults: mistral and gemma2
+                               // 4096, gemma3 512 (their local layers'); phi3 writes 0 for none)
+  // Soft-caps (gemma2: attention and final, default 50 and 30 as Gemma 2's
+  // config; gemma3: final only, written when > 0).
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
   float rms_eps = 1e-5f;
   bool tied_output = false;
   DType type = DType::kF32;    // every matrix

@@ -128,6 +128,9 @@ class Exact:
     def softmax_op(self, p, k):
         return p
 
+    def softcap_op(self, y, cap):
+        return y
+
     def rope_op(self, y, x, positions, re_idx, im_idx):
         return y
 
@@ -178,6 +181,11 @@ class Perturbed(Exact):
 
     def softmax_op(self, p, k):
         return self._relative(p, (16 + LAMBDA * np.sqrt(k)) * U32)
+
+    def softcap_op(self, y, cap):
+        # cap - 2 cap / (exp(2 y / cap) + 1) in float32 cancels near 0: an
+        # absolute error of a few ulp of cap.
+        return y + self._signs(y.shape) * 8 * U32 * cap
 
     def rope_op(self, y, x, positions, re_idx, im_idx):
         y = y.copy()

@@ -22,12 +22,32 @@ from error_model import Exact
 # qwen2 adds biases to the Q, K and V projections and rotates NeoX-style;
 # qwen3 drops the biases and RMS-normalises each head of q and k before
 # RoPE. llama (Llama 3.1+) may divide its RoPE frequencies by the factors in
-# rope_freqs.weight; llama and mistral may declare a sliding window.
+# rope_freqs.weight; llama, mistral and phi3 may declare a sliding window.
+# gemma2 / gemma3 (GEMMA below) scale the embeddings by sqrt(n_embd), norm
+# the attention and FFN outputs again before the residual, use GELU (tanh)
+# instead of SiLU, scale queries by Gemma's query_pre_attn_scalar rule,
+# interleave local (windowed) and global layers; gemma2 soft-caps scores and
+# logits, gemma3 norms q/k heads and gives local layers their own RoPE base.
+# phi3 stores Q/K/V and gate/up fused and may carry LongRoPE factors.
 ARCHS = {
     "llama": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
     "mistral": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
     "qwen2": {"qkv_bias": True, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
     "qwen3": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
+    "gemma2": {"qkv_bias": False, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
+    "gemma3": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
+    "phi3": {"qkv_bias": False, "neox": True, "qk_norm": False, "rope_freqs": False, "window": True},
+}
+# Gemma's hyperparameters as llama.cpp fills them in: soft-caps (gemma2's
+# defaults when the file has none), the layer count of the 27B model (whose
+# queries are scaled by n_embd / n_head instead of head_dim), the period of
+# local / global layers and the local layers' default window and RoPE base
+# (None: the global layers' base and scaling).
+GEMMA = {
+    "gemma2": {"attn_softcap": 50.0, "final_softcap": 30.0, "n_layer_27b": 46, "period": 2, "window": 4096,
+               "local_base": None},
+    "gemma3": {"attn_softcap": 0.0, "final_softcap": 0.0, "n_layer_27b": 62, "period": 6, "window": 0,
+               "local_base": 10000.0},
 }
 
 
@@ -52,11 +72,12 @@ class Config:
             raise GGUFError(f"rope scaling {self.rope_scaling!r} not supported by the reference")
         factor = float(g.get(a + "rope.scaling.factor", g.get(a + "rope.scale_linear", 1.0)))
         self.rope_factor = 1.0 if self.rope_scaling == "none" or factor == 0.0 else factor
+        self.orig_ctx = int(g.get(a + "rope.scaling.original_context_length", g.get(a + "context_length")))
         if self.rope_scaling == "yarn":
-            self.yarn_orig_ctx = int(g.get(a + "rope.scaling.original_context_length", g.get(a + "context_length")))
+            self.yarn_orig_ctx = self.orig_ctx
             self.yarn_beta_fast = float(g.get(a + "rope.scaling.yarn_beta_fast", 32.0))
             self.yarn_beta_slow = float(g.get(a + "rope.scaling.yarn_beta_slow", 1.0))
-            self.rope_attn_factor = float(g.get(a + "rope.scaling.attn_factor", 1.0))
+        self.rope_attn_factor = float(g.get(a + "rope.scaling.attn_factor", 1.0))
         self.rms_eps = float(g.get(a + "attention.layer_norm_rms_epsilon", 1e-5))
         traits = ARCHS[self.arch]
         self.qkv_bias = traits["qkv_bias"]
@@ -65,6 +86,27 @@ class Config:
         self.window = int(g.get(a + "attention.sliding_window", 0)) if traits["window"] else 0
         # Llama 3's per-pair divisors of the RoPE frequencies, if the file has them.
         self.rope_freqs = g.tensor("rope_freqs.weight") if traits["rope_freqs"] and "rope_freqs.weight" in g.tensors else None
+        # Phi-3's LongRoPE: short factors before the original context, long ones from it.
+        self.long_factors = g.tensor("rope_factors_long.weight") if "rope_factors_long.weight" in g.tensors else None
+        self.short_factors = g.tensor("rope_factors_short.weight") if self.long_factors is not None else None
+        self.gemma = GEMMA.get(self.arch)
+        self.scale = 1.0 / np.sqrt(self.head_dim)
+        self.embd_scale = 1.0
+        self.attn_softcap = self.final_softcap = 0.0
+        self.local = [False] * self.n_layer
+        if self.gemma:
+            gm = self.gemma
+            self.embd_scale = np.sqrt(self.n_embd)
+            if self.n_layer == gm["n_layer_27b"]:
+                self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+            self.attn_softcap = float(g.get(a + "attn_logit_softcapping", gm["attn_softcap"]))
+            self.final_softcap = float(g.get(a + "final_logit_softcapping", gm["final_softcap"]))
+            self.local_window = int(g.get(a + "attention.sliding_window", gm["window"]))
+            period = int(g.get(a + "attention.sliding_window_pattern", gm["period"]))
+            if self.local_window > 0:
+                self.local = [il % period != period - 1 for il in range(self.n_layer)]
+            self.local_base = float(g.get(a + "rope.freq_base_swa", gm["local_base"] or self.rope_base))
+            self.local_factor = 1.0 if gm["local_base"] else self.rope_factor
         assert self.n_head % self.n_head_kv == 0
         assert self.n_rot % 2 == 0 and self.n_rot <= self.head_dim
 
@@ -74,8 +116,8 @@ class Matrix:
     with the GGUF type it is stored in (which decides the engine's
     activation format, see error_model.py)."""
 
-    def __init__(self, g, name):
-        self.w = g.tensor(name)
+    def __init__(self, g, name, rows=None):
+        self.w = g.tensor(name) if rows is None else g.tensor(name)[rows[0]:rows[1]]
         self.ggml_type = g.tensors[name].ggml_type
 
 
@@ -94,8 +136,22 @@ class LlamaRef:
                 "attn_norm": g.tensor(p + "attn_norm.weight"),
                 "ffn_norm": g.tensor(p + "ffn_norm.weight"),
             }
-            for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+            if c.arch == "phi3":  # fused: attn_qkv = [q; k; v], ffn_up = [gate; up] (rows)
+                nq, nkv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+                qkv = p + "attn_qkv.weight"
+                L["attn_q"] = Matrix(g, qkv, (0, nq))
+                L["attn_k"] = Matrix(g, qkv, (nq, nq + nkv))
+                L["attn_v"] = Matrix(g, qkv, (nq + nkv, nq + 2 * nkv))
+                L["ffn_gate"] = Matrix(g, p + "ffn_up.weight", (0, c.n_ff))
+                L["ffn_up"] = Matrix(g, p + "ffn_up.weight", (c.n_ff, 2 * c.n_ff))
+                names = ("attn_output", "ffn_down")
+            else:
+                names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+            for m in names:
                 L[m] = Matrix(g, p + m + ".weight")
+            if c.gemma:
+                L["post_attention_norm"] = g.tensor(p + "post_attention_norm.weight")
+                L["post_ffw_norm"] = g.tensor(p + "post_ffw_norm.weight")
             if c.qkv_bias:
                 for m in ("attn_q", "attn_k", "attn_v"):
                     L[m + ".bias"] = g.tensor(p + m + ".bias")
@@ -111,7 +167,7 @@ class LlamaRef:
         y = x / np.sqrt(ms + self.cfg.rms_eps) * w
         return num.reduction_op(y, x.shape[-1])
 
-    def rope_frequencies(self):
+    def rope_frequencies(self, local=False):
         """(inverse frequency of each rotary pair [n_rot/2], magnitude factor).
         Llama 3's rope_freqs divide the frequencies; linear scaling divides
         them all by the factor; YaRN follows Hugging Face's
@@ -120,11 +176,13 @@ class LlamaRef:
         between, and cos/sin are scaled by 0.1 ln(factor) + 1."""
         c = self.cfg
         half = c.n_rot // 2
+        if local:  # Gemma's local layers
+            return c.local_base ** (-2.0 * np.arange(half) / c.n_rot) / c.local_factor, c.rope_attn_factor
         inv_freq = c.rope_base ** (-2.0 * np.arange(half) / c.n_rot)
         if c.rope_freqs is not None:
             inv_freq = inv_freq / c.rope_freqs
         if c.rope_scaling != "yarn":
-            return inv_freq / c.rope_factor, 1.0
+            return inv_freq / c.rope_factor, c.rope_attn_factor
 
         def correction_dim(rotations):  # the pair that turns `rotations` times over the original context
             return c.n_rot * np.log(c.yarn_orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(c.rope_base))
@@ -139,14 +197,18 @@ class LlamaRef:
         mscale = 0.1 * np.log(c.rope_factor) + 1.0 if c.rope_factor > 1 else 1.0
         return inv_freq, mscale * c.rope_attn_factor
 
-    def rope(self, x, positions, num):
+    def rope(self, x, positions, num, local=False):
         """x: [T, heads, head_dim]. Pairs (2i, 2i+1) (normal) or (i, i + n_rot/2)
         (NeoX) of the first n_rot dims rotate by pos * inv_freq_i
         (rope_frequencies), times the magnitude factor."""
         c = self.cfg
         half = c.n_rot // 2
-        inv_freq, mscale = self.rope_frequencies()
+        inv_freq, mscale = self.rope_frequencies(local)
         angle = np.outer(positions, inv_freq)                       # [T, half]
+        if c.long_factors is not None:  # Phi-3: per position, short or long factors
+            base = c.rope_base ** (-2.0 * np.arange(half) / c.n_rot) / c.rope_factor
+            long = (positions >= c.orig_ctx)[:, None]
+            angle = np.where(long, np.outer(positions, base / c.long_factors), np.outer(positions, base / c.short_factors))
         rot = mscale * np.exp(1j * angle)[:, None, :]               # [T, 1, half]
         if c.neox:
             re_idx, im_idx = np.arange(half), np.arange(half) + half
@@ -158,20 +220,23 @@ class LlamaRef:
         y[..., im_idx] = z.imag
         return num.rope_op(y, mscale * x, positions, re_idx, im_idx)
 
-    def attention(self, q, k, v, num):
+    def attention(self, q, k, v, num, window):
         """q: [T, H, d]; k, v: [T, H_kv, d]. Causal, materialised; with a
-        sliding window W, query t also masks keys s <= t - W."""
+        sliding window W, query t also masks keys s <= t - W. Gemma 2
+        soft-caps the scores: cap * tanh(score / cap)."""
         c = self.cfg
         group = c.n_head // c.n_head_kv
         k = np.repeat(k, group, axis=1)  # query head h reads KV head h // group
         v = np.repeat(v, group, axis=1)
         T = q.shape[0]
-        scale = 1.0 / np.sqrt(c.head_dim)
+        scale = c.scale
         scores = np.einsum("thd,shd->hts", q, k) * scale
         scores = num.float_dot(scores, np.einsum("thd,shd->hts", np.abs(q), np.abs(k)) * scale, c.head_dim)
+        if c.attn_softcap > 0:
+            scores = num.softcap_op(c.attn_softcap * np.tanh(scores / c.attn_softcap), c.attn_softcap)
         masked = np.triu(np.ones((T, T), dtype=bool), k=1)  # the future
-        if c.window > 0:
-            masked |= np.tril(np.ones((T, T), dtype=bool), k=-c.window)  # before the window
+        if window > 0:
+            masked |= np.tril(np.ones((T, T), dtype=bool), k=-window)  # before the window
         scores = np.where(masked[None], -np.inf, scores)
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         p = p / p.sum(axis=-1, keepdims=True)
@@ -191,7 +256,10 @@ class LlamaRef:
         T = len(tokens)
         positions = np.arange(T, dtype=np.float64)
         x = self.tok_embd.w[tokens]  # [T, n_embd]
-        for L in self.layers:
+        if c.embd_scale != 1.0:
+            x = num.pointwise(x * c.embd_scale)
+        for il, L in enumerate(self.layers):
+            local = c.local[il]
             h = self.rmsnorm(x, L["attn_norm"], num)
             q = num.matmul(h, L["attn_q"])
             k = num.matmul(h, L["attn_k"])
@@ -205,24 +273,38 @@ class LlamaRef:
             if c.qk_norm:  # over each head's head_dim values
                 q = self.rmsnorm(q, L["attn_q_norm"], num)
                 k = self.rmsnorm(k, L["attn_k_norm"], num)
-            q = self.rope(q, positions, num)
-            k = self.rope(k, positions, num)
+            q = self.rope(q, positions, num, local)
+            k = self.rope(k, positions, num, local)
             v = v.reshape(T, c.n_head_kv, c.head_dim)
-            att = self.attention(q, k, v, num).reshape(T, c.n_head * c.head_dim)
-            x = num.pointwise(x + num.matmul(att, L["attn_output"]))
+            window = c.local_window if local else c.window
+            att = self.attention(q, k, v, num, window).reshape(T, c.n_head * c.head_dim)
+            o = num.matmul(att, L["attn_output"])
+            if c.gemma:
+                o = self.rmsnorm(o, L["post_attention_norm"], num)
+            x = num.pointwise(x + o)
             h = self.rmsnorm(x, L["ffn_norm"], num)
             gate = num.matmul(h, L["ffn_gate"])
             up = num.matmul(h, L["ffn_up"])
-            act = num.transcendental(gate / (1.0 + np.exp(-gate)) * up)
-            x = num.pointwise(x + num.matmul(act, L["ffn_down"]))
+            if c.gemma:  # GELU, tanh approximation
+                z = np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate ** 3)
+                act = num.transcendental(0.5 * gate * (1.0 + np.tanh(z)) * up)
+            else:
+                act = num.transcendental(gate / (1.0 + np.exp(-gate)) * up)
+            o = num.matmul(act, L["ffn_down"])
+            if c.gemma:
+                o = self.rmsnorm(o, L["post_ffw_norm"], num)
+            x = num.pointwise(x + o)
         h = self.rmsnorm(x, self.output_norm, num)
-        return num.matmul(h, self.output)
+        logits = num.matmul(h, self.output)
+        if c.final_softcap > 0:
+            logits = num.transcendental(c.final_softcap * np.tanh(logits / c.final_softcap))
+        return logits
 
 
 def main():
     import argparse
 
-    ap = argparse.ArgumentParser(description="float64 logits of a GGUF Llama/Mistral/Qwen2/Qwen3 model")
+    ap = argparse.ArgumentParser(description="float64 logits of a GGUF Llama/Mistral/Qwen2/Qwen3/Gemma2/Gemma3/Phi3 model")
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("-o", "--out", help="write float64 [T, n_vocab] here; else print argmax per row")

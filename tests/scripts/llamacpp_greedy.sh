@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Greedy tokens of random-weight models of each architecture (make-model's
 # llama.cpp layouts: llama3's rope_freqs.weight, qwen3's q/k norms, YaRN,
-# mistral's sliding_window key) against llama.cpp's, recorded with the peer
+# mistral's sliding_window key, gemma2 / gemma3 / phi3) against llama.cpp's, recorded with the peer
 # (node-llama-cpp, bench/setup_peer; version in the data file) in
 # tests/reference/llamacpp_greedy.json. make-model is deterministic, so the
 # recorded tokens stay valid; the engine is teacher-forced on prompt + the
@@ -16,7 +16,8 @@
 # alone barely notice them). F16 and BF16 models get the token check only
 # (ggml rounds activations to the weight type). mistral-f32 keeps the default
 # window of 4096, longer than the sequence: llama.cpp reads no window for
-# llama files (docs/ARCHITECTURE.md, Models).
+# llama files (docs/ARCHITECTURE.md, Models). The gemma2 / gemma3 / phi3
+# F32 models are within 3.7e-4 (llama.cpp's GELU is an f16 table lookup).
 #
 # usage: tests/scripts/llamacpp_greedy.sh BUILD_DIR            (check)
 #        tests/scripts/llamacpp_greedy.sh BUILD_DIR --record   (needs the peer)
@@ -87,6 +88,19 @@ model llama-yarn-f32     --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --
 model qwen3-f32-hd32     --dim 64  --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3 --type f32 --seed 36
 model qwen3-bf16-tied    --dim 64  --layers 3 --heads 4 --kv-heads 4 --ff 160 --arch qwen3 --type bf16 --tied --seed 37
 model mistral-f32        --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch mistral --type f32 --seed 38
+# Gemma 2: windows of 8 on the even layers (shorter than the 34 tokens),
+# caps that bite at this scale on the F32 model, Gemma 2's defaults on the
+# F16 one; Gemma 3: 5 local (window 8, base 10000) : 1 global layers, linear
+# scaling on the global ones; Phi-3: fused matrices, LongRoPE with an
+# original context longer than the sequence (llama.cpp, with a short context,
+# and Tessera, at positions before it, both use the short factors; the
+# attn_factor applies), no window (llama.cpp ignores Phi-3's).
+model gemma2-f32-w8-caps --dim 64  --layers 3 --heads 4 --kv-heads 2 --ff 128 --arch gemma2 --sliding-window 8 --attn-softcap 0.05 --final-softcap 0.2 --type f32 --seed 39
+model gemma2-f16-hd32    --dim 64  --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --ff 160 --arch gemma2 --type f16 --seed 40
+model gemma3-f32-w8      --dim 64  --layers 7 --heads 4 --kv-heads 2 --ff 128 --arch gemma3 --sliding-window 8 --type f32 --seed 41
+model gemma3-bf16-linear --dim 64  --layers 6 --heads 4 --kv-heads 1 --head-dim 32 --ff 128 --arch gemma3 --sliding-window 16 --rope-scaling linear --rope-scaling-factor 8 --type bf16 --tied --seed 42
+model phi3-f32           --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch phi3 --type f32 --seed 43
+model phi3-f32-longrope  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --arch phi3 --rope-scaling longrope --ctx 4096 --rope-orig-ctx 2048 --type f32 --seed 44
 
 if [ "$MODE" = --record ]; then
   printf '%s\n' "${records[@]}" | "$PY" -c '

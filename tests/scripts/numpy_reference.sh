@@ -3,7 +3,9 @@
 # (tests/reference/): random small models from `tessera make-model` covering
 # GQA ratios 1/2/4/8, head dims 8..128, normal and NeoX RoPE, partial rotary,
 # Llama 3 RoPE factors, YaRN and linear RoPE scaling, Qwen3's q/k norms,
-# sliding windows shorter than the prompt (Mistral v0.1),
+# sliding windows shorter than the prompt (Mistral v0.1), Gemma 2 / 3
+# (post-norms, GeGLU, soft-capping, interleaved local / global layers with
+# their own RoPE), Phi-3 (fused matrices, LongRoPE, sliding window),
 # tied and untied output, F32/F16/BF16/Q8_0/Q4_0 weights and several seeds,
 # each evaluated on a random token sequence with the scalar kernels, the
 # default ISA, and a small batch (chunked prefill) on 2 threads; then the real
@@ -102,6 +104,22 @@ model mistral-f16-w20-tied 60 --dim 128 --layers 2 --heads 4 --kv-heads 1 --head
 model mistral-bf16-w37-gqa8 70 --dim 128 --layers 2 --heads 8 --kv-heads 1 --ff 256 --arch mistral --sliding-window 37 --type bf16 --seed 25
 model mistral-q8-w1       24  --dim 64  --layers 2 --heads 2 --kv-heads 2 --ff 128 --arch mistral --sliding-window 1 --type q8_0 --seed 26
 model llama3-mistral-q4-w16 48 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 256 --arch llama3 --rope-orig-ctx 64 --sliding-window 16 --type q4_0 --seed 27
+# Gemma 2 (embeddings scaled by sqrt(dim), post-norms, GeGLU, soft-capped
+# scores and logits, with caps that bite at these scales on the first model;
+# even layers local with a window shorter than the prompt) and Gemma 3 (q/k
+# norms, 5 local : 1 global layers with their own RoPE base, linear scaling
+# on the global ones).
+model gemma2-f32-w8-caps  40  --dim 64  --layers 3 --heads 4 --kv-heads 2 --ff 128 --arch gemma2 --sliding-window 8 --attn-softcap 0.05 --final-softcap 0.2 --type f32 --seed 28
+model gemma2-f16-hd32-gqa4 33 --dim 64  --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --ff 160 --arch gemma2 --sliding-window 20 --type f16 --seed 29
+model gemma2-q8-defaults  30  --dim 128 --layers 2 --heads 4 --kv-heads 4 --ff 256 --arch gemma2 --type q8_0 --seed 30
+model gemma3-f32-w8-tied  50  --dim 64  --layers 7 --heads 4 --kv-heads 2 --ff 128 --arch gemma3 --sliding-window 8 --type f32 --tied --seed 31
+model gemma3-bf16-linear  45  --dim 64  --layers 6 --heads 4 --kv-heads 1 --head-dim 32 --ff 128 --arch gemma3 --sliding-window 16 --rope-scaling linear --rope-scaling-factor 8 --final-softcap 0.3 --type bf16 --seed 32
+model gemma3-q4-w5        36  --dim 128 --layers 6 --heads 8 --kv-heads 2 --ff 256 --arch gemma3 --sliding-window 5 --type q4_0 --seed 33
+# Phi-3 (fused attn_qkv and gate/up; LongRoPE with an original context of 16,
+# so that later positions turn with the long factors; a sliding window).
+model phi3-f32-gqa2       40  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch phi3 --type f32 --seed 34
+model phi3-f16-longrope   48  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --arch phi3 --rope-scaling longrope --ctx 4096 --rope-orig-ctx 16 --type f16 --tied --seed 35
+model phi3-q8-w12-part    44  --dim 128 --layers 2 --heads 4 --kv-heads 1 --rope-dims 16 --ff 256 --arch phi3 --sliding-window 12 --type q8_0 --seed 36
 
 # The real model: BOS plus the first 63 golden greedy tokens. Teacher-forced,
 # the reference's argmax must reproduce the golden ids (checking the reference

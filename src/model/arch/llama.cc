@@ -24,9 +24,9 @@ class Llama final : public DecoderModel {
     norm(L.attn_norm, "attn_norm", il, T, s);
     qkv(L.attn, il, batch, s);
     rope(il, T, s);
-    attention(L.attn, il, batch, kv, s);
+    attention(L, il, batch, kv, s);
     norm(L.ffn_norm, "ffn_norm", il, T, s);
-    swiglu_ffn(L.ffn, il, batch, s);
+    gated_ffn(L, FfnAct::kSilu, il, batch, s);
   }
 };
 

@@ -22,9 +22,9 @@ class Qwen2 final : public DecoderModel {
     norm(L.attn_norm, "attn_norm", il, T, s);
     qkv(L.attn, il, batch, s);  // with the biases
     rope(il, T, s);
-    attention(L.attn, il, batch, kv, s);
+    attention(L, il, batch, kv, s);
     norm(L.ffn_norm, "ffn_norm", il, T, s);
-    swiglu_ffn(L.ffn, il, batch, s);
+    gated_ffn(L, FfnAct::kSilu, il, batch, s);
   }
 };
 

@@ -25,9 +25,9 @@ class Qwen3 final : public DecoderModel {
     qkv(L.attn, il, batch, s);
     qk_norm(L.attn, T, s);
     rope(il, T, s);
-    attention(L.attn, il, batch, kv, s);
+    attention(L, il, batch, kv, s);
     norm(L.ffn_norm, "ffn_norm", il, T, s);
-    swiglu_ffn(L.ffn, il, batch, s);
+    gated_ffn(L, FfnAct::kSilu, il, batch, s);
   }
 };
 
