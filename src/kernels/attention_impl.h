@@ -212,8 +212,10 @@ static inline void softcap_scores(float* sc, size_t n, float cap) {
   }
 }
 
-template <class F, class M>
-void attend_tiled(const AttnUnitArgs& a) {
+// kExtras: soft-capping or mass capture may be wanted (a.softcap > 0,
+// a.key_scores). The plain instantiation has neither branch in its loop.
+template <class F, class M, bool kExtras>
+void attend_tiled_impl(const AttnUnitArgs& a) {
   using V = typename F::V;
   constexpr int W = F::kW;
   const int bs = a.block_size, hd = a.head_dim;
@@ -273,8 +275,8 @@ void attend_tiled(const AttnUnitArgs& a) {
       }
       score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     }
-    if (a.softcap > 0.0f) softcap_scores<F, M>(sc, static_cast<size_t>(rows) * bs_pad, a.softcap);
-    if (a.key_scores != nullptr) {
+    if (kExtras && a.softcap > 0.0f) softcap_scores<F, M>(sc, static_cast<size_t>(rows) * bs_pad, a.softcap);
+    if (kExtras && a.key_scores != nullptr) {
       // Attention mass capture: the raw scores, before the softmax below
       // turns them into weights in place (slots a row does not see are
       // copied too; the caller masks them).
@@ -335,7 +337,7 @@ void attend_tiled(const AttnUnitArgs& a) {
       }
     }
   }
-  if (a.row_stats != nullptr) {
+  if (kExtras && a.row_stats != nullptr) {
     for (int r = 0; r < rows; ++r) {
       a.row_stats[2 * r] = m[r];
       a.row_stats[2 * r + 1] = l[r];
@@ -348,6 +350,12 @@ void attend_tiled(const AttnUnitArgs& a) {
     const float* ar = acc + static_cast<size_t>(r) * hd;
     for (int d = 0; d < hd; d += W) F::store(o + d, F::mul(F::load(ar + d), inv));
   }
+}
+
+template <class F, class M>
+void attend_tiled(const AttnUnitArgs& a) {
+  if (a.softcap > 0.0f || a.key_scores != nullptr) return attend_tiled_impl<F, M, true>(a);
+  attend_tiled_impl<F, M, false>(a);
 }
 
 }  // namespace
