@@ -77,7 +77,8 @@ TEST(EngineKvPolicy, SameTokensAsSequenceRunner) {
                                      kv::KvPolicy{kv::KvPolicyKind::kSink, 64, 4, 0},
                                      kv::KvPolicy{kv::KvPolicyKind::kSink, 80, 2, 1},
                                      kv::KvPolicy{kv::KvPolicyKind::kH2O, 64, 0, 0},
-                                     kv::KvPolicy{kv::KvPolicyKind::kSpAtten, 64, 0, 0}}) {
+                                     kv::KvPolicy{kv::KvPolicyKind::kSpAtten, 64, 0, 0},
+                                     kv::KvPolicy{kv::KvPolicyKind::kRecompute, 64, 0, 0}}) {
     const int32_t n = 300;  // prompt + generation well past the budget
     const std::vector<int32_t> want = runner_tokens(m, policy, prompt, n);
     Engine e(m, model260k().tok.get(), policy_engine_config());
@@ -111,10 +112,9 @@ TEST(EngineKvPolicy, BoundedRequestIsNotCappedByTheCache) {
   // A budget the pool cannot hold, and a bad policy, are refused.
   EXPECT_THROW(e.add_request(prompt, greedy_with({kv::KvPolicyKind::kWindow, 512, 4, 0}, 10)), Error);
   EXPECT_THROW(e.add_request(prompt, greedy_with({kv::KvPolicyKind::kSink, 4, 4, 0}, 10)), Error);
-  EXPECT_THROW(e.add_request(prompt, greedy_with({kv::KvPolicyKind::kRecompute, 64, 4, 0}, 10)), Error);
 }
 
-// 64 requests, each its own policy (dense, window, sink, h2o, spatten) and
+// 64 requests, each its own policy (dense, window, sink, h2o, spatten, recompute) and
 // budget (32..256), all in one engine: each gives its tokens alone. Prompts
 // are shorter than every budget, so where the step's token budget splits
 // them does not change which tokens are evicted when (and H2O's attention
@@ -132,8 +132,11 @@ TEST(EngineKvPolicy, SixtyFourConcurrentPoliciesEachAsAlone) {
   for (int i = 0; i < 64; ++i) {
     const kv::KvPolicyKind kind =
         std::array{kv::KvPolicyKind::kDense, kv::KvPolicyKind::kWindow, kv::KvPolicyKind::kSink,
-                   kv::KvPolicyKind::kH2O, kv::KvPolicyKind::kSpAtten}[static_cast<size_t>(i % 5)];
-    const int64_t budget = 32 + static_cast<int64_t>(rng() % 225);
+                   kv::KvPolicyKind::kH2O, kv::KvPolicyKind::kSpAtten, kv::KvPolicyKind::kRecompute}[static_cast<size_t>(i % 6)];
+    // Recompute prefills its whole budget at every token: smaller budgets
+    // keep the test short (under sanitizers too).
+    const bool recompute = kind == kv::KvPolicyKind::kRecompute;
+    const int64_t budget = 32 + static_cast<int64_t>(rng() % (recompute ? 33 : 225));
     const kv::KvPolicy policy{kind, kind == kv::KvPolicyKind::kDense ? 0 : budget, 4, 0};
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(budget + 20 + rng() % 40, 400));
     jobs.push_back({prompt_ids(texts[(i / 5) % 5]), greedy_with(policy, n)});
@@ -186,16 +189,17 @@ TEST(EngineKvPolicy, ForksAbortsAndPreemptionLeaveNoBlocks) {
 // a flat number of KV blocks and flat resident memory from its first tenth
 // on, and its last tenth of steps is no slower than its first (medians of
 // per-step times: robust to a noisy machine). Under AddressSanitizer: 20 000
-// sink tokens, and no RSS bound (its quarantine keeps freed memory).
+// sink and 5 000 H2O tokens, and no RSS bound (its quarantine keeps freed
+// memory).
 TEST(EngineKvPolicy, LongStreamsStayFlat) {
   const Model& m = *model260k().lm.model;
   EngineConfig c = policy_engine_config();
   c.kv_type = DType::kF16;
   c.num_kv_blocks = 64;
   const int64_t budget = 256;
-  const int32_t sink_tokens = testing::kAddressSanitizer ? 20000 : 100000;
-  for (const auto& [policy, n] : {std::pair{kv::KvPolicy{kv::KvPolicyKind::kSink, budget, 4, 0}, sink_tokens},
-                                  std::pair{kv::KvPolicy{kv::KvPolicyKind::kH2O, budget, 4, 0}, 20000}}) {
+  const bool asan = testing::kAddressSanitizer;
+  for (const auto& [policy, n] : {std::pair{kv::KvPolicy{kv::KvPolicyKind::kSink, budget, 4, 0}, asan ? 20000 : 100000},
+                                  std::pair{kv::KvPolicy{kv::KvPolicyKind::kH2O, budget, 4, 0}, asan ? 5000 : 20000}}) {
     Engine e(m, model260k().tok.get(), c);
     const RequestId id = e.add_request(prompt_ids("Once upon a time"), greedy_with(policy, n));
     std::vector<double> step_seconds;
@@ -230,7 +234,7 @@ TEST(EngineKvPolicy, LongStreamsStayFlat) {
       std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(len / 2), v.end());
       return v[len / 2];
     };
-    // The first tenth is past the budget already (2 000 tokens > 256).
+    // The first tenth is past the budget already (n / 10 >= 500 tokens > 256).
     const double first = median_of_tenth(0), last = median_of_tenth(9);
     EXPECT_LT(last, 1.5 * first) << name << ": median step " << first * 1e3 << " ms in the first tenth, "
                                  << last * 1e3 << " ms in the last";

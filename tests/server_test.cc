@@ -668,6 +668,7 @@ TEST_F(ServerTest, KvPolicyFieldBoundsTheCache) {
   s.served.ctx.kv_policy = {kv::KvPolicyKind::kDense, 48, 4, 0};  // as with --kv-budget 48
   s.attach();
   httplib::Client cli("127.0.0.1", s.port());
+  cli.set_read_timeout(120, 0);  // recompute prefills its budget at every token
   const int64_t n = s.engine->config().max_model_len + 100;  // past the context
   const std::string base =
       fmt::format(R"("prompt": "Once upon a time", "max_tokens": {}, "temperature": 0, "ignore_eos": true)", n);
@@ -685,8 +686,10 @@ TEST_F(ServerTest, KvPolicyFieldBoundsTheCache) {
     texts.push_back(j["choices"][0]["text"].get<std::string>());
   }
   EXPECT_EQ(texts[0], texts[1]) << "sinks default to the server's 4";
-  // H2O and SpAtten, with the server's budget and their default recent tokens.
-  for (const std::string extra : {R"(, "kv_policy": "h2o")", R"(, "kv_policy": {"type": "spatten", "recent": 8})"}) {
+  // H2O and SpAtten, with the server's budget and their default recent
+  // tokens, and recompute.
+  for (const std::string extra : {R"(, "kv_policy": "h2o")", R"(, "kv_policy": {"type": "spatten", "recent": 8})",
+                                  R"(, "kv_policy": {"type": "recompute", "budget": 32})"}) {
     auto r = cli.Post("/v1/completions", "{" + base + extra + "}", "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << extra << ": " << r->body;
@@ -697,7 +700,7 @@ TEST_F(ServerTest, KvPolicyFieldBoundsTheCache) {
            {R"(, "kv_policy": "h3o")", "kv_policy"},
            {R"(, "kv_policy": {"type": "h2o", "budget": 64, "recent": 64})", "kv_policy"},
            {R"(, "kv_policy": {"type": "h2o", "recent": -1})", "kv_policy.recent"},
-           {R"(, "kv_policy": {"type": "recompute", "budget": 64})", "kv_policy.type"},
+           {R"(, "kv_policy": {"type": "recompute2", "budget": 64})", "kv_policy.type"},
            {R"(, "kv_policy": {"type": "sink", "budget": -1})", "kv_policy.budget"},
            {R"(, "kv_policy": {"type": "sink", "budget": 4})", "kv_policy"},
            {R"(, "kv_policy": {"type": "sink", "sinks": "many"})", "kv_policy.sinks"},

@@ -148,8 +148,6 @@ int serve(ServeArgs& a) {
   served.ctx.chat_template = chat ? &*chat : nullptr;
   served.ctx.max_model_len = eng.config().max_model_len;
   served.ctx.kv_policy = a.kv_policy.get();
-  TESSERA_CHECK(served.ctx.kv_policy.kind != kv::KvPolicyKind::kRecompute, kInvalidArgument,
-                "--kv-policy recompute is for tessera perplexity; the server has dense, window, sink, h2o and spatten");
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
   server::AdapterRegistry adapters(lm.model->config(),

@@ -24,9 +24,6 @@ std::string validate(const SamplingParams& p, int64_t n_vocab) {
   for (int32_t t : p.stop_token_ids) {
     if (t < 0 || t >= n_vocab) return fmt::format("stop token id {} is out of range", t);
   }
-  if (p.kv_policy.kind == kv::KvPolicyKind::kRecompute) {
-    return "kv_policy recompute is not available in the engine (tessera perplexity has it); use window or sink";
-  }
   return kv::check_kv_policy(p.kv_policy);
 }
 

@@ -113,6 +113,7 @@ SchedulerOutput Scheduler::schedule() {
 
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
+    restart_window(r);
     const int64_t pending = r->num_tokens() - r->num_computed_tokens;
     // A draft rides on a decode step (its last token pending), as far as
     // the budget allows.
@@ -159,7 +160,8 @@ SchedulerOutput Scheduler::schedule() {
     const bool forks_later = r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0;
     const int64_t seats = forks_later ? r->params.n : 1;
     if (static_cast<int64_t>(running_.size()) + seats > config_.max_num_seqs) break;
-    if (config_.enable_prefix_caching && r->blocks.blocks.empty()) take_cached_prefix(r);
+    restart_window(r);
+    if (config_.enable_prefix_caching && r->blocks.blocks.empty() && !r->blocks.mapped()) take_cached_prefix(r);
     // Preloaded K/V past the cached prefix is written, not computed: it
     // takes blocks but no token budget.
     const int64_t loaded = r->preloaded ? std::max(r->num_computed_tokens, r->preloaded->n_tokens) : r->num_computed_tokens;
@@ -184,6 +186,16 @@ SchedulerOutput Scheduler::schedule() {
     budget -= n;
   }
   return out;
+}
+
+void Scheduler::restart_window(Request* r) {
+  const kv::KvPolicy& p = r->params.kv_policy;
+  if (p.kind != kv::KvPolicyKind::kRecompute || r->num_tokens() <= p.budget) return;
+  if (r->num_computed_tokens != 0 && r->num_computed_tokens != r->num_tokens() - 1) return;  // mid-window
+  kv_.free(r->blocks);
+  kv_.start_at(r->blocks, r->num_tokens() - p.budget);
+  r->num_computed_tokens = r->num_tokens() - p.budget;
+  r->num_registered_blocks = 0;
 }
 
 int64_t Scheduler::step_cap(const Request& r) const { return kv::max_step_tokens(r.params.kv_policy); }

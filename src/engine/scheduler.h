@@ -130,6 +130,11 @@ class Scheduler {
   // False if the pool is short of blocks for the copies (nothing changed).
   int64_t step_cap(const Request& req) const;
   bool evict_for_step(Request* req, int64_t n, SchedulerOutput& out);
+  // The recompute policy: when the request's next token to compute is its
+  // last (a decode step, or a prompt yet to start) and its text is longer
+  // than the budget, drop its cache and restart at the last `budget` tokens
+  // (computed again at positions from 0).
+  void restart_window(Request* req);
   // Prefix-cache lookup for a request about to be admitted with nothing
   // computed: takes the cached blocks of its longest cached prefix.
   void take_cached_prefix(Request* req);

@@ -106,6 +106,13 @@ bool KvManager::reserve_mapped(BlockTable& t, int64_t num_tokens, std::vector<Co
   return true;
 }
 
+void KvManager::start_at(BlockTable& t, int64_t first_token) {
+  TESSERA_ASSERT(t.blocks.empty() && t.num_tokens == 0);
+  t.num_tokens = first_token;
+  t.num_live = 0;
+  t.is_mapped = true;
+}
+
 void KvManager::map(BlockTable& t) {
   if (t.mapped()) return;
   // The same contents, described slot by slot: slot j holds token j.

@@ -125,6 +125,10 @@ class KvManager {
   bool evict(BlockTable& t, std::span<const int64_t> evict, std::vector<CopyOp>& copies,
              std::vector<KeyShift>& shifts);
 
+  // Makes the empty table t a mapped one whose next token is `first_token`
+  // (the tokens before it are gone): the recompute policy's fresh window.
+  void start_at(BlockTable& t, int64_t first_token);
+
   // Describes a dense table slot by slot (slot j holds token j), as evict()
   // does before its first eviction; scored tables are mapped from the start.
   void map(BlockTable& t);

@@ -39,8 +39,9 @@ kv::KvPolicy parse_kv_policy_field(const json& v, const kv::KvPolicy& server) {
   auto set_type = [&](const json& t, const char* name) {
     if (!t.is_string()) field_error(name, fmt::format("'{}' must be a string", name));
     const std::optional<kv::KvPolicyKind> k = kv::parse_kv_policy(t.get<std::string>());
-    if (!k || *k == kv::KvPolicyKind::kRecompute) {
-      field_error(name, fmt::format("'{}' must be one of dense, window, sink, h2o, spatten (got '{}')", name, t.get<std::string>()));
+    if (!k) {
+      field_error(name, fmt::format("'{}' must be one of dense, window, sink, recompute, h2o, spatten (got '{}')", name,
+                                    t.get<std::string>()));
     }
     p.kind = *k;
   };
