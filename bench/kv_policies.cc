@@ -7,6 +7,7 @@
 //
 //   tessera_kv_policies_bench [--tokens N] [--budgets 64,128,256]
 //       [--policies window,sink,recompute,h2o,spatten] [--no-dense] [--no-design-check]
+//       [--recent-fraction F (h2o / spatten: recent = F * budget; default theirs)]
 //       [--threads T] [models...]
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<tessera::kv::KvPolicyKind> policies;
   bool dense = true, design_check = true;
+  double recent_fraction = -1.0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--policies" && i + 1 < argc) {
@@ -75,6 +77,8 @@ int main(int argc, char** argv) {
         }
         policies.push_back(*k);
       }
+    } else if (a == "--recent-fraction" && i + 1 < argc) {
+      recent_fraction = std::stod(argv[++i]);
     } else if (a == "--no-dense") dense = false;
     else if (a == "--no-design-check") design_check = false;
     else if (a == "--tokens" && i + 1 < argc) n_tokens = std::stoll(argv[++i]);
@@ -108,7 +112,11 @@ int main(int argc, char** argv) {
     std::vector<Run> runs;
     if (dense) runs.push_back({{kv::KvPolicyKind::kDense, 0, 0, 0}});
     for (int64_t b : budgets) {
-      for (kv::KvPolicyKind k : policies) runs.push_back({{k, b, 4, 0}});
+      for (kv::KvPolicyKind k : policies) {
+        kv::KvPolicy p{k, b, 4, 0};
+        if (p.scored() && recent_fraction >= 0.0) p.recent = static_cast<int32_t>(recent_fraction * static_cast<double>(b));
+        runs.push_back({p});
+      }
     }
     // The design check: granularity 1 rotates every kept key at every token,
     // the rotation work a cache of pre-RoPE keys does in the kernel.
@@ -128,6 +136,7 @@ int main(int argc, char** argv) {
       nlohmann::json j = {{"model", path}, {"n_ctx_train", lm.model->config().n_ctx_train},
                           {"policy", kv::kv_policy_name(run.policy.kind)}, {"budget", run.policy.budget},
                           {"granularity", run.policy.granularity},
+                          {"recent", run.policy.scored() ? kv::recent_tokens(run.policy) : 0},
                           {"ppl", r.ppl}, {"n_scored", r.n_scored}, {"seconds", r.seconds},
                           {"tokens_per_s", static_cast<double>(r.n_scored) / r.seconds},
                           {"segment", r.segment}, {"segment_ppl", r.segment_ppl}, {"segment_tokens_per_s", tps},

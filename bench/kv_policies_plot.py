@@ -60,7 +60,7 @@ def main():
                            label=r["policy"])
         ctx = next(r["n_ctx_train"] for r in runs if r["model"] == m)
         ax_ppl.set_yscale("log")
-        ax_ppl.set_title(f"{name} (trained on {ctx} tokens), budget {a.budget}")
+        ax_ppl.set_title(f"{name} (context in the file: {ctx}), budget {a.budget}")
         ax_ppl.set_xlabel("position in the stream (tokens)")
         ax_ppl.set_ylabel("perplexity of each 1000 tokens (log)")
         ax_ppl.legend(fontsize=8)
