@@ -26,7 +26,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
   sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();
   return [a]() {
     const LoadedModel lm = load_model(a->run.model);
-    const auto tok = Tokenizer::from_gguf(*lm.file);
+    const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config();
     a->spec.apply(ec, *lm.model);
     a->adapters.apply(ec, *lm.model);

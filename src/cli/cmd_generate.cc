@@ -38,7 +38,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const auto t0 = engine::Clock::now();
     const kv::KvPolicy kv_policy = a->kv_policy.get();
     const LoadedModel lm = load_model(a->run.model);
-    const auto tok = Tokenizer::from_gguf(*lm.file);
+    const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config();
     a->spec.apply(ec, *lm.model);
     a->adapters.apply(ec, *lm.model);

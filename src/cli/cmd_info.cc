@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "core/cpu.h"
 #include "model/gguf.h"
+#include "model/hf_model.h"
 
 namespace tessera::cli {
 namespace {
@@ -24,13 +25,13 @@ std::string value_to_string(const gguf::Value& v) {
   }
 }
 
-TESSERA_COMMAND("info", "Print a GGUF file's metadata and tensors", [](CLI::App& sub) {
+TESSERA_COMMAND("info", "Print a GGUF file's (or a Hugging Face folder's, as GGUF) metadata and tensors", [](CLI::App& sub) {
   auto model = std::make_shared<std::string>();
   auto tensors = std::make_shared<bool>(false);
-  sub.add_option("-m,--model", *model, "GGUF file")->required();
+  sub.add_option("-m,--model", *model, "GGUF file or Hugging Face folder")->required();
   sub.add_flag("--tensors", *tensors, "List every tensor");
   return [=]() {
-    const gguf::File f = gguf::File::open(*model);
+    const gguf::File f = hf::is_folder(*model) ? hf::open_folder(*model) : gguf::File::open(*model);
     std::printf("file: %s\nversion: %u\nalignment: %lu\ncpu: %s\n", model->c_str(), f.version(),
                 static_cast<unsigned long>(f.alignment()), cpu_summary().c_str());
     for (const auto& [k, v] : f.metadata()) std::printf("%s = %s\n", k.c_str(), value_to_string(v).c_str());

@@ -27,11 +27,19 @@ struct MakeModelArgs {
   float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool tied = false;
   int threads = 0;
+  std::string format = "gguf";
+  std::string tokenizer_from;
+  int64_t shard_bytes = 0;
 };
 
-TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmarks)", [](CLI::App& sub) {
+TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face folder (tests, benchmarks)", [](CLI::App& sub) {
   auto a = std::make_shared<MakeModelArgs>();
-  sub.add_option("-o,--out", a->out, "Output GGUF path")->required();
+  sub.add_option("-o,--out", a->out, "Output GGUF path (--format hf: folder)")->required();
+  sub.add_option("--format", a->format, "gguf, or hf (the Hugging Face twin: config.json, model.safetensors)")
+      ->capture_default_str();
+  sub.add_option("--tokenizer-from", a->tokenizer_from, "--format hf: copy tokenizer.json and tokenizer_config.json "
+                 "of this folder (the vocabulary size is theirs)");
+  sub.add_option("--shard-bytes", a->shard_bytes, "--format hf: shards of at most this many bytes, with an index");
   sub.add_option("--preset", a->preset, "Shape: tiny, 110m, 1b")->capture_default_str();
   sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
   sub.add_option("--output-type", a->output_type, "Type of the output matrix (default: --type)");
@@ -89,8 +97,15 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF (tests, benchmar
     s.sliding_window = a->sliding_window;
     s.attn_softcap = a->attn_softcap;
     s.final_softcap = a->final_softcap;
-    if (s.vocab_from.empty() && s.n_vocab == 0) s.n_vocab = 512;
-    write_synthetic_model(s, a->out, a->threads);
+    if (s.vocab_from.empty() && a->tokenizer_from.empty() && s.n_vocab == 0) s.n_vocab = 512;
+    TESSERA_CHECK(a->format == "gguf" || a->format == "hf", kInvalidArgument, "--format {}: gguf or hf", a->format);
+    TESSERA_CHECK(a->format == "hf" || (a->tokenizer_from.empty() && a->shard_bytes == 0), kInvalidArgument,
+                  "--tokenizer-from and --shard-bytes go with --format hf");
+    if (a->format == "hf") {
+      write_synthetic_hf_folder(s, a->out, a->tokenizer_from, a->shard_bytes, a->threads);
+    } else {
+      write_synthetic_model(s, a->out, a->threads);
+    }
     TESSERA_LOG_INFO("wrote {} ({} layers, dim {}, {} weights)", a->out, s.n_layer, s.n_embd, dtype_name(s.type));
     return 0;
   };

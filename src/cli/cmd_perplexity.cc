@@ -77,7 +77,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
       ->excludes(sub.get_option("--kl-base"));
   return [a]() {
     const LoadedModel lm = load_model(a->run.model);
-    const auto tok = Tokenizer::from_gguf(*lm.file);
+    const auto tok = load_tokenizer(lm);
     const std::string text = read_text_file(a->file);
     const std::vector<int32_t> tokens = tok->encode(text, /*add_special=*/true);
     ThreadPool pool(a->run.threads);

@@ -68,7 +68,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     quant::Calibration cal;
     if (quant::needs_calibration(opt.method)) {
       const std::string path = a->calib.empty() ? std::string("(built-in text)") : a->calib;
-      const auto tok = Tokenizer::from_gguf(*lm.file);
+      const auto tok = load_tokenizer(lm);
       const std::string text = a->calib.empty() ? std::string(quant::default_calibration_text()) : read_text_file(a->calib);
       const std::vector<int32_t> tokens = tok->encode(text, /*add_special=*/false);
       quant::CalibrationOptions co;

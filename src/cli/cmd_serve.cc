@@ -126,7 +126,7 @@ int serve(ServeArgs& a) {
 
   const auto t0 = engine::Clock::now();
   const LoadedModel lm = load_model(a.run.model);
-  const auto tok = Tokenizer::from_gguf(*lm.file);
+  const auto tok = load_tokenizer(lm);
   engine::EngineConfig ec = a.run.engine_config();
   a.spec.apply(ec, *lm.model);
   a.adapters.apply(ec, *lm.model);

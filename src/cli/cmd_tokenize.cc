@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "model/gguf.h"
+#include "model/hf_model.h"
 #include "model/tokenizer.h"
 
 namespace tessera::cli {
@@ -27,9 +28,9 @@ int run_tokenize(const TokenizeOptions& o) {
   TESSERA_CHECK(!o.model.empty() || !o.tokenizer_json.empty(), kInvalidArgument,
                 "give a model (-m) or a tokenizer.json (--tokenizer-json)");
   TESSERA_CHECK(o.prompt.empty() || o.prompt_file.empty(), kInvalidArgument, "give -p or -f, not both");
-  std::unique_ptr<Tokenizer> tok = o.tokenizer_json.empty()
-                                       ? Tokenizer::from_gguf(gguf::File::open(o.model))
-                                       : Tokenizer::from_hf_json(o.tokenizer_json);
+  std::unique_ptr<Tokenizer> tok = !o.tokenizer_json.empty() ? Tokenizer::from_hf_json(o.tokenizer_json)
+                                   : hf::is_folder(o.model)    ? Tokenizer::from_hf_json(hf::tokenizer_json_path(o.model))
+                                                               : Tokenizer::from_gguf(gguf::File::open(o.model));
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) {
     const MappedFile file(o.prompt_file);

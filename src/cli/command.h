@@ -33,6 +33,8 @@ struct CommandRegistrar {
 #define TESSERA_CONCAT_INNER(a, b) a##b
 #define TESSERA_CONCAT(a, b) TESSERA_CONCAT_INNER(a, b)
 // The setup lambda is variadic so commas inside it need no parentheses.
+// __COUNTER__, not __LINE__: unity builds put several commands in one
+// translation unit, where two could sit on the same line of their files.
 #define TESSERA_COMMAND(name, help, ...)                                                    \
-  static const ::tessera::cli::CommandRegistrar TESSERA_CONCAT(tessera_command_, __LINE__)( \
+  static const ::tessera::cli::CommandRegistrar TESSERA_CONCAT(tessera_command_, __COUNTER__)( \
       ::tessera::cli::Command{name, help, __VA_ARGS__})

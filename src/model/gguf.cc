@@ -198,7 +198,27 @@ std::string TensorInfo::shape_string() const {
 File File::open(const std::string& path) {
   auto mapping = std::make_shared<MappedFile>(path);
   File f = parse(mapping->data(), mapping->size(), path);
-  f.mapping_ = std::move(mapping);
+  f.owners_.push_back(std::move(mapping));
+  return f;
+}
+
+File File::assemble(std::string path, std::vector<std::pair<std::string, Value>> metadata,
+                    std::vector<TensorInfo> tensors, std::vector<std::shared_ptr<const void>> owners) {
+  File f;
+  f.path_ = std::move(path);
+  f.owners_ = std::move(owners);
+  for (auto& [key, value] : metadata) {
+    if (!f.kv_index_.emplace(key, f.kv_.size()).second) {
+      fail(ErrorCode::kCorruptFile, "{}: duplicate metadata key '{}'", f.path_, key);
+    }
+    f.kv_.emplace_back(std::move(key), std::move(value));
+  }
+  for (TensorInfo& t : tensors) {
+    if (!f.tensor_index_.emplace(t.name, f.tensors_.size()).second) {
+      fail(ErrorCode::kCorruptFile, "{}: duplicate tensor '{}'", f.path_, t.name);
+    }
+    f.tensors_.push_back(std::move(t));
+  }
   return f;
 }
 

@@ -80,6 +80,13 @@ class File {
   // Parses an in-memory image (used by tests and the fuzzer); `data` must
   // outlive the File.
   static File parse(const uint8_t* data, size_t size, std::string name = "<memory>");
+  // A model file that is not a GGUF image, translated into this view (a
+  // Hugging Face folder, model/hf_model.h): metadata as llama.cpp's converter
+  // would write it, and tensors (name, type, ne, n_bytes, data) whose bytes
+  // live in `owners` (mappings, converted buffers), kept alive with the File.
+  // Throws Error(kCorruptFile) on a duplicate key or tensor name.
+  static File assemble(std::string path, std::vector<std::pair<std::string, Value>> metadata,
+                       std::vector<TensorInfo> tensors, std::vector<std::shared_ptr<const void>> owners);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -113,7 +120,7 @@ class File {
  private:
   File() = default;
   std::string path_;
-  std::shared_ptr<MappedFile> mapping_;
+  std::vector<std::shared_ptr<const void>> owners_;  // what tensor data points into
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -68,16 +68,25 @@ class Model {
   virtual MatmulWork matmul_work() const = 0;
 };
 
-// A model file, mapped, with its model built from it. The GGUF mapping stays
-// alive as long as this does (weights are used in place).
+class Tokenizer;
+
+// A model file, mapped, with its model built from it. The GGUF mapping (or
+// a Hugging Face folder's view, model/hf_model.h) stays alive as long as this
+// does (weights are used in place).
 struct LoadedModel {
   std::shared_ptr<gguf::File> file;
   std::unique_ptr<Model> model;
+  std::string hf_folder;  // the Hugging Face folder it came from; empty for a GGUF
 };
 
-// Opens a GGUF file and builds the model its general.architecture names.
-// Throws Error with a precise message for anything missing or unsupported.
+// Opens a GGUF file, or a Hugging Face folder, and builds the model its
+// architecture names. Throws Error with a precise message for anything
+// missing or unsupported.
 LoadedModel load_model(const std::string& path);
+
+// The model's tokenizer: the GGUF's tokenizer.* metadata, or the folder's
+// tokenizer.json (with tokenizer_config.json).
+std::unique_ptr<Tokenizer> load_tokenizer(const LoadedModel& lm);
 
 // The architectures load_model() knows, by general.architecture name.
 bool architecture_supported(std::string_view arch);

@@ -4,8 +4,10 @@
 
 #include "core/error.h"
 #include "model/decoder.h"
+#include "model/hf_model.h"
 #include "model/loader.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -31,7 +33,12 @@ bool architecture_supported(std::string_view arch) { return factories().count(ar
 
 LoadedModel load_model(const std::string& path) {
   LoadedModel m;
-  m.file = std::make_shared<gguf::File>(gguf::File::open(path));
+  if (hf::is_folder(path)) {
+    m.hf_folder = path;
+    m.file = std::make_shared<gguf::File>(hf::open_folder(path));
+  } else {
+    m.file = std::make_shared<gguf::File>(gguf::File::open(path));
+  }
   const std::string arch = m.file->get_string("general.architecture");
   auto it = factories().find(arch);
   if (it == factories().end()) {
@@ -40,9 +47,25 @@ LoadedModel load_model(const std::string& path) {
     fail(ErrorCode::kCorruptFile, "{}: architecture '{}' is not supported (supported: {})", path, arch, known);
   }
   ModelLoader loader(*m.file);
-  m.model = it->second(loader);
+  try {
+    m.model = it->second(loader);
+  } catch (const Error& e) {
+    // A folder's missing tensor is named as the folder would hold it.
+    const std::string msg = e.what();
+    const size_t at = msg.find("missing tensor '");
+    if (m.hf_folder.empty() || at == std::string::npos) throw;
+    const size_t from = at + 16, to = msg.find('\'', from);
+    const std::string hf_name = hf::hf_tensor_name(*m.file, msg.substr(from, to - from));
+    if (hf_name.empty()) throw;
+    fail(e.code(), "{}: missing tensor '{}'", path, hf_name);
+  }
   loader.finish();
   return m;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const LoadedModel& lm) {
+  if (!lm.hf_folder.empty()) return Tokenizer::from_hf_json(hf::tokenizer_json_path(lm.hf_folder));
+  return Tokenizer::from_gguf(*lm.file);
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "model/synthetic.h"
 
 #include <cmath>
+#include <filesystem>
 #include <vector>
 
 #include "core/error.h"
@@ -9,6 +10,8 @@
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/hf_model.h"
+#include "model/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -57,12 +60,12 @@ SyntheticModelSpec preset_spec(const std::string& name) {
   return s;
 }
 
-std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx) {
+std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx,
+                                       double low_freq_factor, double high_freq_factor) {
   // Hugging Face's rope_scaling {"rope_type": "llama3"}: wavelengths shorter
   // than orig_ctx / high_freq_factor keep their frequency, longer than
   // orig_ctx / low_freq_factor are divided by `factor`, and a smooth mix in
   // between; the file stores the divisor of each pair's frequency.
-  const double low_freq_factor = 1.0, high_freq_factor = 4.0;
   const double low_wavelen = static_cast<double>(orig_ctx) / low_freq_factor;
   const double high_wavelen = static_cast<double>(orig_ctx) / high_freq_factor;
   std::vector<float> out;
@@ -286,6 +289,35 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
     });
   }
   w.write(path);
+}
+
+void write_synthetic_hf_folder(const SyntheticModelSpec& spec, const std::string& dir, const std::string& tokenizer_from,
+                               int64_t max_shard_bytes, int n_threads) {
+  namespace fs = std::filesystem;
+  TESSERA_CHECK(spec.vocab_from.empty(), kInvalidArgument, "a Hugging Face folder takes its vocabulary from a "
+                "tokenizer.json folder (tokenizer_from), not a GGUF");
+  SyntheticModelSpec s = spec;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TESSERA_CHECK(!ec, kIo, "cannot create {}: {}", dir, ec.message());
+  if (!tokenizer_from.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(fs::path(tokenizer_from) / name, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
+      TESSERA_CHECK(!ec, kIo, "cannot copy {}/{} to {}: {}", tokenizer_from, name, dir, ec.message());
+      fs::permissions(fs::path(dir) / name, fs::perms::owner_write, fs::perm_options::add, ec);  // a read-only source
+    }
+    s.n_vocab = Tokenizer::from_hf_json(hf::tokenizer_json_path(dir))->n_vocab();
+  }
+  // The GGUF first, then its twin: one generator for both formats.
+  const std::string tmp = (fs::path(dir) / ".tessera-make-model.gguf").string();
+  write_synthetic_model(s, tmp, n_threads);
+  try {
+    hf::export_folder(gguf::File::open(tmp), dir, {.max_shard_bytes = max_shard_bytes});
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fs::remove(tmp, ec);
 }
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/json_file.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_internal.h"
 
@@ -20,19 +21,6 @@ using tok::TokenType;
 
 // Ids beyond this are surely a corrupt file, not a vocabulary.
 constexpr int64_t kMaxVocab = 1 << 24;
-
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TESSERA_CHECK(in.good(), kIo, "cannot open {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  TESSERA_CHECK(!in.bad(), kIo, "cannot read {}", path);
-  try {
-    return json::parse(ss.str());
-  } catch (const json::exception& e) {
-    fail(ErrorCode::kCorruptFile, "{}: not valid JSON: {}", path, e.what());
-  }
-}
 
 // A regex that matches `s` literally (Split's {"String": ...} patterns).
 std::string quote_regex(std::string_view s) {
@@ -135,7 +123,7 @@ void set_token(tok::Vocab& v, int64_t id, std::string text, TokenType type, cons
 }
 
 std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
-  const json j = read_json(path);
+  const json j = read_json_file(path);
   TESSERA_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), kCorruptFile,
                 "{}: no \"model\" object", path);
   const json& model = j["model"];
@@ -210,7 +198,7 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
     const std::string cp = config_path.string();
-    const json config = read_json(cp);
+    const json config = read_json_file(cp);
     TESSERA_CHECK(config.is_object(), kCorruptFile, "{}: not a JSON object", cp);
     v->ids.bos = config_token(config, "bos_token", *v, cp);
     v->ids.eos = config_token(config, "eos_token", *v, cp);

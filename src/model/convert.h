@@ -1,0 +1,21 @@
+// Writing a model file (a GGUF, or a Hugging Face folder's view,
+// model/hf_model.h) as a GGUF with llama.cpp's metadata layout and tensor
+// names: `tessera convert`.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+#include "model/gguf.h"
+
+namespace tessera {
+
+// Every metadata key and tensor of `in`, in its order. With matrix_type, each
+// 2-D tensor is stored in that type (quantized row by row from its values in
+// f32, as make-model quantizes); 1-D tensors (norms, biases, RoPE factors)
+// keep their type. Throws Error(kInvalidArgument) for a matrix whose width is
+// not a multiple of the type's block, Error(kIo) on write failure.
+void write_gguf(const gguf::File& in, const std::string& path, std::optional<DType> matrix_type = std::nullopt);
+
+}  // namespace tessera
