@@ -44,20 +44,26 @@ def main():
         ax_ppl, ax_kv = axes[0][col], axes[1][col]
         name = m.split("/")[-1]
         seen = set()
+        default_recent = {"h2o": a.budget // 2, "spatten": a.budget // 4}
         for r in runs:
             if r["model"] != m or (r["policy"] != "dense" and r["budget"] != a.budget):
                 continue
-            if r["policy"] in seen:
+            key = (r["policy"], r.get("recent", 0))
+            if key in seen:
                 continue
-            seen.add(r["policy"])
+            seen.add(key)
             color, ls = STYLE.get(r["policy"], ("tab:orange", "-"))
+            variant = r.get("recent", 0) not in (0, default_recent.get(r["policy"], 0))
+            if variant:
+                ls = ":"
             seg = r["segment"]
             x = [(i + 1) * seg for i in range(len(r["segment_ppl"]))]
-            label = f"{r['policy']} (ppl {r['ppl']:.2f})"
+            name_r = f"{r['policy']}, recent {r['recent']}" if variant else r["policy"]
+            label = f"{name_r} (ppl {r['ppl']:.2f})"
             ax_ppl.plot(x, r["segment_ppl"], color=color, linestyle=ls, label=label)
             if r["segment_kv_bytes"]:
                 ax_kv.plot(x, [b / 1024 for b in r["segment_kv_bytes"]], color=color, linestyle=ls,
-                           label=r["policy"])
+                           label=name_r)
         ctx = next(r["n_ctx_train"] for r in runs if r["model"] == m)
         ax_ppl.set_yscale("log")
         ax_ppl.set_title(f"{name} (context in the file: {ctx}), budget {a.budget}")
