@@ -58,23 +58,24 @@ int32_t scores_ld(const AttentionSeq& s, int32_t block_size) {
   return (s.kv_len + block_size - 1) / block_size * block_size;
 }
 
-// The softmax weight each slot received from the unit's rows, from the
-// scores and row statistics the kernel captured: mass[j] = sum over rows
-// seeing slot j of exp(score - max) / sum, each term in fixed point
+// The softmax weight each slot received from the unit's rows, from what the
+// kernel captured (AttnUnitArgs::key_scores): mass[j] = sum over rows of
+// weight * exp(block max - row max) / row sum, each term in fixed point
 // (kMassOne). mass: [n_keys of the unit].
 void unit_mass(const AttnUnitArgs& a, int64_t* mass) {
-  const bool mapped = a.key_pos != nullptr;
-  const int32_t n_slots = mapped ? a.n_keys : a.first_pos + a.nq;
+  const int32_t bs = a.block_size, n_blocks = a.scores_ld / bs;
   std::fill(mass, mass + a.n_keys, int64_t{0});
   for (int32_t r = 0; r < a.group * a.nq; ++r) {
     const float mx = a.row_stats[2 * r], sum = a.row_stats[2 * r + 1];
     if (!(sum > 0.0f)) continue;  // the row saw no key
-    const float inv = 1.0f / sum;
-    const int32_t pos = a.first_pos + r % a.nq;
-    const float* sc = a.key_scores + static_cast<size_t>(r) * a.scores_ld;
-    for (int32_t j = 0; j < n_slots; ++j) {
-      const bool seen = mapped ? key_visible(a.key_pos[j], pos, a.window) : j <= pos && j >= first_key(pos, a.window);
-      if (seen) mass[j] += std::llround(static_cast<double>(std::exp(sc[j] - mx) * inv) * kMassOne);
+    const float* w = a.key_scores + static_cast<size_t>(r) * a.scores_ld;
+    const float* bm = a.block_max + static_cast<size_t>(r) * n_blocks;
+    for (int32_t b = 0; b < n_blocks; ++b) {
+      if (bm[b] == -INFINITY) continue;  // the row saw nothing of it (or never read it)
+      const double f = std::exp(static_cast<double>(bm[b]) - mx) / sum * static_cast<double>(kMassOne);
+      for (int32_t j = b * bs; j < std::min((b + 1) * bs, a.n_keys); ++j) {
+        if (w[j] != 0.0f) mass[j] += std::llround(w[j] * f);
+      }
     }
   }
 }
@@ -204,7 +205,8 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     mass_at[i] = mass_floats;
     sum_at[i] = mass_sums;
     const size_t rows = static_cast<size_t>(group) * units[i].nq;
-    mass_floats += rows * scores_ld(s, kv.block_size) + 2 * rows;
+    const size_t ld = static_cast<size_t>(scores_ld(s, kv.block_size));
+    mass_floats += rows * ld + rows * (ld / kv.block_size) + 2 * rows;
     mass_sums += static_cast<size_t>(s.kv_len);
   }
   if (mass_floats > 0) {
@@ -258,13 +260,16 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
         }
       }
       if (mass_at[i] == SIZE_MAX) {
-        a.key_scores = a.row_stats = nullptr;
+        a.key_scores = a.block_max = a.row_stats = nullptr;
         kern.attend(a);
         continue;
       }
-      a.key_scores = ctx.ws->attn_mass.data() + mass_at[i];
+      const size_t rows = static_cast<size_t>(group) * u.nq;
       a.scores_ld = scores_ld(s, kv.block_size);
-      a.row_stats = a.key_scores + static_cast<size_t>(group) * u.nq * a.scores_ld;
+      a.key_scores = ctx.ws->attn_mass.data() + mass_at[i];
+      a.block_max = a.key_scores + rows * a.scores_ld;
+      std::fill(a.block_max, a.block_max + rows * (a.scores_ld / kv.block_size), -INFINITY);
+      a.row_stats = a.block_max + rows * (a.scores_ld / kv.block_size);
       kern.attend(a);
       unit_mass(a, ctx.ws->attn_mass_sum.data() + sum_at[i]);
     }

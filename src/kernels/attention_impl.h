@@ -157,8 +157,9 @@ static inline void accumulate_v(const Tiles& t, const float* p, int j0, int n_va
 // weight 0 and their V is never read. With kp[j] == j + const, no window and
 // every key visible this is the dense path's arithmetic, bit for bit (one
 // run of keys; leading zero lanes add +0).
+// Returns whether the row sees any key of the block (else nothing changed).
 template <class F, class M, class Tiles>
-static inline void mapped_row_update(const Tiles& t, const int32_t* kp, int j_end, int bs_pad, int pos, int window,
+static inline bool mapped_row_update(const Tiles& t, const int32_t* kp, int j_end, int bs_pad, int pos, int window,
                                      int hd, float* s, float& m, float& l, float* ar) {
   using V = typename F::V;
   constexpr int W = F::kW;
@@ -169,7 +170,7 @@ static inline void mapped_row_update(const Tiles& t, const int32_t* kp, int j_en
     tile_max = any && tile_max > s[j] ? tile_max : s[j];
     any = true;
   }
-  if (!any) return;
+  if (!any) return false;
   const float m_new = m > tile_max ? m : tile_max;
   const float corr = m == -__builtin_inff() ? 0.0f : M::exp1(m - m_new);
   const V mv = F::set1(m_new);
@@ -199,6 +200,16 @@ static inline void mapped_row_update(const Tiles& t, const int32_t* kp, int j_en
     scale = 1.0f;
     j = e;
   }
+  return true;
+}
+
+// Attention mass capture (AttnUnitArgs::key_scores): row r's weights of
+// block b's slots [0, j_end), those outside [lo, hi) as 0, relative to mb.
+static inline void capture_weights(const AttnUnitArgs& a, int r, int b, int j_end, const float* s, int lo, int hi,
+                                   float mb) {
+  float* dst = a.key_scores + static_cast<size_t>(r) * a.scores_ld + static_cast<size_t>(b) * a.block_size;
+  for (int j = 0; j < j_end; ++j) dst[j] = j >= lo && j < hi ? s[j] : 0.0f;
+  a.block_max[static_cast<size_t>(r) * (a.scores_ld / a.block_size) + b] = mb;
 }
 
 // Soft-capping of n scores (n a multiple of F::kW), as softcap_score().
@@ -276,29 +287,16 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
       score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     }
     if (kExtras && a.softcap > 0.0f) softcap_scores<F, M>(sc, static_cast<size_t>(rows) * bs_pad, a.softcap);
-    if (kExtras && a.key_scores != nullptr) {
-      // Attention mass capture: the raw scores, before the softmax below
-      // turns them into weights in place (slots a row does not see are
-      // copied too; the caller masks them).
-      for (int r = 0; r < rows; ++r) {
-        const float* src = sc + static_cast<size_t>(r) * bs_pad;
-        float* dst = a.key_scores + static_cast<size_t>(r) * a.scores_ld + static_cast<size_t>(b) * bs;
-        for (int j = 0; j < j_end; ++j) dst[j] = src[j];
-      }
-    }
     // Online softmax and the weighted sum of V, row by row.
     for (int r = 0; r < rows; ++r) {
       const int pos = a.first_pos + r % a.nq;
       if (mapped) {
         float* s = sc + static_cast<size_t>(r) * bs_pad;
         float* ar = acc + static_cast<size_t>(r) * hd;
-        if (direct) {
-          mapped_row_update<F, M>(stored, a.key_pos + static_cast<size_t>(b) * bs, j_end, bs_pad, pos, a.window, hd,
-                                  s, m[r], l[r], ar);
-        } else {
-          mapped_row_update<F, M>(scratch, a.key_pos + static_cast<size_t>(b) * bs, j_end, bs_pad, pos, a.window, hd,
-                                  s, m[r], l[r], ar);
-        }
+        const int32_t* kp = a.key_pos + static_cast<size_t>(b) * bs;
+        const bool seen = direct ? mapped_row_update<F, M>(stored, kp, j_end, bs_pad, pos, a.window, hd, s, m[r], l[r], ar)
+                                 : mapped_row_update<F, M>(scratch, kp, j_end, bs_pad, pos, a.window, hd, s, m[r], l[r], ar);
+        if (kExtras && seen && a.key_scores != nullptr) capture_weights(a, r, b, j_end, s, 0, j_end, m[r]);
         continue;
       }
       const int n_valid = pos + 1 - b * bs < j_end ? pos + 1 - b * bs : j_end;
@@ -329,6 +327,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
       }
       l[r] = l[r] * corr + F::hsum(sum);
       m[r] = m_new;
+      if (kExtras && a.key_scores != nullptr) capture_weights(a, r, b, j_end, s, j0, n_valid, m_new);
       float* ar = acc + static_cast<size_t>(r) * hd;
       if (direct) {
         accumulate_v<F>(stored, s, j0, n_valid, corr, hd, ar);

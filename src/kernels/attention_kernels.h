@@ -41,11 +41,17 @@ struct AttnUnitArgs {
   float softcap = 0.0f;      // > 0: scores become softcap * tanh(score / softcap) (see softcap_score)
   float* scratch = nullptr;  // attention_scratch_floats() floats
   // Attention mass capture (AttentionSeq::key_mass), nullptr when not
-  // wanted: row r's scaled score of every slot j it sees at
-  // key_scores[r * scores_ld + j] (other entries are left as they were),
-  // and its final softmax max and sum at row_stats[2 r], row_stats[2 r + 1].
+  // wanted. For row r and each block b it reads: the softmax weights of the
+  // block's slots relative to the running max at that block,
+  // exp(score - block_max), 0 for a slot the row does not see, at
+  // key_scores[r * scores_ld + b * block_size + j]; that max at
+  // block_max[r * (scores_ld / block_size) + b] (left at -inf by the caller
+  // for a block the row saw nothing of); and the row's final max and sum at
+  // row_stats[2 r], row_stats[2 r + 1]. A slot's weight is then
+  // key_scores * exp(block_max - max) / sum: one exp per block, not per key.
   float* key_scores = nullptr;
   int32_t scores_ld = 0;
+  float* block_max = nullptr;
   float* row_stats = nullptr;
 };
 

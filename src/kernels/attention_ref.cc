@@ -56,7 +56,6 @@ void attend_ref(const AttnUnitArgs& a) {
         for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
         s[j] = dot * a.scale;
         if (a.softcap > 0.0f) s[j] = softcap_score(s[j], a.softcap);
-        if (a.key_scores != nullptr) a.key_scores[static_cast<size_t>(r) * a.scores_ld + b * bs + j] = s[j];
         tile_max = std::max(tile_max, s[j]);
       }
       if (tile_max == -std::numeric_limits<float>::infinity()) continue;  // no key of this block is seen
@@ -65,9 +64,17 @@ void attend_ref(const AttnUnitArgs& a) {
       float* ar = acc + static_cast<size_t>(r) * hd;
       for (int d = 0; d < hd; ++d) ar[d] *= corr;
       float sum = 0.0f;
+      // Attention mass capture (AttnUnitArgs::key_scores): the weights of
+      // the block relative to m_new, 0 for a slot the row does not see.
+      float* cap = a.key_scores != nullptr ? a.key_scores + static_cast<size_t>(r) * a.scores_ld + b * bs : nullptr;
+      if (cap != nullptr) {
+        std::fill(cap, cap + j_end, 0.0f);
+        a.block_max[static_cast<size_t>(r) * (a.scores_ld / bs) + b] = m_new;
+      }
       for (int j = j0; j < n_valid; ++j) {
         if (!seen(j)) continue;
         const float p = std::exp(s[j] - m_new);
+        if (cap != nullptr) cap[j] = p;
         sum += p;
         for (int d = 0; d < hd; ++d) ar[d] += p * load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);
       }
