@@ -269,7 +269,9 @@ TEST_F(AdapterServing, LoadAndUnloadUnderLoadLosesNothing) {
   // adapter is ~0.1 MiB; a leak per request or per load would show).
   // Under AddressSanitizer freed memory sits in its quarantine (RSS grows
   // by design) and LeakSanitizer checks for leaks at exit instead.
-  if (!kAddressSanitizer) EXPECT_LT(rss1 - rss0, 16 * 1024) << rss0 << " KiB -> " << rss1 << " KiB";
+  if (!kAddressSanitizer) {
+    EXPECT_LT(rss1 - rss0, 16 * 1024) << rss0 << " KiB -> " << rss1 << " KiB";
+  }
   std::fprintf(stderr, "ok %d, 404 %d; RSS %ld -> %ld KiB; %lld loads, %lld evictions\n", ok.load(), not_found.load(),
                rss0, rss1, static_cast<long long>(st.loads_total), static_cast<long long>(st.evictions_total));
 }

@@ -280,7 +280,7 @@ TEST(HfFolder, ErrorsNameTheFileKeyOrTensor) {
 
   const std::string empty = testing::temp_path("empty-dir");
   fs::create_directories(empty);
-  expect_error(empty, {"no config.json"});
+  expect_error(empty, {"without config.json"});
 
   std::string d = copy_folder(t.hf, "e-arch");
   edit_config(d, [](json& j) { j["model_type"] = "mamba"; });

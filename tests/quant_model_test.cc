@@ -128,7 +128,10 @@ TEST(Quantize, Stories260KQ4_0RoundTripsAndMatchesNumpy) {
   const std::string lf = testing::temp_path("s260k_q4_0.logits");
   testing::write_file(lf, std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
   std::string ids;
-  for (int32_t t : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  for (int32_t t : tokens) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(t);
+  }
   const std::string cmd = std::string("cd ") + TESSERA_SOURCE_DIR + "/tests/reference && /usr/bin/python3 compare_logits.py " +
                           path + " --tokens " + ids + " --label q4_0-padded engine=" + lf;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -82,7 +82,10 @@ std::shared_ptr<const Tokenizer> load_qwen3() {
 
 std::string ids_string(const std::vector<int32_t>& ids) {
   std::string s;
-  for (const int32_t id : ids) s += " " + std::to_string(id);
+  for (const int32_t id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 

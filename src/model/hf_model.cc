@@ -113,7 +113,8 @@ std::string tokenizer_json_path(const std::string& dir) { return dir + "/tokeniz
 
 gguf::File open_folder(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
-  TESSERA_CHECK(fs::exists(config_path), kIo, "{}: no config.json (not a Hugging Face model folder)", dir);
+  TESSERA_CHECK(fs::exists(config_path), kIo,
+                "{}: a directory without config.json: neither a GGUF file nor a Hugging Face model folder", dir);
   const json config = read_json_file(config_path);
   TESSERA_CHECK(config.is_object() && config.contains("model_type") && config["model_type"].is_string(), kCorruptFile,
                 "{}: no \"model_type\" string", config_path);

@@ -53,7 +53,7 @@ head -c $((size - 100)) "$MODEL" >"$TMP/cut-data.gguf"
 #        file                 what the message must say
 cases=(
   "$TMP/missing.gguf"    "cannot open '$TMP/missing.gguf': No such file or directory"
-  "$TMP/dir.gguf"        "is not a regular file"
+  "$TMP/dir.gguf"        "neither a GGUF file nor a Hugging Face model folder"
   "$TMP/empty.gguf"      "truncated reading magic at offset 0"
   "$TMP/magic.gguf"      "not a GGUF file"
   "$TMP/magic2.gguf"     "not a GGUF file"
