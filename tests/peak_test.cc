@@ -1,14 +1,19 @@
-// The compute-peak loops (kernels/peak.h) do the work they time: their
-// checksums equal the closed form for several operand pairs, on every ISA
-// this CPU runs; measure_compute_peak() reports positive rates there and
-// none for the scalar ISA.
+// The machine-limit probes do the work they time. The compute-peak loops
+// (kernels/peak.h): their checksums equal the closed form for several
+// operand pairs, on every ISA this CPU runs; measure_compute_peak() reports
+// positive rates there and none for the scalar ISA. The bandwidth probe's
+// read loops (kernels/membw_kernels.h) sum exactly what the scalar loop sums.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <random>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/thread_pool.h"
+#include "kernels/membw.h"
+#include "kernels/membw_kernels.h"
 #include "kernels/peak.h"
 
 namespace tessera::kernels {
@@ -41,6 +46,28 @@ TEST(PeakLoops, ChecksumsMatchClosedForm) {
   if (tested == 0) GTEST_SKIP() << "no vector ISA on this CPU";
 }
 
+// The hardware loops: 12 chains of the widest multiply-add, every product
+// (uint8_t)a * b counted once (trips small enough that no int16 lane of the
+// AVX2 loop saturates or wraps).
+TEST(PeakLoops, HardwareLoopChecksumsMatchClosedForm) {
+  int tested = 0;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    ++tested;
+    const PeakLoops* loops = peak_loops(isa);
+    ASSERT_NE(loops, nullptr);
+    ASSERT_NE(loops->int8_hw, nullptr);
+    for (auto [a, b] : {std::pair{3, 5}, std::pair{2, -7}, std::pair{1, 1}, std::pair{-1, 1}}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " a=" + std::to_string(a) + " b=" + std::to_string(b));
+      const int64_t trips = 40;
+      const PeakLoopResult r = loops->int8_hw(trips, static_cast<int8_t>(a), static_cast<int8_t>(b));
+      EXPECT_EQ(r.macs, trips * 12 * (isa == Isa::kAvx512 ? 64 : 32));
+      EXPECT_EQ(r.checksum, r.macs * static_cast<uint8_t>(static_cast<int8_t>(a)) * b);
+    }
+  }
+  if (tested == 0) GTEST_SKIP() << "no vector ISA on this CPU";
+}
+
 TEST(PeakLoops, MeasuredPeakIsPositiveOnVectorIsas) {
   ThreadPool pool(2);
   EXPECT_EQ(peak_loops(Isa::kScalar), nullptr);
@@ -51,11 +78,42 @@ TEST(PeakLoops, MeasuredPeakIsPositiveOnVectorIsas) {
   // A rate, not a speed check (sanitizer builds and loaded machines run
   // these loops far slower): positive and finite, and below what two cores
   // could ever issue, which an emptied or hoisted loop would exceed.
-  for (double rate : {p.int8_macs_per_s, p.f32_fmas_per_s}) {
+  for (double rate : {p.int8_macs_per_s, p.int8_hw_macs_per_s, p.f32_fmas_per_s}) {
     EXPECT_GT(rate, 0.0);
     EXPECT_TRUE(std::isfinite(rate));
     EXPECT_LT(rate, 1e14);
   }
+}
+
+TEST(ReadSum, EveryIsaSumsWhatTheScalarLoopSums) {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> buf(4096 + 64);
+  for (uint64_t& v : buf) v = rng();
+  int tested = 0;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    ++tested;
+    const ReadSumFn fn = read_sum_fn(isa);
+    ASSERT_NE(fn, read_sum_scalar);
+    // Every tail length and start alignment the vector trips leave.
+    for (size_t off : {0, 1, 3, 8}) {
+      for (size_t words : {0, 1, 7, 15, 16, 31, 32, 33, 100, 4095, 4096}) {
+        EXPECT_EQ(fn(buf.data() + off, words), read_sum_scalar(buf.data() + off, words))
+            << isa_name(isa) << " off " << off << " words " << words;
+      }
+    }
+  }
+  EXPECT_EQ(read_sum_fn(Isa::kScalar), read_sum_scalar);
+  if (tested == 0) GTEST_SKIP() << "no vector ISA on this CPU";
+}
+
+TEST(ReadSum, BandwidthIsAPositiveRate) {
+  ThreadPool pool(2);
+  const BandwidthResult b = measure_read_bandwidth(pool, size_t{16} << 20, 3);
+  EXPECT_GT(b.gbps_median, 0.0);
+  EXPECT_GE(b.gbps_max, b.gbps_median);
+  EXPECT_EQ(b.reps, 3);
+  EXPECT_LT(b.gbps_max, 1e5);  // 100 TB/s: an emptied loop, not a memory system
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "kernels/ops.h"
 
@@ -51,6 +52,59 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
   res.pp_tps = median(res.pp_samples);
   res.tg_tps = median(res.tg_samples);
   return res;
+}
+
+std::vector<BatchedBenchRow> run_batched_bench(const Model& model, const BatchedBenchOptions& opt) {
+  const int32_t V = static_cast<int32_t>(model.config().n_vocab);
+  std::vector<BatchedBenchRow> rows;
+  using Seconds = std::chrono::duration<double>;
+  for (const int32_t B : opt.batch_sizes) {
+    EngineConfig cfg;
+    cfg.max_num_seqs = B;
+    // Every prompt in one step where the budget allows, as the batched
+    // bench's one llama_decode of all prompts (chunked by its n_batch 2048).
+    cfg.max_num_batched_tokens = static_cast<int32_t>(std::clamp<int64_t>(opt.n_prompt * B, 512, 2048));
+    cfg.max_model_len = opt.n_prompt + opt.n_gen + 2;
+    cfg.kv_memory_bytes = 0;
+    cfg.kv_type = opt.kv_type;
+    cfg.enable_prefix_caching = false;
+    cfg.threads = opt.threads;
+    cfg.seed = 1;
+    Engine eng(model, nullptr, cfg);
+    BatchedBenchRow row;
+    row.batch = B;
+    // One untimed warm-up repetition (page faults on the mapped weights).
+    for (int r = -1; r < opt.reps; ++r) {
+      SamplingParams p;
+      p.temperature = 0.0f;
+      p.ignore_eos = true;
+      p.max_tokens = static_cast<int32_t>(opt.n_gen + 1);
+      for (int32_t b = 0; b < B; ++b) {
+        std::vector<int32_t> prompt;
+        for (int64_t i = 0; i < opt.n_prompt; ++i) {
+          prompt.push_back(static_cast<int32_t>((i * 7919 + b * 104729 + r * 13 + 1000003) % V));
+        }
+        eng.add_request(std::move(prompt), p);
+      }
+      const int64_t generated_before = eng.stats().generation_tokens_total;
+      const auto t0 = Clock::now();
+      std::optional<Clock::time_point> prompts_done;
+      while (eng.has_unfinished()) {
+        eng.step();
+        if (!prompts_done && eng.stats().generation_tokens_total - generated_before >= B) {
+          prompts_done = Clock::now();
+        }
+      }
+      const auto t1 = Clock::now();
+      if (r < 0 || !prompts_done) continue;
+      row.pp_samples.push_back(static_cast<double>(B * opt.n_prompt) / Seconds(*prompts_done - t0).count());
+      row.tg_samples.push_back(static_cast<double>(B * opt.n_gen) / Seconds(t1 - *prompts_done).count());
+    }
+    row.pp_tps = median(row.pp_samples);
+    row.tg_tps = median(row.tg_samples);
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace tessera::engine

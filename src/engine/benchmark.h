@@ -1,6 +1,8 @@
 // `tessera bench`, like llama-bench: prompt processing (ppN: N prompt
 // tokens in one forward pass from an empty cache) and text generation (tgN:
 // N single-token steps from an empty cache), repeated; medians reported.
+// And like llama-batched-bench: B sequences through the serving engine, each
+// with its own N-token prompt, then M decode steps of all B together.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +36,28 @@ struct BenchResult {
 double median(std::vector<double> v);
 
 BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& pool);
+
+struct BatchedBenchOptions {
+  int64_t n_prompt = 128;  // per sequence (llama-batched-bench -npp)
+  int64_t n_gen = 128;     // decode steps after the prompts (-ntg)
+  std::vector<int32_t> batch_sizes = {1, 4, 16, 32};  // sequences (-npl)
+  int reps = 1;
+  int threads = 0;
+  DType kv_type = DType::kF16;
+};
+
+struct BatchedBenchRow {
+  int32_t batch = 0;
+  double pp_tps = 0.0;  // prompt tokens of all sequences / time until every sequence has its first token
+  double tg_tps = 0.0;  // batch * n_gen / time of the decode steps after that (llama-batched-bench's S_TG)
+  std::vector<double> pp_samples, tg_samples;
+};
+
+// Runs the continuous-batching engine (engine.h) as llama-batched-bench runs
+// llama_decode: B requests of distinct random n_prompt-token prompts, greedy,
+// ignore_eos, n_gen + 1 tokens each (the first comes from the prompt's
+// logits, as the batched bench's prompt pass computes its last row); no
+// prefix caching, no speculation. Medians over reps.
+std::vector<BatchedBenchRow> run_batched_bench(const Model& model, const BatchedBenchOptions& opt);
 
 }  // namespace tessera::engine

@@ -17,7 +17,8 @@ struct BandwidthResult {
 };
 
 // Streams a buffer much larger than the caches, every thread of `pool`
-// reading its own contiguous part, `reps` times; median and best rate.
+// reading its own contiguous part with the widest loads of the active ISA
+// (membw_kernels.h), `reps` times; median and best rate.
 BandwidthResult measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t{1} << 30, int reps = 9);
 
 }  // namespace tessera::kernels

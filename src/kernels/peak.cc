@@ -55,6 +55,7 @@ ComputePeak measure_compute_peak(ThreadPool& pool, Isa isa, double seconds, int 
   const PeakLoops* loops = peak_loops(isa);
   if (loops == nullptr) return p;
   p.int8_macs_per_s = pooled_rate(pool, loops->int8_dot, seconds, reps);
+  p.int8_hw_macs_per_s = pooled_rate(pool, loops->int8_hw, seconds, reps);
   p.f32_fmas_per_s = pooled_rate(pool, loops->f32_fma, seconds, reps);
   return p;
 }
