@@ -49,5 +49,41 @@ for name in llama3 gemma3 qwen3; do
     "$tmp/$name.ref" "$tmp/$name.plain" "$tmp/$name.bos" || failures=$((failures + 1))
 done
 
+# Chat templates: Jinja2's rendering of each conversation (or the template's
+# raise_exception message) against `tessera chat-template`.
+# strftime: tests/tokenizers/strftime_config.json, Llama 3.1-style globals.
+for name in llama3 gemma3 qwen3 strftime; do
+  if [ "$name" = strftime ]; then config="$dir/strftime_config.json"
+  else config="$(node "$dir/reference.mjs" files "$name")/tokenizer_config.json"; fi
+  out="$tmp/chat-$name"
+  mkdir -p "$out"
+  n_cases=$(/usr/bin/python3 "$dir/render_jinja2.py" "$config" "$dir/conversations.json" 2026-12-02 "$out")
+  passed=0
+  for ((n = 0; n < n_cases; n++)); do
+    label="$name chat template, $(cat "$out/$n.name")"
+    # shellcheck disable=SC2046  # the flags file holds zero or one flag
+    set +e
+    "$bin" chat-template --chat-template "$config" --messages "$out/$n.input.json" --date 2026-12-02 \
+      $(cat "$out/$n.flags") >"$out/$n.actual" 2>"$out/$n.stderr"
+    rc=$?
+    set -e
+    if [ -f "$out/$n.expected" ]; then
+      if [ "$rc" -eq 0 ] && cmp -s "$out/$n.expected" "$out/$n.actual"; then
+        passed=$((passed + 1))
+      else
+        echo "FAIL $label: exit $rc, $(head -c 300 "$out/$n.stderr")"
+        diff <(cat "$out/$n.expected") <(cat "$out/$n.actual") | head -20 || true
+        failures=$((failures + 1))
+      fi
+    elif [ "$rc" -ne 0 ] && grep -qF "$(cat "$out/$n.error")" "$out/$n.stderr"; then
+      passed=$((passed + 1))
+    else
+      echo "FAIL $label: Jinja2 raised '$(cat "$out/$n.error")'; tessera exit $rc, $(head -c 300 "$out/$n.stderr")"
+      failures=$((failures + 1))
+    fi
+  done
+  echo "$name chat template: $passed/$n_cases conversations render as Jinja2 renders them"
+done
+
 if [ "$failures" -eq 0 ]; then echo "hf_tokenizers: all passed"; else echo "hf_tokenizers: $failures failed"; fi
 [ "$failures" -eq 0 ]
