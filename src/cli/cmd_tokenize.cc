@@ -1,5 +1,8 @@
 // tessera tokenize: print the token ids of a text as a JSON array (and, with
-// --pieces, each token's piece on a second line).
+// --pieces, each token's piece on a second line). --texts FILE.json (a JSON
+// array of strings) prints one JSON object per text and line: {"ids": [...],
+// "decoded": decode(ids)} (control tokens rendered), for comparisons against
+// other tokenizers without loading the vocabulary once per text.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +12,7 @@
 #include "core/mmap_file.h"
 #include "model/gguf.h"
 #include "model/hf_model.h"
+#include "model/json_file.h"
 #include "model/tokenizer.h"
 
 namespace tessera::cli {
@@ -19,6 +23,7 @@ struct TokenizeOptions {
   std::string tokenizer_json;
   std::string prompt;
   std::string prompt_file;
+  std::string texts_file;
   bool bos = false;
   bool special = false;
   bool pieces = false;
@@ -31,6 +36,18 @@ int run_tokenize(const TokenizeOptions& o) {
   std::unique_ptr<Tokenizer> tok = !o.tokenizer_json.empty() ? Tokenizer::from_hf_json(o.tokenizer_json)
                                    : hf::is_folder(o.model)    ? Tokenizer::from_hf_json(hf::tokenizer_json_path(o.model))
                                                                : Tokenizer::from_gguf(gguf::File::open(o.model));
+  if (!o.texts_file.empty()) {
+    TESSERA_CHECK(o.prompt.empty() && o.prompt_file.empty(), kInvalidArgument, "give -p, -f or --texts, not two");
+    const nlohmann::json texts = read_json_file(o.texts_file);
+    TESSERA_CHECK(texts.is_array(), kInvalidArgument, "{}: not a JSON array of strings", o.texts_file);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      TESSERA_CHECK(texts[i].is_string(), kInvalidArgument, "{}[{}] is not a string", o.texts_file, i);
+      const std::vector<int32_t> ids = tok->encode(texts[i].get_ref<const std::string&>(), o.bos, o.special);
+      const nlohmann::json line = {{"ids", ids}, {"decoded", tok->decode(ids, /*render_special=*/true)}};
+      std::printf("%s\n", line.dump().c_str());
+    }
+    return 0;
+  }
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) {
     const MappedFile file(o.prompt_file);
@@ -54,6 +71,7 @@ TESSERA_COMMAND("tokenize", "Print the token ids of a text", [](CLI::App& sub) {
   sub.add_option("--tokenizer-json", o->tokenizer_json, "Hugging Face tokenizer.json to use instead of -m");
   sub.add_option("-p,--prompt", o->prompt, "Text to tokenize");
   sub.add_option("-f,--file", o->prompt_file, "Read the text from this file");
+  sub.add_option("--texts", o->texts_file, "A JSON array of texts: one {\"ids\", \"decoded\"} line each");
   sub.add_flag("--bos", o->bos, "Add BOS (and EOS) as the model's metadata says");
   sub.add_flag("--special", o->special, "Map control-token texts such as <|im_start|> to their ids");
   sub.add_flag("--pieces", o->pieces, "Also print each token's piece (a JSON array of strings)");

@@ -16,8 +16,9 @@
 //
 // Round trip: decode(encode(s)) == s for valid UTF-8 with SPM (byte fallback)
 // and byte-level BPE. WordPiece is lossy (case, accents, whitespace, [UNK]).
-// Not applied: tokenizer.json normalizers such as NFC (llama.cpp skips them
-// too), and added tokens' lstrip/rstrip flags.
+// Not applied: the NFC normalizer (llama.cpp skips it too). Other
+// tokenizer.json normalizers than Replace/Prepend (byte_fallback BPE), and
+// added tokens' lstrip/rstrip/single_word flags, are refused at load.
 //
 // A Tokenizer is immutable after construction: every const method may be
 // called from many threads at once.
@@ -46,8 +47,10 @@ class Tokenizer {
   // key on missing or invalid data (token ids out of range, array lengths that
   // differ from tokenizer.ggml.tokens, unknown model type, bad merges).
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& file);
-  // From a Hugging Face tokenizer.json (byte-level BPE). bos/eos and
-  // add_bos_token come from a tokenizer_config.json beside it when present.
+  // From a Hugging Face tokenizer.json (byte-level BPE, or BPE with
+  // byte_fallback). bos/eos come from a tokenizer_config.json beside it when
+  // present; whether BOS/EOS are added from the post-processor's
+  // TemplateProcessing, else from the config's add_bos_token/add_eos_token.
   // Throws Error(kIo) when unreadable, Error(kCorruptFile) when malformed or
   // of an unsupported kind.
   static std::unique_ptr<Tokenizer> from_hf_json(const std::string& path);

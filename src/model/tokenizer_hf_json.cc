@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "model/json_file.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_hf_scan.h"
 #include "model/tokenizer_internal.h"
 
 namespace tessera {
@@ -86,17 +87,138 @@ void parse_pre_tokenizer(const json& j, const std::string& where, PreTokenizerSp
   }
 }
 
-void check_normalizer(const json& j, const std::string& path) {
+// A literal pattern of Replace normalizers / decoders: {"String": ...} only.
+std::string replace_pattern(const json& j, const std::string& where) {
+  TESSERA_CHECK(j.contains("pattern") && j["pattern"].is_object() && j["pattern"].contains("String") &&
+                    j["pattern"]["String"].is_string() && j.contains("content") && j["content"].is_string(),
+                kCorruptFile, "{}: only Replace with a String pattern and a string content is supported", where);
+  return j["pattern"]["String"].get<std::string>();
+}
+
+// The normalizer: none, NFC (not applied, see below), or for SentencePiece-
+// style BPE a Sequence of Replace (String) and Prepend steps.
+void parse_normalizer(const json& j, const std::string& where, bool byte_fallback, tok::Replacements& out) {
   if (j.is_null()) return;
   const std::string type = j.value("type", std::string());
-  if (type == "Sequence" && j.value("normalizers", json::array()).empty()) return;
+  if (type == "Sequence") {
+    const json list = j.value("normalizers", json::array());
+    TESSERA_CHECK(list.is_array(), kCorruptFile, "{}.normalizers is not an array", where);
+    for (size_t i = 0; i < list.size(); ++i) {
+      parse_normalizer(list[i], fmt::format("{}.normalizers[{}]", where, i), byte_fallback, out);
+    }
+    return;
+  }
   // NFC changes only text that is not already composed, which is rare in
   // prompts; llama.cpp does not apply it either.
   if (type == "NFC") {
-    TESSERA_LOG_DEBUG("tokenizer: {}: the NFC normalizer is not applied", path);
+    TESSERA_LOG_DEBUG("tokenizer: {}: the NFC normalizer is not applied", where);
     return;
   }
-  fail(ErrorCode::kCorruptFile, "{}: unsupported normalizer '{}'", path, type);
+  if (byte_fallback && type == "Replace") {
+    const std::string from = replace_pattern(j, where);
+    out.steps.push_back({false, from, j["content"].get<std::string>()});
+    return;
+  }
+  if (byte_fallback && type == "Prepend") {
+    TESSERA_CHECK(j.contains("prepend") && j["prepend"].is_string(), kCorruptFile, "{}: Prepend without a string",
+                  where);
+    out.steps.push_back({true, "", j["prepend"].get<std::string>()});
+    return;
+  }
+  fail(ErrorCode::kCorruptFile, "{}: unsupported normalizer '{}'", where, type);
+}
+
+// The decoder of a SentencePiece-style BPE: a Sequence of Replace (String),
+// ByteFallback, Fuse and, after Fuse, Strip of one leading space. Sets
+// `strip_leading_space` for that Strip.
+void parse_fallback_decoder(const json& j, const std::string& path, tok::Replacements& out,
+                            bool& strip_leading_space) {
+  TESSERA_CHECK(j.is_object() && j.value("type", std::string()) == "Sequence" && j.contains("decoders") &&
+                    j["decoders"].is_array(),
+                kCorruptFile, "{}: decoder: a BPE with byte_fallback needs a Sequence decoder with ByteFallback", path);
+  bool byte_fallback = false, fused = false;
+  for (size_t i = 0; i < j["decoders"].size(); ++i) {
+    const json& d = j["decoders"][i];
+    const std::string where = fmt::format("{}: decoder.decoders[{}]", path, i);
+    const std::string type = d.is_object() ? d.value("type", std::string()) : std::string();
+    TESSERA_CHECK(!fused, kCorruptFile, "{}: decoder '{}' after Fuse is not supported", where, type);
+    if (type == "Replace") {
+      const std::string from = replace_pattern(d, where);
+      out.steps.push_back({false, from, d["content"].get<std::string>()});
+    } else if (type == "ByteFallback") {
+      byte_fallback = true;
+    } else if (type == "Fuse") {
+      fused = i + 1 < j["decoders"].size();  // only a Strip may follow
+      if (fused) {
+        const json& next = j["decoders"][i + 1];
+        TESSERA_CHECK(next.is_object() && next.value("type", std::string()) == "Strip" &&
+                          next.value("content", std::string()) == " " && next.value("start", 0) <= 1 &&
+                          next.value("stop", 0) == 0 && i + 2 == j["decoders"].size(),
+                      kCorruptFile, "{}: after Fuse only Strip of one leading \" \" is supported", where);
+        strip_leading_space = next.value("start", 0) == 1;
+        break;
+      }
+    } else {
+      fail(ErrorCode::kCorruptFile, "{}: unsupported decoder '{}' for a BPE with byte_fallback", where, type);
+    }
+  }
+  TESSERA_CHECK(byte_fallback, kCorruptFile, "{}: decoder: a BPE with byte_fallback needs a ByteFallback decoder",
+                path);
+}
+
+// A byte-level BPE decodes with ByteLevel (or no decoder at all).
+void check_byte_level_decoder(const json& j, const std::string& path) {
+  if (j.is_null()) return;
+  const std::string type = j.is_object() ? j.value("type", std::string()) : std::string();
+  TESSERA_CHECK(type == "ByteLevel", kCorruptFile,
+                "{}: decoder '{}' is not supported for a byte-level BPE (only ByteLevel)", path, type);
+}
+
+// What the post-processor adds around a single sequence: TemplateProcessing's
+// special tokens (BOS before, EOS after); ByteLevel adds nothing. Returns
+// false when there is no TemplateProcessing (tokenizer_config.json decides).
+bool parse_post_processor(const json& j, const std::string& where, tok::Vocab& v) {
+  if (j.is_null()) return false;
+  const std::string type = j.value("type", std::string());
+  if (type == "ByteLevel") return false;
+  if (type == "Sequence") {
+    bool any = false;
+    const json list = j.value("processors", json::array());
+    for (size_t i = 0; i < list.size(); ++i) {
+      any = parse_post_processor(list[i], fmt::format("{}.processors[{}]", where, i), v) || any;
+    }
+    return any;
+  }
+  TESSERA_CHECK(type == "TemplateProcessing", kCorruptFile, "{}: unsupported post-processor '{}'", where, type);
+  TESSERA_CHECK(j.contains("single") && j["single"].is_array(), kCorruptFile, "{}: no \"single\" template", where);
+  bool seen_sequence = false;
+  v.add_bos = v.add_eos = false;
+  for (const json& item : j["single"]) {
+    if (item.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    TESSERA_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id"), kCorruptFile,
+                  "{}.single: an item is neither Sequence nor SpecialToken", where);
+    const std::string name = item["SpecialToken"]["id"].get<std::string>();
+    int32_t id = v.find(name);
+    // special_tokens maps the template's name to the id(s) it stands for.
+    const json& named = j.contains("special_tokens") ? j["special_tokens"] : json();
+    if (named.is_object() && named.contains(name) && named[name].contains("ids")) {
+      const json& ids = named[name]["ids"];
+      TESSERA_CHECK(ids.is_array() && ids.size() == 1 && ids[0].is_number_integer(), kCorruptFile,
+                    "{}.special_tokens['{}']: only one id per special token is supported", where, name);
+      id = ids[0].get<int32_t>();
+      TESSERA_CHECK(id >= 0 && id < v.size(), kCorruptFile, "{}.special_tokens['{}']: id {} is out of range", where,
+                    name, id);
+    }
+    TESSERA_CHECK(id >= 0, kCorruptFile, "{}.single: special token '{}' is not in the vocabulary", where, name);
+    bool& flag = seen_sequence ? v.add_eos : v.add_bos;
+    TESSERA_CHECK(!flag, kCorruptFile, "{}.single: more than one special token on one side is not supported", where);
+    flag = true;
+    (seen_sequence ? v.ids.eos : v.ids.bos) = id;
+  }
+  return true;
 }
 
 // A special token in tokenizer_config.json: a string, {"content": ...} or null.
@@ -123,31 +245,39 @@ void set_token(tok::Vocab& v, int64_t id, std::string text, TokenType type, cons
 }
 
 std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
-  const json j = read_json_file(path);
-  TESSERA_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), kCorruptFile,
-                "{}: no \"model\" object", path);
+  tok::HfTokenizerFile file = tok::read_hf_tokenizer_file(path);
+  const json& j = file.rest;
+  TESSERA_CHECK(j.contains("model") && j["model"].is_object(), kCorruptFile, "{}: no \"model\" object", path);
   const json& model = j["model"];
   const std::string type = model.value("type", std::string("BPE"));
   TESSERA_CHECK(type == "BPE", kCorruptFile, "{}: model type '{}' is not supported (only BPE)", path, type);
-  TESSERA_CHECK(!model.value("byte_fallback", false), kCorruptFile,
-                "{}: BPE with byte_fallback (SentencePiece-style) is not supported from tokenizer.json", path);
+  const bool byte_fallback = model.value("byte_fallback", false);
   const auto nonempty = [&](const char* key) {
     return model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty();
   };
   TESSERA_CHECK(!nonempty("continuing_subword_prefix") && !nonempty("end_of_word_suffix"), kCorruptFile,
                 "{}: BPE sub-word prefixes/suffixes are not supported", path);
+  TESSERA_CHECK(!model.contains("dropout") || model["dropout"].is_null(), kCorruptFile,
+                "{}: model.dropout is not supported (tokenization would be random)", path);
 
   auto v = std::make_unique<tok::Vocab>();
-  v->kind = tok::ModelKind::kBpe;
-  const json& vocab = model.at("vocab");
-  TESSERA_CHECK(vocab.is_object() && !vocab.empty(), kCorruptFile, "{}: model.vocab is not a non-empty object",
-                path);
-  for (const auto& [text, id] : vocab.items()) {
-    TESSERA_CHECK(id.is_number_integer(), kCorruptFile, "{}: model.vocab['{}'] is not an integer", path, text);
-    const int64_t i = id.get<int64_t>();
-    TESSERA_CHECK(i < 0 || static_cast<size_t>(i) >= v->text.size() || v->type[i] == TokenType::kUnused,
-                  kCorruptFile, "{}: model.vocab gives id {} twice", path, i);
-    set_token(*v, i, text, TokenType::kNormal, path + ": model.vocab");
+  // A SentencePiece-style BPE decodes like SentencePiece (its Strip decoder
+  // drops the prefix space); its algorithm is BPE by merge rank all the same.
+  v->kind = byte_fallback ? tok::ModelKind::kSpm : tok::ModelKind::kBpe;
+  TESSERA_CHECK(file.has_vocab_object && !file.vocab.empty(), kCorruptFile,
+                "{}: model.vocab is not a non-empty object", path);
+  int64_t max_id = -1;
+  for (const auto& [text, id] : file.vocab) max_id = std::max(max_id, id);
+  if (max_id >= 0 && max_id < kMaxVocab) {
+    v->text.reserve(max_id + 1);
+    v->type.reserve(max_id + 1);
+  }
+  for (auto& [text, id] : file.vocab) {
+    TESSERA_CHECK(id < 0 || static_cast<size_t>(id) >= v->text.size() || v->type[id] == TokenType::kUnused,
+                  kCorruptFile, "{}: model.vocab gives id {} twice", path, id);
+    // <0xNN> entries of a byte-fallback vocabulary stand for that byte.
+    const TokenType tt = byte_fallback && tok::parse_byte_token(text) >= 0 ? TokenType::kByte : TokenType::kNormal;
+    set_token(*v, id, std::move(text), tt, path + ": model.vocab");
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& t : j["added_tokens"]) {
@@ -157,38 +287,43 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
       // Added tokens are matched in the raw text; "special" ones only when
       // the caller parses special tokens.
       const TokenType tt = t.value("special", false) ? TokenType::kControl : TokenType::kUserDefined;
+      for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+        TESSERA_CHECK(!t.value(flag, false), kCorruptFile, "{}: added token '{}': {} is not supported", path,
+                      t["content"].get<std::string>(), flag);
+      }
       set_token(*v, t["id"].get<int64_t>(), t["content"].get<std::string>(), tt, path + ": added_tokens");
     }
   }
 
-  const json& merges_json = model.at("merges");
-  TESSERA_CHECK(merges_json.is_array(), kCorruptFile, "{}: model.merges is not an array", path);
+  TESSERA_CHECK(file.has_merges_array, kCorruptFile, "{}: model.merges is not an array", path);
   std::vector<std::pair<std::string_view, std::string_view>> merges;
-  merges.reserve(merges_json.size());
-  for (size_t i = 0; i < merges_json.size(); ++i) {
-    const json& m = merges_json[i];
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      const size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string::npos;
-      TESSERA_CHECK(sp != std::string::npos && sp + 1 < s.size(), kCorruptFile,
-                    "{}: model.merges[{}] = '{}' is not two tokens separated by a space", path, i, s);
-      const std::string_view sv = s;
-      merges.emplace_back(sv.substr(0, sp), sv.substr(sp + 1));
-    } else {
-      TESSERA_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), kCorruptFile,
-                    "{}: model.merges[{}] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
-      merges.emplace_back(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>());
-    }
-  }
+  merges.reserve(file.merges.size());
+  for (const auto& [a, b] : file.merges) merges.emplace_back(a, b);
 
-  check_normalizer(j.value("normalizer", json()), path);
+  tok::BpeOptions options;
+  options.ignore_merges = model.value("ignore_merges", false);
+  options.byte_fallback = byte_fallback;
+  parse_normalizer(j.value("normalizer", json()), "normalizer", byte_fallback, options.normalizer);
   PreTokenizerSpec spec;
-  TESSERA_CHECK(j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null(), kCorruptFile,
-                "{}: no pre_tokenizer (a byte-level BPE needs ByteLevel)", path);
-  parse_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", spec);
-  TESSERA_CHECK(spec.byte_level, kCorruptFile, "{}: only byte-level BPE tokenizers are supported (no ByteLevel)",
-                path);
-  v->add_space_prefix = spec.add_prefix_space;
+  if (byte_fallback) {
+    if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
+      parse_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", spec);
+    }
+    TESSERA_CHECK(!spec.byte_level, kCorruptFile, "{}: a ByteLevel pre-tokenizer with byte_fallback is not supported",
+                  path);
+    bool strip = false;
+    parse_fallback_decoder(j.value("decoder", json()), path, options.decoder, strip);
+    v->add_space_prefix = strip;
+  } else {
+    TESSERA_CHECK(j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null(), kCorruptFile,
+                  "{}: no pre_tokenizer (a byte-level BPE needs ByteLevel)", path);
+    parse_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", spec);
+    TESSERA_CHECK(spec.byte_level, kCorruptFile,
+                  "{}: only byte-level BPE tokenizers are supported (no ByteLevel), or BPE with byte_fallback", path);
+    TESSERA_CHECK(options.normalizer.empty(), kCorruptFile, "{}: normalizers on a byte-level BPE", path);
+    check_byte_level_decoder(j.value("decoder", json()), path);
+    v->add_space_prefix = spec.add_prefix_space;
+  }
 
   v->finalize();
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
@@ -196,24 +331,27 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   }
 
   const std::filesystem::path config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    const std::string cp = config_path.string();
-    const json config = read_json_file(cp);
-    TESSERA_CHECK(config.is_object(), kCorruptFile, "{}: not a JSON object", cp);
-    v->ids.bos = config_token(config, "bos_token", *v, cp);
-    v->ids.eos = config_token(config, "eos_token", *v, cp);
-    v->ids.pad = config_token(config, "pad_token", *v, cp);
-    const auto flag = [&](const char* key) {
-      return config.contains(key) && config[key].is_boolean() && config[key].get<bool>();  // null: false
-    };
+  const json config = std::filesystem::exists(config_path) ? read_json_file(config_path.string()) : json::object();
+  const std::string cp = config_path.string();
+  TESSERA_CHECK(config.is_object(), kCorruptFile, "{}: not a JSON object", cp);
+  v->ids.bos = config_token(config, "bos_token", *v, cp);
+  v->ids.eos = config_token(config, "eos_token", *v, cp);
+  v->ids.pad = config_token(config, "pad_token", *v, cp);
+  const auto flag = [&](const char* key) {
+    return config.contains(key) && config[key].is_boolean() && config[key].get<bool>();  // null: false
+  };
+  const int32_t config_eos = v->ids.eos;
+  // TemplateProcessing (what Hugging Face tokenizers and transformers.js
+  // run) decides BOS / EOS; otherwise tokenizer_config.json's flags.
+  if (!parse_post_processor(j.value("post_processor", json()), "post_processor", *v)) {
     v->add_bos = flag("add_bos_token") && v->ids.bos >= 0;
     v->add_eos = flag("add_eos_token") && v->ids.eos >= 0;
-    v->finalize();  // the end-of-generation set includes the new EOS
+  } else if (!v->add_eos) {
+    v->ids.eos = config_eos;
   }
+  v->finalize();  // the end-of-generation set includes the new EOS
 
-  tok::BpeOptions options;
-  options.ignore_merges = model.value("ignore_merges", false);
-  auto m = tok::make_bpe_model(*v, merges, "model.merges", std::move(spec.pre), options);
+  auto m = tok::make_bpe_model(*v, merges, "model.merges", std::move(spec.pre), std::move(options));
   return std::make_unique<Tokenizer>(std::move(v), std::move(m));
 }
 

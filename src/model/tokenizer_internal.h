@@ -194,8 +194,28 @@ class PreTokenizer {
 // ByteLevel use_regex).
 extern const char* const kGpt2Pattern;
 
+// String replacements in order (tokenizer.json's Replace normalizer or
+// decoder with a String pattern; Prepend is a replacement of the start).
+struct Replacements {
+  struct Step {
+    bool prepend = false;  // `to` goes in front of non-empty text; `from` unused
+    std::string from;
+    std::string to;
+  };
+  std::vector<Step> steps;
+  bool empty() const { return steps.empty(); }
+  std::string apply(std::string_view text) const;
+};
+
 struct BpeOptions {
   bool ignore_merges = false;  // a word that is itself a token skips merging (Llama 3)
+  // SentencePiece-style BPE (tokenizer.json with byte_fallback, e.g. Gemma):
+  // words start as one symbol per UTF-8 character instead of GPT-2's
+  // byte-level alphabet, and a character that is no token (nor part of a
+  // merge) becomes its bytes' <0xNN> tokens (the vocabulary's kByte entries).
+  bool byte_fallback = false;
+  Replacements normalizer;  // applied to each stretch before pre-tokenizing
+  Replacements decoder;     // applied to the text of every non-byte token
 };
 
 std::unique_ptr<Model> make_spm_model(const Vocab& vocab);

@@ -23,6 +23,10 @@ struct RenderLimits {
   int64_t max_steps = 2'000'000;
   int max_call_depth = 64;             // nested macro / caller() calls
   int max_depth = 1000;                // nested evaluation (bounds the C++ stack)
+  // strftime_now()'s clock: seconds since the epoch, formatted as UTC; -1
+  // for the wall clock in local time. Fixed, a render is reproducible
+  // (`tessera chat-template --date`).
+  int64_t fixed_time = -1;
 };
 
 // A scope: a for-loop iteration, a macro call, a with block, or the
@@ -40,6 +44,7 @@ using FramePtr = std::shared_ptr<Frame>;
 class Renderer {
  public:
   explicit Renderer(const RenderLimits& limits);
+  const RenderLimits& limits() const { return limits_; }
 
   // Renders `body` with `vars` as the template's variables (the globals
   // range, namespace, dict, raise_exception and strftime_now sit below them).

@@ -631,9 +631,11 @@ Value g_strftime_now(Renderer& r, CallArgs& a) {
   Args args(a, "strftime_now", {"format"});
   const std::string format = args.string(0, "");
   TESSERA_CHECK(format.size() <= 256, kInvalidArgument, "strftime_now() format longer than 256 bytes");
-  const std::time_t now = std::time(nullptr);
+  const int64_t fixed = r.limits().fixed_time;
+  const std::time_t now = fixed >= 0 ? static_cast<std::time_t>(fixed) : std::time(nullptr);
   std::tm local{};
-  localtime_r(&now, &local);
+  if (fixed >= 0) gmtime_r(&now, &local);
+  else localtime_r(&now, &local);
   if (format.empty()) return Value::string("");
   char buf[4096];
   const size_t n = std::strftime(buf, sizeof buf, format.c_str(), &local);
