@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include "core/error.h"
 #include "model/gguf_writer.h"
@@ -210,13 +212,13 @@ TEST(TinyBpe, BadMerges) {
 
 // The same kind of hand-built byte-level BPE, as a tokenizer.json with a Split
 // regex, string-form merges and added tokens.
-std::string write_tiny_json(const std::string& dir_name, const nlohmann::json* config) {
+nlohmann::json tiny_json() {
   nlohmann::json vocab = nlohmann::json::object();
   const std::vector<std::string> alphabet = byte_level_alphabet();
   for (int b = 0; b < 256; ++b) vocab[alphabet[b]] = b;
   vocab["ab"] = 256;
   vocab["Ġab"] = 257;
-  nlohmann::json j = {
+  const nlohmann::json j = {
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "Ġ ab"}}}},
       {"added_tokens",
        {{{"id", 258}, {"content", "<|sp|>"}, {"special", true}},
@@ -228,11 +230,19 @@ std::string write_tiny_json(const std::string& dir_name, const nlohmann::json* c
          {{{"type", "Split"}, {"pattern", {{"Regex", R"( ?\p{L}+|\p{N})"}}}, {"behavior", "Isolated"}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
   };
+  return j;
+}
+
+std::string write_json_body(const std::string& dir_name, const std::string& body, const nlohmann::json* config) {
   const std::string dir = temp_path(dir_name);
   std::filesystem::create_directories(dir);
-  testing::write_file(dir + "/tokenizer.json", j.dump());
+  testing::write_file(dir + "/tokenizer.json", body);
   if (config != nullptr) testing::write_file(dir + "/tokenizer_config.json", config->dump());
   return dir + "/tokenizer.json";
+}
+
+std::string write_tiny_json(const std::string& dir_name, const nlohmann::json* config) {
+  return write_json_body(dir_name, tiny_json().dump(), config);
 }
 
 TEST(TinyJson, SplitMergesAndAddedTokens) {
@@ -289,6 +299,81 @@ void expect_json_corrupt(const std::string& body, const std::string& needle) {
     EXPECT_EQ(e.code(), ErrorCode::kCorruptFile) << e.what();
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+TEST(TinyJson, UnicodeNormalizers) {
+  // NFC, alone or in a Sequence: a decomposed é tokenizes as the composed one
+  // (Qwen 3 declares NFC); NFKD the other way round.
+  for (const nlohmann::json& normalizer :
+       {nlohmann::json{{"type", "NFC"}},
+        nlohmann::json{{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}, {{"type", "NFC"}}}}}}) {
+    nlohmann::json j = tiny_json();
+    j["normalizer"] = normalizer;
+    const auto tok = Tokenizer::from_hf_json(write_json_body("tiny_json_nfc", j.dump(), nullptr));
+    EXPECT_EQ(tok->encode("cafe\u0301", false), tok->encode("caf\u00E9", false)) << normalizer.dump();
+    EXPECT_EQ(tok->encode("caf\u00E9", false), (std::vector<int32_t>{'c', 'a', 'f', 0xC3, 0xA9}));
+    // Each stretch between added tokens is normalized on its own.
+    EXPECT_EQ(tok->encode("e<u>\u0301", false), (std::vector<int32_t>{'e', 259, 0xCC, 0x81}));
+  }
+  nlohmann::json j = tiny_json();
+  j["normalizer"] = {{"type", "NFKD"}};
+  auto tok = Tokenizer::from_hf_json(write_json_body("tiny_json_nfkd", j.dump(), nullptr));
+  EXPECT_EQ(tok->encode("\u00E9\uFB01", false), (std::vector<int32_t>{'e', 0xCC, 0x81, 'f', 'i'}));
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+  expect_json_corrupt(j.dump(), "Lowercase");
+}
+
+// Truncations at many lengths and thousands of single-byte mutations of a small valid
+// tokenizer.json (string and pair merges, escapes, a surrogate pair, an NFC
+// normalizer, a post-processor) either load, and then tokenize, or throw
+// tessera::Error: never a crash or another exception.
+TEST(HostileJson, TruncationsAndMutationsLoadOrThrowError) {
+  nlohmann::json j = tiny_json();
+  j["model"]["merges"] = {"a b", {"\u0120", "ab"}};
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", {{{"SpecialToken", {{"id", "<|sp|>"}, {"type_id", 0}}}},
+                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  std::string base = j.dump();
+  // Escapes the scanner decodes by hand, in a vocabulary key.
+  const std::string vocab_key = "\"model\":{";
+  const size_t at = base.find(vocab_key);
+  ASSERT_NE(at, std::string::npos);
+  base.insert(base.find("\"vocab\":{", at) + 9, R"("x\u00e9\ud83d\ude00\n\"\\\/\t": 260, )");
+  ASSERT_NO_THROW(Tokenizer::from_hf_json(write_json_body("hostile_base", base, nullptr))) << base;
+
+  const std::string dir = temp_path("hostile_json");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/tokenizer.json";
+  int loaded = 0, refused = 0;
+  const auto attempt = [&](const std::string& body, const std::string& what) {
+    testing::write_file(path, body);
+    try {
+      const auto tok = Tokenizer::from_hf_json(path);
+      const std::vector<int32_t> ids = tok->encode("x cafe\u0301 ab <|sp|><u>\xF0\x9F\x98\x80 12", true, true);
+      (void)tok->decode(ids);
+      ++loaded;
+    } catch (const Error&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": not a tessera::Error: " << e.what();
+    }
+  };
+  // Every other length (about 1 800) and 2 000 mutations: ~1 s of CPU.
+  for (size_t len = 0; len < base.size(); len += 2) attempt(base.substr(0, len), "truncated to " + std::to_string(len));
+  const std::string bytes = "\"\\{}[],:0-9eu \x01\xFF\xC3\x80";
+  std::mt19937 rng(14);
+  for (int i = 0; i < 2000; ++i) {
+    std::string body = base;
+    const size_t pos = rng() % body.size();
+    body[pos] = i % 2 == 0 ? bytes[rng() % bytes.size()] : static_cast<char>(rng() % 256);
+    attempt(body, "byte " + std::to_string(pos) + " mutated");
+  }
+  // Both outcomes happen (the mutations are not all rejected up front).
+  EXPECT_GT(loaded, 100);
+  EXPECT_GT(refused, 1000);
+  std::printf("loaded %d, refused %d\n", loaded, refused);
 }
 
 TEST(HostileJson, ErrorsNameTheProblem) {

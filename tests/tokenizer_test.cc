@@ -8,14 +8,18 @@
 
 #include <time.h>
 
+#include <array>
 #include <cstdio>
 #include <functional>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "core/error.h"
+#include "model/tokenizer_normalize.h"
 #include "model/tokenizer_unicode.h"
 #include "util/test_util.h"
 
@@ -446,6 +450,151 @@ TEST(TokenizerThreads, ConcurrentEncodesAgree) {
   }
   for (auto& t : threads) t.join();
   for (const auto& g : got) EXPECT_EQ(g, expected);
+}
+
+// ---- Unicode normalization ----------------------------------------------------------
+
+std::string utf8(std::u32string_view cps) {
+  std::string out;
+  for (const char32_t c : cps) tok::append_utf8(out, c);
+  return out;
+}
+
+std::string nfc(std::string_view s) { return tok::normalize(s, tok::NormalForm::kNfc); }
+std::string nfd(std::string_view s) { return tok::normalize(s, tok::NormalForm::kNfd); }
+std::string nfkc(std::string_view s) { return tok::normalize(s, tok::NormalForm::kNfkc); }
+std::string nfkd(std::string_view s) { return tok::normalize(s, tok::NormalForm::kNfkd); }
+
+// Unicode's own conformance data (a subset of NormalizationTest-15.0.0.txt,
+// the version of the tables): each line is c1;c2;c3;c4;c5 with
+// c2 = NFC(c1) = NFC(c2) = NFC(c3), c4 = NFC(c4) = NFC(c5),
+// c3 = NFD(c1) = NFD(c2) = NFD(c3), c5 = NFD(c4) = NFD(c5),
+// c4 = NFKC(c1..c5), c5 = NFKD(c1..c5).
+std::vector<std::array<std::string, 5>> normalization_test_lines() {
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/tokenizers/NormalizationTest-15.0.0-subset.txt");
+  EXPECT_TRUE(in.good());
+  std::vector<std::array<std::string, 5>> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line[0] == '@') continue;
+    std::array<std::string, 5> cols;
+    std::istringstream fields(line);
+    std::string field;
+    for (auto& col : cols) {
+      std::getline(fields, field, ';');
+      std::istringstream hex(field);
+      uint32_t cp;
+      while (hex >> std::hex >> cp) tok::append_utf8(col, cp);
+    }
+    lines.push_back(std::move(cols));
+  }
+  return lines;
+}
+
+TEST(UnicodeNormalization, UnicodeConformanceSubset) {
+  const auto lines = normalization_test_lines();
+  ASSERT_GT(lines.size(), 1500u);
+  int failures = 0;
+  for (const auto& c : lines) {
+    const std::string& c1 = c[0];
+    const std::string& c2 = c[1];
+    const std::string& c3 = c[2];
+    const std::string& c4 = c[3];
+    const std::string& c5 = c[4];
+    const bool ok = nfc(c1) == c2 && nfc(c2) == c2 && nfc(c3) == c2 && nfc(c4) == c4 && nfc(c5) == c4 &&
+                    nfd(c1) == c3 && nfd(c2) == c3 && nfd(c3) == c3 && nfd(c4) == c5 && nfd(c5) == c5 &&
+                    nfkc(c1) == c4 && nfkc(c2) == c4 && nfkc(c3) == c4 && nfkc(c4) == c4 && nfkc(c5) == c4 &&
+                    nfkd(c1) == c5 && nfkd(c2) == c5 && nfkd(c3) == c5 && nfkd(c4) == c5 && nfkd(c5) == c5;
+    if (!ok && ++failures <= 10) ADD_FAILURE() << "NormalizationTest line with source '" << c1 << "'";
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(UnicodeNormalization, KnownPairs) {
+  // Composition and decomposition of é.
+  EXPECT_EQ(nfc("cafe\u0301"), "caf\u00E9");
+  EXPECT_EQ(nfd("caf\u00E9"), "cafe\u0301");
+  // Hangul, algorithmically: L+V -> LV, LV+T -> LVT, and back.
+  EXPECT_EQ(nfc(utf8(U"\u1100\u1161")), "\uAC00");
+  EXPECT_EQ(nfc(utf8(U"\u1112\u1161\u11AB")), "\uD55C");
+  EXPECT_EQ(nfc(utf8(U"\uAC00\u11A8")), "\uAC01");
+  EXPECT_EQ(nfd("\uD55C\uAD6D"), utf8(U"\u1112\u1161\u11AB\u1100\u116E\u11A8"));
+  EXPECT_EQ(nfc(utf8(U"\uAC00\u11A7")), utf8(U"\uAC00\u11A7"));  // U+11A7 is no trailing consonant
+  // Singletons never compose back: U+0343 -> U+0313, U+212B ANGSTROM SIGN -> Å, U+2126 OHM -> Ω.
+  EXPECT_EQ(nfc("Z\u0343"), "Z\u0313");
+  EXPECT_EQ(nfc("\u212B"), "\u00C5");
+  EXPECT_EQ(nfd("\u212B"), "A\u030A");
+  EXPECT_EQ(nfc("\u2126"), "\u03A9");
+  // Composition exclusions stay decomposed: U+0958 DEVANAGARI QA, U+FB1D.
+  EXPECT_EQ(nfc("\u0958"), "\u0915\u093C");
+  EXPECT_EQ(nfc("\u0915\u093C"), "\u0915\u093C");
+  EXPECT_EQ(nfc("\uFB1D"), "\u05D9\u05B4");
+  // Non-starter decomposition: U+0344 -> U+0308 U+0301.
+  EXPECT_EQ(nfc("\u0344"), "\u0308\u0301");
+  // Canonical ordering: dot below (220) before acute (230), then a + dot
+  // below composes (ạ) and the acute cannot join ạ (no such character).
+  EXPECT_EQ(nfd("a\u0301\u0323"), "a\u0323\u0301");
+  EXPECT_EQ(nfc("a\u0301\u0323"), "\u1EA1\u0301");
+  // ệ: e + circumflex + dot below, in either order.
+  EXPECT_EQ(nfc("e\u0323\u0302"), "\u1EC7");
+  EXPECT_EQ(nfc("e\u0302\u0323"), "\u1EC7");
+  // A mark of the same class blocks: the second acute stays.
+  EXPECT_EQ(nfc("e\u0301\u0301"), "\u00E9\u0301");
+  // Compatibility forms: only NFK*.
+  EXPECT_EQ(nfc("\uFB01\u2460"), "\uFB01\u2460");
+  EXPECT_EQ(nfkc("\uFB01\u2460\u00BD"), "fi1" "1\u20442");
+  EXPECT_EQ(nfkd("\u1E9B\u0323"), "s\u0323\u0307");
+  EXPECT_EQ(nfkc("\u1E9B\u0323"), "\u1E69");
+  // ASCII and the empty string are unchanged.
+  EXPECT_EQ(nfc(""), "");
+  EXPECT_EQ(nfkd("plain ASCII\n"), "plain ASCII\n");
+  EXPECT_EQ(tok::canonical_combining_class(0x0301), 230);
+  EXPECT_EQ(tok::canonical_combining_class(0x0323), 220);
+  EXPECT_EQ(tok::canonical_combining_class('a'), 0);
+}
+
+// The standard's properties on random strings of characters that interact:
+// starters that compose, marks of several classes, jamo, singletons,
+// exclusions, compatibility characters.
+TEST(UnicodeNormalization, PropertiesOnRandomStrings) {
+  const std::vector<char32_t> pool = {
+      'a', 'e', 'A', 'Z', ' ', 0x00C5, 0x00E9, 0x0300, 0x0301, 0x0302, 0x0308, 0x0313, 0x031B, 0x0323, 0x0327,
+      0x0343, 0x0344, 0x0345, 0x05B4, 0x05D9, 0x0915, 0x093C, 0x0958, 0x0CC6, 0x0CC2, 0x0CD5, 0x1100, 0x1112,
+      0x1161, 0x116E, 0x11A7, 0x11A8, 0x11AB, 0xAC00, 0xD55C, 0x1E9B, 0x212B, 0x2126, 0xFB01, 0x2460, 0x3099,
+      0x304B, 0x309A, 0x0F73, 0x0F71, 0x0F72, 0x1D15E, 0x1D165, 0x1D16E, 0x0F40, 0x0FB5, 0x03A9, 0x03B1, 0x0342};
+  std::mt19937 rng(14);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::u32string cps(1 + rng() % 8, U' ');
+    for (auto& c : cps) c = pool[rng() % pool.size()];
+    const std::string x = utf8(cps);
+    const std::string c = nfc(x), d = nfd(x), kc = nfkc(x), kd = nfkd(x);
+    EXPECT_EQ(nfc(d), c) << x;
+    EXPECT_EQ(nfd(c), d) << x;
+    EXPECT_EQ(nfc(c), c) << x;
+    EXPECT_EQ(nfd(d), d) << x;
+    EXPECT_EQ(nfkc(kd), kc) << x;
+    EXPECT_EQ(nfkd(kc), kd) << x;
+    EXPECT_EQ(nfkc(kc), kc) << x;
+    EXPECT_EQ(nfkc(c), kc) << x;
+    EXPECT_EQ(nfkd(d), kd) << x;
+    // NFD is canonically ordered: no mark follows one of a higher class.
+    size_t pos = 0;
+    uint8_t prev = 0;
+    while (pos < d.size()) {
+      const uint8_t cc = tok::canonical_combining_class(tok::next_code_point(d, pos));
+      EXPECT_FALSE(cc != 0 && prev > cc) << x;
+      prev = cc;
+    }
+  }
+}
+
+TEST(UnicodeNormalization, LongRunOfMarks) {
+  // Zalgo-sized input: 100 000 marks on one letter stay linear enough.
+  std::string x = "a";
+  for (int i = 0; i < 50000; ++i) x += "\u0301\u0323";
+  const std::string c = nfc(x);
+  EXPECT_EQ(c.substr(0, 3), "\u1EA1");  // a + the first dot below
+  EXPECT_EQ(nfd(c).size(), x.size());
 }
 
 // ---- odd input -----------------------------------------------------------------------

@@ -16,9 +16,10 @@
 //
 // Round trip: decode(encode(s)) == s for valid UTF-8 with SPM (byte fallback)
 // and byte-level BPE. WordPiece is lossy (case, accents, whitespace, [UNK]).
-// Not applied: the NFC normalizer (llama.cpp skips it too). Other
-// tokenizer.json normalizers than Replace/Prepend (byte_fallback BPE), and
-// added tokens' lstrip/rstrip/single_word flags, are refused at load.
+// tokenizer.json normalizers applied: NFC, NFD, NFKC, NFKD (Unicode 15.0
+// tables, model/tokenizer_normalize.h), and Replace/Prepend for a
+// byte_fallback BPE; any other normalizer, and added tokens'
+// lstrip/rstrip/single_word flags, are refused at load.
 //
 // A Tokenizer is immutable after construction: every const method may be
 // called from many threads at once.

@@ -50,15 +50,17 @@ class BpeModel final : public Model {
   std::string_view kind() const override { return "bpe"; }
 
   void encode(std::string_view text, std::vector<int32_t>& out) const override {
-    // Hugging Face's ByteLevel add_prefix_space: each stretch between added
-    // tokens starts with a space.
+    // The normalizer, then Hugging Face's ByteLevel add_prefix_space: each
+    // stretch between added tokens starts with a space.
     std::string prefixed;
     if (!options_.normalizer.empty()) {
       prefixed = options_.normalizer.apply(text);
       text = prefixed;
-    } else if (!options_.byte_fallback && vocab_.add_space_prefix && text.front() != ' ') {
-      prefixed = " ";
-      prefixed += text;
+    }
+    if (!options_.byte_fallback && vocab_.add_space_prefix && !text.empty() && text.front() != ' ') {
+      std::string with_space = " ";
+      with_space += text;
+      prefixed = std::move(with_space);
       text = prefixed;
     }
     std::vector<std::string_view> words;
@@ -202,6 +204,10 @@ class BpeModel final : public Model {
 std::string Replacements::apply(std::string_view text) const {
   std::string cur(text), next;
   for (const Step& step : steps) {
+    if (step.form != NormalForm::kNone) {
+      cur = normalize(cur, step.form);
+      continue;
+    }
     if (step.prepend) {
       if (!cur.empty()) cur.insert(0, step.to);
       continue;
@@ -221,6 +227,10 @@ std::string Replacements::apply(std::string_view text) const {
     cur.swap(next);
   }
   return cur;
+}
+
+bool Replacements::only_forms() const {
+  return std::all_of(steps.begin(), steps.end(), [](const Step& s) { return s.form != NormalForm::kNone; });
 }
 
 std::unique_ptr<Model> make_bpe_model(const Vocab& vocab,

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "model/json_file.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_hf_scan.h"
@@ -95,10 +94,12 @@ std::string replace_pattern(const json& j, const std::string& where) {
   return j["pattern"]["String"].get<std::string>();
 }
 
-// The normalizer: none, NFC (not applied, see below), or for SentencePiece-
-// style BPE a Sequence of Replace (String) and Prepend steps.
+// The normalizer: none, a Unicode normalization form (NFC, NFD, NFKC, NFKD),
+// or for SentencePiece-style BPE also Replace (String) and Prepend steps; a
+// Sequence of these applies them in order.
 void parse_normalizer(const json& j, const std::string& where, bool byte_fallback, tok::Replacements& out) {
   if (j.is_null()) return;
+  TESSERA_CHECK(j.is_object(), kCorruptFile, "{}: expected an object with a \"type\"", where);
   const std::string type = j.value("type", std::string());
   if (type == "Sequence") {
     const json list = j.value("normalizers", json::array());
@@ -108,10 +109,8 @@ void parse_normalizer(const json& j, const std::string& where, bool byte_fallbac
     }
     return;
   }
-  // NFC changes only text that is not already composed, which is rare in
-  // prompts; llama.cpp does not apply it either.
-  if (type == "NFC") {
-    TESSERA_LOG_DEBUG("tokenizer: {}: the NFC normalizer is not applied", where);
+  if (const tok::NormalForm form = tok::normal_form_from_name(type); form != tok::NormalForm::kNone) {
+    out.steps.push_back({false, "", "", form});
     return;
   }
   if (byte_fallback && type == "Replace") {
@@ -320,7 +319,8 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
     parse_pre_tokenizer(j["pre_tokenizer"], "pre_tokenizer", spec);
     TESSERA_CHECK(spec.byte_level, kCorruptFile,
                   "{}: only byte-level BPE tokenizers are supported (no ByteLevel), or BPE with byte_fallback", path);
-    TESSERA_CHECK(options.normalizer.empty(), kCorruptFile, "{}: normalizers on a byte-level BPE", path);
+    TESSERA_CHECK(options.normalizer.only_forms(), kCorruptFile,
+                  "{}: normalizers other than NFC/NFD/NFKC/NFKD on a byte-level BPE", path);
     check_byte_level_decoder(j.value("decoder", json()), path);
     v->add_space_prefix = spec.add_prefix_space;
   }

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/tokenizer_normalize.h"
+
 namespace tessera::tok {
 
 // GGUF tokenizer.ggml.token_type values.
@@ -195,15 +197,19 @@ class PreTokenizer {
 extern const char* const kGpt2Pattern;
 
 // String replacements in order (tokenizer.json's Replace normalizer or
-// decoder with a String pattern; Prepend is a replacement of the start).
+// decoder with a String pattern; Prepend is a replacement of the start; the
+// NFC / NFD / NFKC / NFKD normalizers are a step with a `form`).
 struct Replacements {
   struct Step {
     bool prepend = false;  // `to` goes in front of non-empty text; `from` unused
     std::string from;
     std::string to;
+    NormalForm form = NormalForm::kNone;  // when set, the step normalizes; the rest is unused
   };
   std::vector<Step> steps;
   bool empty() const { return steps.empty(); }
+  // True when every step is a normalization form (allowed on a byte-level BPE).
+  bool only_forms() const;
   std::string apply(std::string_view text) const;
 };
 
