@@ -2,15 +2,21 @@
 //   - a random model written as GGUF and as its HF twin gives the same
 //     logits bit for bit, for every architecture and F32 / F16 / BF16;
 //   - `convert` of the twin gives the make-model GGUF's tensor bytes;
+//   - the tokenizer `convert` writes (the real Qwen 3 tokenizer.json, and
+//     byte-fallback BPEs trained in the test) encodes and decodes varied
+//     text as the tokenizer.json does; what GGUF cannot express is refused;
 //   - sharded safetensors with an index load as one file does;
 //   - corrupt or missing files, unknown model types and keys, missing
 //     tensors: one Error naming them;
 //   - the header parser on truncated, bit-flipped and hand-made hostile
 //     headers: an Error or a file whose tensors lie inside the input.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +28,7 @@
 #include "model/hf_model.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
+#include "model/tokenizer.h"
 #include "util/test_util.h"
 
 namespace tessera {
@@ -242,6 +249,270 @@ TEST(HfFolder, ShardsLoadAsOneFile) {
   expect_same_tensors(hf::open_folder(one.hf), hf::open_folder(sharded.hf));
   const std::vector<float> a = logits_of(one.hf), b = logits_of(sharded.hf);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// ---- the tokenizer `convert` writes -----------------------------------------
+
+// The texts of the real-tokenizer checks (tests/tokenizers/texts.json: code,
+// emoji, CJK, RTL scripts, whitespace runs, digits, special-token texts) and
+// a few more.
+std::vector<std::string> varied_texts() {
+  std::vector<std::string> texts =
+      json::parse(testing::read_file(std::string(TESSERA_SOURCE_DIR) + "/tests/tokenizers/texts.json"));
+  for (const char* t : {"the cat sat on the mat", "<start_of_turn>user\nthe <custom> cat<end_of_turn>",
+                        "\xE2\x96\x81\xE2\x96\x81 double marks", "  two leading spaces", "x"}) {
+    texts.emplace_back(t);
+  }
+  return texts;
+}
+
+// `gguf` (read back from convert's metadata) tokenizes and detokenizes as
+// `hf` (the tokenizer.json) does: every token's piece, and every text with
+// and without BOS/EOS and special-token parsing.
+void expect_same_tokenizer(const Tokenizer& hf, const Tokenizer& gguf, const std::string& label) {
+  // (kind() may differ: a byte-fallback BPE runs as BPE from tokenizer.json
+  // and as SentencePiece from GGUF; the ids must not.)
+  EXPECT_EQ(hf.bos_id(), gguf.bos_id()) << label;
+  EXPECT_EQ(hf.eos_id(), gguf.eos_id()) << label;
+  EXPECT_EQ(hf.add_bos(), gguf.add_bos()) << label;
+  EXPECT_EQ(hf.add_eos(), gguf.add_eos()) << label;
+  ASSERT_LE(hf.n_vocab(), gguf.n_vocab()) << label;
+  int bad_pieces = 0;
+  for (int32_t id = 0; id < hf.n_vocab(); ++id) {
+    if (hf.token_to_piece(id, true) != gguf.token_to_piece(id, true) || hf.is_control(id) != gguf.is_control(id)) {
+      if (++bad_pieces <= 3) ADD_FAILURE() << label << ": token " << id << " '" << hf.token_text(id) << "' differs";
+    }
+  }
+  EXPECT_EQ(bad_pieces, 0) << label;
+  size_t n_ids = 0;
+  for (const std::string& text : varied_texts()) {
+    for (const bool add_special : {false, true}) {
+      for (const bool parse_special : {false, true}) {
+        const std::vector<int32_t> want = hf.encode(text, add_special, parse_special);
+        ASSERT_EQ(want, gguf.encode(text, add_special, parse_special))
+            << label << ": '" << text << "' add_special " << add_special << " parse_special " << parse_special;
+        EXPECT_EQ(hf.decode(want), gguf.decode(want)) << label << ": '" << text << "'";
+        EXPECT_EQ(hf.decode(want, true), gguf.decode(want, true)) << label << ": '" << text << "'";
+        n_ids += want.size();
+      }
+    }
+  }
+  EXPECT_GT(n_ids, 1000u) << label;
+}
+
+// A SentencePiece-style BPE (byte_fallback) as Gemma's and Llama 2's
+// tokenizer.json hold one, trained here: words of `corpus` ("▁" for spaces),
+// the most frequent adjacent pair merged 250 times, and the merges written as
+// Hugging Face's converter writes a SentencePiece model's (every split of
+// every piece into two pieces, in the pieces' order). With `prepend`, Llama
+// 2's Prepend("▁") normalizer and Strip decoder; without, Gemma's bare
+// Replace and its no-op Split(" ") pre-tokenizer. <unk>, <s>, </s>, the 256
+// <0xNN> bytes, a special <start_of_turn>, non-special <custom> and "▁▁".
+void write_fallback_tokenizer(const std::string& dir, bool prepend) {
+  const std::string mark = "\xE2\x96\x81";
+  const std::string corpus =
+      "the cat sat on the mat. the dog sat on the log. a cat and a dog met on the mat; "
+      "then the cat ran, the dog ran after the cat, and the mat was empty. "
+      "Hello world! Hello, cats and dogs of the world. café naïve résumé, über alles. "
+      "int main() { return 0; } // the end; 3.14159 and 2026 and 100000 \n\t tabs\tand\nlines ";
+  std::vector<std::vector<std::string>> words;  // characters, spaces as marks, a word from each mark on
+  for (size_t i = 0; i < corpus.size();) {
+    const size_t n = (static_cast<uint8_t>(corpus[i]) >= 0xF0) ? 4 : (static_cast<uint8_t>(corpus[i]) >= 0xE0) ? 3
+                     : (static_cast<uint8_t>(corpus[i]) >= 0xC0) ? 2 : 1;
+    const std::string c = corpus[i] == ' ' ? mark : corpus.substr(i, n);
+    if (c == mark || words.empty()) words.emplace_back();
+    words.back().push_back(c);
+    i += n;
+  }
+  std::vector<std::string> pieces;  // characters (sorted), then merge results in order
+  std::map<std::string, int32_t> vocab;
+  const std::vector<std::string> specials = {"<unk>", "<s>", "</s>"};
+  for (const std::string& t : specials) vocab[t] = static_cast<int32_t>(vocab.size());
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = static_cast<int32_t>(vocab.size());
+  std::set<std::string> chars;
+  for (const auto& w : words) chars.insert(w.begin(), w.end());
+  for (const std::string& c : chars) {
+    vocab.emplace(c, static_cast<int32_t>(vocab.size()));
+    pieces.push_back(c);
+  }
+  for (int m = 0; m < 250; ++m) {
+    std::map<std::pair<std::string, std::string>, int> count;
+    for (const auto& w : words) {
+      for (size_t i = 0; i + 1 < w.size(); ++i) ++count[{w[i], w[i + 1]}];
+    }
+    auto best = count.end();
+    for (auto it = count.begin(); it != count.end(); ++it) {
+      if (best == count.end() || it->second > best->second) best = it;
+    }
+    if (best == count.end() || best->second < 2) break;
+    const auto [a, b] = best->first;
+    if (vocab.emplace(a + b, static_cast<int32_t>(vocab.size())).second) pieces.push_back(a + b);
+    for (auto& w : words) {
+      for (size_t i = 0; i + 1 < w.size(); ++i) {
+        if (w[i] == a && w[i + 1] == b) {
+          w[i] += w[i + 1];
+          w.erase(w.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        }
+      }
+    }
+  }
+  // Gemma's whitespace runs: pieces that are also non-special added tokens.
+  const std::string two_marks = mark + mark;
+  if (vocab.emplace(two_marks, static_cast<int32_t>(vocab.size())).second) pieces.push_back(two_marks);
+  json merges = json::array();
+  const auto is_piece = [&](const std::string& t) { return vocab.count(t) != 0 && t.rfind("<", 0) != 0; };
+  for (const std::string& p : pieces) {
+    std::vector<std::pair<int32_t, int32_t>> splits;
+    for (size_t i = 1; i < p.size(); ++i) {
+      if ((static_cast<uint8_t>(p[i]) & 0xC0) == 0x80) continue;  // inside a character
+      if (is_piece(p.substr(0, i)) && is_piece(p.substr(i))) splits.emplace_back(vocab[p.substr(0, i)], vocab[p.substr(i)]);
+    }
+    std::sort(splits.begin(), splits.end());
+    for (const auto& [l, r] : splits) {
+      const auto text = [&](int32_t id) {
+        return std::find_if(vocab.begin(), vocab.end(), [&](const auto& kv) { return kv.second == id; })->first;
+      };
+      merges.push_back(json::array({text(l), text(r)}));
+    }
+  }
+  const auto n = static_cast<int32_t>(vocab.size());
+  json added = json::array();
+  const auto add = [&](int32_t id, const std::string& content, bool special) {
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", special}});
+  };
+  for (size_t i = 0; i < specials.size(); ++i) add(static_cast<int32_t>(i), specials[i], true);
+  add(n, "<start_of_turn>", true);
+  add(n + 1, "<custom>", false);
+  add(vocab[two_marks], two_marks, false);
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", mark}};
+  json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", mark}}}, {"content", " "}},
+                               {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
+  if (prepend) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  json vocab_json = json::object();
+  for (const auto& [t, id] : vocab) vocab_json[t] = id;
+  const json tok = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", prepend ? json{{"type", "Sequence"},
+                                    {"normalizers", {{{"type", "Prepend"}, {"prepend", mark}}, replace}}}
+                             : replace},
+      {"pre_tokenizer", prepend ? json() : json{{"type", "Split"}, {"pattern", {{"String", " "}}},
+                                               {"behavior", "MergedWithPrevious"}, {"invert", false}}},
+      {"post_processor", {{"type", "TemplateProcessing"},
+                          {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"byte_fallback", true},
+                 {"ignore_merges", false}, {"vocab", vocab_json}, {"merges", merges}}}};
+  fs::create_directories(dir);
+  testing::write_file(dir + "/tokenizer.json", tok.dump());
+  testing::write_file(dir + "/tokenizer_config.json",
+                      json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"add_bos_token", true},
+                           {"chat_template", "{% for m in messages %}{{ m['content'] }}{% endfor %}"}}
+                          .dump());
+}
+
+// An HF folder with tokenizer `tok_dir`, converted: the GGUF's tokenizer and
+// the folder's.
+void expect_convert_keeps_tokenizer(const std::string& tok_dir, const std::string& label, const char* want_model,
+                                    const char* want_pre) {
+  const SyntheticModelSpec s = spec_for("qwen3", DType::kBF16);
+  const std::string hf_dir = testing::temp_path(label + "-hf");
+  write_synthetic_hf_folder(s, hf_dir, tok_dir, 0, 1);
+  const std::string out = testing::temp_path(label + ".gguf");
+  const LoadedModel lm = load_model(hf_dir);
+  convert_model(lm, out);
+  const gguf::File f = gguf::File::open(out);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), want_model) << label;
+  EXPECT_EQ(f.get_string_or("tokenizer.ggml.pre", ""), want_pre) << label;
+  const json config = json::parse(testing::read_file(tok_dir + "/tokenizer_config.json"));
+  EXPECT_EQ(f.get_string("tokenizer.chat_template"), config["chat_template"].get<std::string>()) << label;
+  expect_same_tensors(*lm.file, f);
+  // The converted file loads, with its own tokenizer, as a model.
+  const LoadedModel back = load_model(out);
+  expect_same_tokenizer(*load_tokenizer(lm), *load_tokenizer(back), label);
+}
+
+TEST(HfTokenizerToGguf, RealQwen3ByteLevelBpe) {
+  const std::string qwen3 = testing::shared_path("models/tokenizers/qwen3");
+  ASSERT_TRUE(fs::exists(qwen3 + "/tokenizer.json")) << "missing shared test data " << qwen3;
+  expect_convert_keeps_tokenizer(qwen3, "tok-qwen3", "gpt2", "qwen2");
+
+  // Qwen 3's embedding has 151936 rows for 151669 tokens: the tokens are
+  // padded with unused entries, as llama.cpp's converter pads them.
+  const auto meta = hf_tokenizer_gguf_metadata(qwen3 + "/tokenizer.json", 151936);
+  const gguf::File padded = gguf::File::assemble("padded", meta, {}, {});
+  const gguf::Array& tokens = padded.get_array("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 151936u);
+  EXPECT_EQ(tokens.strings[151935], "[PAD151935]");
+  EXPECT_EQ(padded.get_array("tokenizer.ggml.token_type").ints[151935], 5);  // unused
+  EXPECT_EQ(padded.get_array("tokenizer.ggml.token_type").ints[151644], 3);  // <|im_start|>: control
+  EXPECT_EQ(padded.get_uint("tokenizer.ggml.eos_token_id"), 151645u);        // <|im_end|>
+  EXPECT_EQ(padded.get_uint("tokenizer.ggml.padding_token_id"), 151643u);    // <|endoftext|>
+  EXPECT_FALSE(padded.has("tokenizer.ggml.bos_token_id"));                  // bos_token null
+  expect_same_tokenizer(*Tokenizer::from_hf_json(qwen3 + "/tokenizer.json"), *Tokenizer::from_gguf(padded),
+                        "qwen3-padded");
+}
+
+TEST(HfTokenizerToGguf, ByteFallbackBpeAsSentencePieceScores) {
+  for (const bool prepend : {true, false}) {
+    const std::string label = prepend ? "tok-fallback-llama2" : "tok-fallback-gemma";
+    const std::string dir = testing::temp_path(label);
+    write_fallback_tokenizer(dir, prepend);
+    expect_convert_keeps_tokenizer(dir, label, "llama", "");
+    const gguf::File meta = gguf::File::assemble("m", hf_tokenizer_gguf_metadata(dir + "/tokenizer.json", 0), {}, {});
+    EXPECT_EQ(meta.get_bool_or("tokenizer.ggml.add_space_prefix", !prepend), prepend);
+    EXPECT_TRUE(meta.get_bool_or("tokenizer.ggml.add_bos_token", false));
+    EXPECT_EQ(meta.get_array("tokenizer.ggml.token_type").ints[3 + 0x41], 6);  // <0x41>: byte
+
+    // The scores matter: with llama.cpp's converter's -1000 for every token
+    // (merging left to right) some text tokenizes otherwise.
+    std::vector<std::pair<std::string, gguf::Value>> flat = hf_tokenizer_gguf_metadata(dir + "/tokenizer.json", 0);
+    for (auto& [key, value] : flat) {
+      if (key == "tokenizer.ggml.scores") {
+        auto a = std::make_shared<gguf::Array>(*value.array);
+        std::fill(a->floats.begin(), a->floats.end(), -1000.0);
+        value.array = a;
+      }
+    }
+    const auto hf_tok = Tokenizer::from_hf_json(dir + "/tokenizer.json");
+    const auto flat_tok = Tokenizer::from_gguf(gguf::File::assemble("flat", flat, {}, {}));
+    int differ = 0;
+    for (const std::string& text : varied_texts()) differ += hf_tok->encode(text, false) != flat_tok->encode(text, false);
+    EXPECT_GT(differ, 0) << label;  // 2 of the texts here
+  }
+}
+
+TEST(HfTokenizerToGguf, WhatGgufCannotExpressIsRefusedByName) {
+  const auto error_of = [](const json& tok) {
+    const std::string dir = testing::temp_path("tok-refused");
+    fs::create_directories(dir);
+    testing::write_file(dir + "/tokenizer.json", tok.dump());
+    try {
+      hf_tokenizer_gguf_metadata(dir + "/tokenizer.json", 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const json vocab = {{"a", 0}, {"b", 1}, {"ab", 2}, {"1", 3}};
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  const auto with_pre = [&](const std::string& regex, bool ignore_merges) {
+    return json{{"pre_tokenizer", {{"type", "Sequence"},
+                                   {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", regex}}},
+                                                       {"behavior", "Isolated"}}, byte_level}}}},
+                {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}, {"ignore_merges", ignore_merges}}}};
+  };
+  std::string e = error_of(with_pre(R"(\p{L}+|\p{N}{1,4})", false));
+  EXPECT_NE(e.find("pre-tokenizer"), std::string::npos) << e;
+  EXPECT_NE(e.find("\\p{N}{1,4}"), std::string::npos) << e;
+  e = error_of(with_pre(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
+                        R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)", true));
+  EXPECT_NE(e.find("ignore_merges"), std::string::npos) << e;
+  EXPECT_EQ(error_of(with_pre(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
+                              R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)", false)), "");
 }
 
 // ---- errors ---------------------------------------------------------------

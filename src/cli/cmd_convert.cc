@@ -1,6 +1,6 @@
 // tessera convert: a Hugging Face folder (or a GGUF) to a GGUF with
 // llama.cpp's metadata layout and tensor names, its matrices optionally in
-// another type.
+// another type; a folder's tokenizer.json becomes tokenizer.ggml.* metadata.
 #include <optional>
 
 #include "cli/command.h"
@@ -32,7 +32,7 @@ TESSERA_COMMAND("convert", "Convert a Hugging Face folder to GGUF", [](CLI::App&
       TESSERA_CHECK(type.has_value(), kInvalidArgument, "unknown type '{}'", a->type);
     }
     const LoadedModel lm = load_model(a->model);
-    write_gguf(*lm.file, a->out, type);
+    convert_model(lm, a->out, type);
     TESSERA_LOG_INFO("wrote {} ({} tensors)", a->out, lm.file->tensors().size());
     return 0;
   };

@@ -1,15 +1,21 @@
 #include "model/convert.h"
 
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/quant.h"
 #include "model/gguf_writer.h"
+#include "model/hf_model.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 namespace tessera {
 
-void write_gguf(const gguf::File& in, const std::string& path, std::optional<DType> matrix_type) {
+void write_gguf(const gguf::File& in, const std::string& path, std::optional<DType> matrix_type,
+                const std::vector<std::pair<std::string, gguf::Value>>& extra_metadata) {
   if (matrix_type) {
     TESSERA_CHECK(kernels::can_quantize(*matrix_type), kInvalidArgument, "cannot write matrices of type {}",
                   dtype_name(*matrix_type));
@@ -17,6 +23,10 @@ void write_gguf(const gguf::File& in, const std::string& path, std::optional<DTy
   gguf::Writer w;
   for (const auto& [key, value] : in.metadata()) {
     if (key != "general.file_type") w.set_value(key, value);
+  }
+  for (const auto& [key, value] : extra_metadata) {
+    TESSERA_CHECK(!in.has(key), kInvalidArgument, "{}: metadata key '{}' is already in the file", in.path(), key);
+    w.set_value(key, value);
   }
   const gguf::TensorInfo* embd = in.find_tensor("token_embd.weight");
   const DType file_type = matrix_type.value_or(embd != nullptr ? embd->type : DType::kF32);
@@ -44,6 +54,21 @@ void write_gguf(const gguf::File& in, const std::string& path, std::optional<DTy
     });
   }
   w.write(path);
+}
+
+void convert_model(const LoadedModel& lm, const std::string& path, std::optional<DType> matrix_type) {
+  std::vector<std::pair<std::string, gguf::Value>> tokenizer;
+  if (!lm.hf_folder.empty()) {
+    const std::string json_path = hf::tokenizer_json_path(lm.hf_folder);
+    if (std::filesystem::exists(json_path)) {
+      const gguf::TensorInfo* embd = lm.file->find_tensor("token_embd.weight");
+      tokenizer = hf_tokenizer_gguf_metadata(json_path, embd != nullptr ? embd->ne[1] : 0);
+    } else {
+      TESSERA_LOG_WARN("{}: no tokenizer.json: the GGUF gets no tokenizer, and llama.cpp will not load it",
+                       lm.hf_folder);
+    }
+  }
+  write_gguf(*lm.file, path, matrix_type, tokenizer);
 }
 
 }  // namespace tessera

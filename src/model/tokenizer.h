@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/gguf.h"
@@ -98,6 +99,22 @@ class Tokenizer {
   std::unique_ptr<tok::Vocab> vocab_;
   std::unique_ptr<tok::Model> model_;
 };
+
+// The GGUF tokenizer.ggml.* metadata under which Tokenizer::from_gguf, and
+// llama.cpp, tokenize as the tokenizer.json at `path` (with the
+// tokenizer_config.json beside it) does: byte-level BPE as "gpt2" (tokens,
+// token types, merges, and the tokenizer.ggml.pre name whose regex splits
+// are the file's), BPE with byte_fallback as "llama" (tokens, types, and
+// scores that reproduce the merge ranks, tokenizer_hf_gguf.cc), and for both
+// the bos / eos / unk / padding ids, add_bos_token / add_eos_token. The
+// tokens are padded to `n_vocab` (the model's embedding rows; 0: no padding)
+// with unused "[PAD<id>]" entries, as llama.cpp's converter pads them.
+// Non-special added tokens holding "▁" in a "llama" tokenizer (Gemma's
+// whitespace runs) are written as normal tokens, so they decode to spaces.
+// Throws Error(kCorruptFile) naming what a GGUF cannot express (a
+// pre-tokenizer llama.cpp does not name, normalizers other than SentencePiece's
+// space marks, ...): a file that would tokenize differently is refused.
+std::vector<std::pair<std::string, gguf::Value>> hf_tokenizer_gguf_metadata(const std::string& path, int64_t n_vocab);
 
 // Streaming-safe detokenization: push ids one at a time and get back only
 // complete UTF-8 characters (a character split over byte-fallback tokens comes

@@ -22,20 +22,6 @@ using tok::TokenType;
 // Ids beyond this are surely a corrupt file, not a vocabulary.
 constexpr int64_t kMaxVocab = 1 << 24;
 
-// A regex that matches `s` literally (Split's {"String": ...} patterns).
-std::string quote_regex(std::string_view s) {
-  std::string out = "\\Q";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s.compare(i, 2, "\\E") == 0) {
-      out += "\\E\\\\E\\Q";
-      ++i;
-    } else {
-      out += s[i];
-    }
-  }
-  return out + "\\E";
-}
-
 tok::SplitBehavior parse_behavior(const json& j, const std::string& where) {
   const std::string b = j.value("behavior", std::string("Isolated"));
   if (b == "Isolated") return tok::SplitBehavior::kIsolated;
@@ -66,7 +52,7 @@ void parse_pre_tokenizer(const json& j, const std::string& where, PreTokenizerSp
     const json& pattern = j.at("pattern");
     std::string regex;
     if (pattern.contains("Regex")) regex = pattern["Regex"].get<std::string>();
-    else if (pattern.contains("String")) regex = quote_regex(pattern["String"].get<std::string>());
+    else if (pattern.contains("String")) regex = tok::quote_regex(pattern["String"].get<std::string>());
     else fail(ErrorCode::kCorruptFile, "{}.pattern has neither Regex nor String", where);
     spec.pre.add_split(regex, parse_behavior(j, where), j.value("invert", false));
   } else if (type == "ByteLevel") {
@@ -243,7 +229,7 @@ void set_token(tok::Vocab& v, int64_t id, std::string text, TokenType type, cons
   v.type[id] = type;
 }
 
-std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
+tok::HfTokenizerParts load_hf_json(const std::string& path) {
   tok::HfTokenizerFile file = tok::read_hf_tokenizer_file(path);
   const json& j = file.rest;
   TESSERA_CHECK(j.contains("model") && j["model"].is_object(), kCorruptFile, "{}: no \"model\" object", path);
@@ -295,9 +281,6 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   }
 
   TESSERA_CHECK(file.has_merges_array, kCorruptFile, "{}: model.merges is not an array", path);
-  std::vector<std::pair<std::string_view, std::string_view>> merges;
-  merges.reserve(file.merges.size());
-  for (const auto& [a, b] : file.merges) merges.emplace_back(a, b);
 
   tok::BpeOptions options;
   options.ignore_merges = model.value("ignore_merges", false);
@@ -351,19 +334,50 @@ std::unique_ptr<Tokenizer> load_hf_json(const std::string& path) {
   }
   v->finalize();  // the end-of-generation set includes the new EOS
 
-  auto m = tok::make_bpe_model(*v, merges, "model.merges", std::move(spec.pre), std::move(options));
-  return std::make_unique<Tokenizer>(std::move(v), std::move(m));
+  tok::HfTokenizerParts parts;
+  parts.vocab = std::move(v);
+  parts.merges = std::move(file.merges);
+  parts.pre = std::move(spec.pre);
+  parts.options = std::move(options);
+  parts.byte_level_prefix_space = spec.byte_level && spec.add_prefix_space;
+  return parts;
 }
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
+namespace tok {
+
+std::string quote_regex(std::string_view s) {
+  std::string out = "\\Q";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 2, "\\E") == 0) {
+      out += "\\E\\\\E\\Q";
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out + "\\E";
+}
+
+HfTokenizerParts read_hf_tokenizer(const std::string& path) {
   try {
     return load_hf_json(path);
   } catch (const json::exception& e) {
     // A value of the wrong JSON type somewhere.
     fail(ErrorCode::kCorruptFile, "{}: {}", path, e.what());
   }
+}
+
+}  // namespace tok
+
+std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
+  tok::HfTokenizerParts p = tok::read_hf_tokenizer(path);
+  std::vector<std::pair<std::string_view, std::string_view>> merges;
+  merges.reserve(p.merges.size());
+  for (const auto& [a, b] : p.merges) merges.emplace_back(a, b);
+  auto m = tok::make_bpe_model(*p.vocab, merges, "model.merges", std::move(p.pre), std::move(p.options));
+  return std::make_unique<Tokenizer>(std::move(p.vocab), std::move(m));
 }
 
 }  // namespace tessera

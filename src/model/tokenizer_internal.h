@@ -187,6 +187,16 @@ class PreTokenizer {
   // Appends the pieces of `text` (views into it) to `pieces`.
   void split(std::string_view text, std::vector<std::string_view>& pieces) const;
 
+  // The steps as given to add_split: two pre-tokenizers with equal lists
+  // split every text alike.
+  struct SplitSpec {
+    std::string pattern;
+    SplitBehavior behavior = SplitBehavior::kIsolated;
+    bool invert = false;
+    bool operator==(const SplitSpec&) const = default;
+  };
+  std::vector<SplitSpec> splits() const;
+
  private:
   struct Step;
   std::vector<Step> steps_;
@@ -195,6 +205,9 @@ class PreTokenizer {
 // Regex sources of the named pre-tokenizers (also used by tokenizer.json's
 // ByteLevel use_regex).
 extern const char* const kGpt2Pattern;
+
+// A regex that matches `s` literally (tokenizer.json's {"String": ...} patterns).
+std::string quote_regex(std::string_view s);
 
 // String replacements in order (tokenizer.json's Replace normalizer or
 // decoder with a String pattern; Prepend is a replacement of the start; the
@@ -223,6 +236,18 @@ struct BpeOptions {
   Replacements normalizer;  // applied to each stretch before pre-tokenizing
   Replacements decoder;     // applied to the text of every non-byte token
 };
+
+// A tokenizer.json read and checked, before its algorithm is built: what
+// Tokenizer::from_hf_json runs, and what hf_tokenizer_gguf_metadata writes.
+struct HfTokenizerParts {
+  std::unique_ptr<Vocab> vocab;  // finalized
+  std::vector<std::pair<std::string, std::string>> merges;  // model.merges, rank order
+  PreTokenizer pre;
+  BpeOptions options;
+  bool byte_level_prefix_space = false;  // ByteLevel's add_prefix_space
+};
+// Throws as Tokenizer::from_hf_json does.
+HfTokenizerParts read_hf_tokenizer(const std::string& path);
 
 std::unique_ptr<Model> make_spm_model(const Vocab& vocab);
 // `merges` in rank order, each a pair of token texts whose concatenation is a

@@ -116,6 +116,7 @@ struct PreTokenizer::Step {
   std::unique_ptr<Regex> regex;
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
+  std::string pattern;
 };
 
 PreTokenizer::PreTokenizer() = default;
@@ -124,7 +125,13 @@ PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
 void PreTokenizer::add_split(const std::string& pattern, SplitBehavior behavior, bool invert) {
-  steps_.push_back(Step{std::make_unique<Regex>(pattern), behavior, invert});
+  steps_.push_back(Step{std::make_unique<Regex>(pattern), behavior, invert, pattern});
+}
+
+std::vector<PreTokenizer::SplitSpec> PreTokenizer::splits() const {
+  std::vector<SplitSpec> out;
+  for (const Step& s : steps_) out.push_back(SplitSpec{s.pattern, s.behavior, s.invert});
+  return out;
 }
 
 namespace {
