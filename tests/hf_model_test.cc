@@ -29,6 +29,7 @@
 #include "model/safetensors.h"
 #include "model/synthetic.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_normalize.h"
 #include "util/test_util.h"
 
 namespace tessera {
@@ -268,8 +269,11 @@ std::vector<std::string> varied_texts() {
 
 // `gguf` (read back from convert's metadata) tokenizes and detokenizes as
 // `hf` (the tokenizer.json) does: every token's piece, and every text with
-// and without BOS/EOS and special-token parsing.
-void expect_same_tokenizer(const Tokenizer& hf, const Tokenizer& gguf, const std::string& label) {
+// and without BOS/EOS and special-token parsing. `form`: the tokenizer.json's
+// Unicode normalizer, which GGUF cannot express (llama.cpp applies none to a
+// gpt2 tokenizer): the GGUF side is given the text in that form.
+void expect_same_tokenizer(const Tokenizer& hf, const Tokenizer& gguf, const std::string& label,
+                           tok::NormalForm form = tok::NormalForm::kNone) {
   // (kind() may differ: a byte-fallback BPE runs as BPE from tokenizer.json
   // and as SentencePiece from GGUF; the ids must not.)
   EXPECT_EQ(hf.bos_id(), gguf.bos_id()) << label;
@@ -289,7 +293,7 @@ void expect_same_tokenizer(const Tokenizer& hf, const Tokenizer& gguf, const std
     for (const bool add_special : {false, true}) {
       for (const bool parse_special : {false, true}) {
         const std::vector<int32_t> want = hf.encode(text, add_special, parse_special);
-        ASSERT_EQ(want, gguf.encode(text, add_special, parse_special))
+        ASSERT_EQ(want, gguf.encode(tok::normalize(text, form), add_special, parse_special))
             << label << ": '" << text << "' add_special " << add_special << " parse_special " << parse_special;
         EXPECT_EQ(hf.decode(want), gguf.decode(want)) << label << ": '" << text << "'";
         EXPECT_EQ(hf.decode(want, true), gguf.decode(want, true)) << label << ": '" << text << "'";
@@ -417,7 +421,7 @@ void write_fallback_tokenizer(const std::string& dir, bool prepend) {
 // An HF folder with tokenizer `tok_dir`, converted: the GGUF's tokenizer and
 // the folder's.
 void expect_convert_keeps_tokenizer(const std::string& tok_dir, const std::string& label, const char* want_model,
-                                    const char* want_pre) {
+                                    const char* want_pre, tok::NormalForm form = tok::NormalForm::kNone) {
   const SyntheticModelSpec s = spec_for("qwen3", DType::kBF16);
   const std::string hf_dir = testing::temp_path(label + "-hf");
   write_synthetic_hf_folder(s, hf_dir, tok_dir, 0, 1);
@@ -432,13 +436,23 @@ void expect_convert_keeps_tokenizer(const std::string& tok_dir, const std::strin
   expect_same_tensors(*lm.file, f);
   // The converted file loads, with its own tokenizer, as a model.
   const LoadedModel back = load_model(out);
-  expect_same_tokenizer(*load_tokenizer(lm), *load_tokenizer(back), label);
+  expect_same_tokenizer(*load_tokenizer(lm), *load_tokenizer(back), label, form);
 }
 
 TEST(HfTokenizerToGguf, RealQwen3ByteLevelBpe) {
   const std::string qwen3 = testing::shared_path("models/tokenizers/qwen3");
   ASSERT_TRUE(fs::exists(qwen3 + "/tokenizer.json")) << "missing shared test data " << qwen3;
-  expect_convert_keeps_tokenizer(qwen3, "tok-qwen3", "gpt2", "qwen2");
+  // Qwen's NFC normalizer is lost in GGUF (as in llama.cpp's converter):
+  // decomposed text tokenizes differently, its NFC form as tokenizer.json.
+  expect_convert_keeps_tokenizer(qwen3, "tok-qwen3", "gpt2", "qwen2", tok::NormalForm::kNfc);
+  {
+    const auto hf = Tokenizer::from_hf_json(qwen3 + "/tokenizer.json");
+    const auto gguf = Tokenizer::from_gguf(gguf::File::assemble(
+        "q3", hf_tokenizer_gguf_metadata(qwen3 + "/tokenizer.json", 0), {}, {}));
+    const std::string decomposed = "cafe\xCC\x81";  // "cafe" + U+0301
+    EXPECT_NE(gguf->encode(decomposed, false, false), hf->encode(decomposed, false, false));
+    EXPECT_EQ(gguf->encode("caf\xC3\xA9", false, false), hf->encode(decomposed, false, false));
+  }
 
   // Qwen 3's embedding has 151936 rows for 151669 tokens: the tokens are
   // padded with unused entries, as llama.cpp's converter pads them.
@@ -453,7 +467,7 @@ TEST(HfTokenizerToGguf, RealQwen3ByteLevelBpe) {
   EXPECT_EQ(padded.get_uint("tokenizer.ggml.padding_token_id"), 151643u);    // <|endoftext|>
   EXPECT_FALSE(padded.has("tokenizer.ggml.bos_token_id"));                  // bos_token null
   expect_same_tokenizer(*Tokenizer::from_hf_json(qwen3 + "/tokenizer.json"), *Tokenizer::from_gguf(padded),
-                        "qwen3-padded");
+                        "qwen3-padded", tok::NormalForm::kNfc);
 }
 
 TEST(HfTokenizerToGguf, ByteFallbackBpeAsSentencePieceScores) {

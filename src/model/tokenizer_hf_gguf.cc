@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_internal.h"
 
@@ -161,6 +162,15 @@ std::vector<std::pair<std::string, gguf::Value>> hf_tokenizer_gguf_metadata(cons
   bool space_prefix = false;
   if (spm) space_prefix = spm_space_prefix(p, path);
   else pre = byte_level_pre_name(p, path);
+  // A Unicode normalization form (Qwen's NFC) has no GGUF key, and llama.cpp
+  // applies none to a gpt2 tokenizer (its own converter drops it too): the
+  // converted file tokenizes text as given, as llama.cpp does, which differs
+  // from the tokenizer.json only on text not already in that form.
+  if (!spm && !p.options.normalizer.steps.empty()) {
+    TESSERA_LOG_WARN("{}: the tokenizer.json's Unicode normalizer has no GGUF equivalent; the converted tokenizer "
+                     "(in llama.cpp and Tessera alike) tokenizes text as given, which differs only for text not "
+                     "already normalized", path);
+  }
   if (!spm) out.emplace_back("tokenizer.ggml.pre", meta_string(pre));
 
   // Ids the tokenizer.json leaves out, and the rows of the embedding past its

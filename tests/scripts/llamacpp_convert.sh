@@ -57,8 +57,11 @@ convert_folder() {
   echo "ok $name: the converted GGUF's tokenizer gives tokenizer.json's ids and text on $(wc -l <"$TMP/$name.jsonl") texts"
 }
 
-# The texts, and the prompt last.
-"$PY" -c 'import json,sys; t=json.load(open(sys.argv[1])); t.append(sys.argv[2]); json.dump(t, open(sys.argv[3], "w"))' \
+# The texts in NFC, and the prompt last. Qwen's tokenizer.json normalizes to
+# NFC; GGUF has no key for that and llama.cpp applies none, so the converted
+# tokenizer is compared on text already in NFC (tests/hf_model_test.cc checks
+# that decomposed text is where they differ).
+"$PY" -c 'import json,sys,unicodedata as u; t=[u.normalize("NFC", x) for x in json.load(open(sys.argv[1]))]; t.append(sys.argv[2]); json.dump(t, open(sys.argv[3], "w"))' \
   "$TEXTS" "$PROMPT_TEXT" "$TMP/texts.json"
 convert_folder q3 "$QWEN3" "$TMP/texts.json" --arch qwen3 --dim 64 --layers 2 --heads 8 --kv-heads 2 --head-dim 32 \
   --ff 128 --type f32 --seed 51
