@@ -64,11 +64,13 @@ TEST(ModelDrafter, ProposesTheDraftModelsGreedyContinuation) {
   EXPECT_TRUE(d->costly());
   std::vector<int32_t> t = l.tok->encode("Once upon a time, there was a little girl", true);
   const std::vector<int32_t> want = greedy_continuation(*l.lm.model, t, 8);
+  EXPECT_EQ(d->uncomputed_tokens(1, t), static_cast<int64_t>(t.size()));  // a prompt it has not read
   EXPECT_EQ(propose(*d, 1, t, 8), want);
   // The target accepted three, then chose another token: the drafter rolls
   // back to the common prefix and continues from the real tokens.
   t.insert(t.end(), want.begin(), want.begin() + 3);
   t.push_back(want[3] == 5 ? 6 : 5);
+  EXPECT_EQ(d->uncomputed_tokens(1, t), 1);  // only the target's own token
   EXPECT_EQ(propose(*d, 1, t, 5), greedy_continuation(*l.lm.model, t, 5));
   // All accepted (no rollback), and a shorter request.
   const std::vector<int32_t> next = greedy_continuation(*l.lm.model, t, 6);
@@ -77,6 +79,7 @@ TEST(ModelDrafter, ProposesTheDraftModelsGreedyContinuation) {
   EXPECT_EQ(propose(*d, 1, t2, 2), greedy_continuation(*l.lm.model, t2, 2));
   EXPECT_TRUE(propose(*d, 1, t2, 0).empty());
   d->release(1);
+  EXPECT_EQ(d->uncomputed_tokens(1, t2), static_cast<int64_t>(t2.size()));
   d->release(1);  // twice, or unknown: nothing
 }
 
@@ -191,6 +194,35 @@ TEST(ModelDrafter, ChoosesLayersFromMeasuredAgreement) {
   EXPECT_GT(c.predicted_speedup, 1.0);
   // Too short a text to measure: no choice.
   EXPECT_TRUE(spec::choose_layers_to_skip(m, pool, std::span(text.data(), 4)).skip.empty());
+}
+
+TEST(ModelDrafter, MeasuresAgreementAsGreedyDecodingWouldSeeIt) {
+  // Teacher-forced agreement in one pass per model against an independent
+  // path: each model's argmax after every prefix, one token at a time.
+  TESSERA_REQUIRE_SHARED(kStories1M);
+  const Model& target = *stories1m().model;
+  const testing::LoadedWithTokenizer& l = testing::stories260k();
+  ThreadPool pool(2);
+  std::vector<int32_t> text = l.tok->encode(spec::kLayerProbeText, true);
+  text.resize(60);
+  auto one_at_a_time = [&](const Model& m) {
+    engine::SequenceRunner r(m, {.kv_type = DType::kF32}, pool);
+    std::vector<int32_t> picks;
+    for (const int32_t t : text) {
+      std::span<const float> logits = r.append(std::span(&t, 1));
+      picks.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+    return picks;
+  };
+  const std::vector<int32_t> a = one_at_a_time(target), b = one_at_a_time(*l.lm.model);
+  int64_t agree = 0;
+  for (size_t i = 0; i < a.size(); ++i) agree += a[i] == b[i];
+  EXPECT_DOUBLE_EQ(spec::measure_agreement(target, *l.lm.model, {}, pool, text), static_cast<double>(agree) / 60.0);
+  EXPECT_GT(agree, 0);
+  EXPECT_LT(agree, 60);
+  EXPECT_DOUBLE_EQ(spec::measure_agreement(target, target, {}, pool, text), 1.0);
+  // Skipping layers changes the draft: agreement below 1 on real text.
+  EXPECT_LT(spec::measure_agreement(target, target, {0, 0, 1, 0, 0}, pool, text), 1.0);
 }
 
 // ---- the engine: stories1M verified with stories260K drafts ----

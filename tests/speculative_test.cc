@@ -102,6 +102,13 @@ TEST(SpecPolicy, StepCostInterpolatesAndExtrapolates) {
   EXPECT_NEAR(c.predict(12), 2.1 + 4 * 0.2, 1e-12);  // the last slope
   c.observe(4, 2.3);                                  // averaged in, 0.8 / 0.2
   EXPECT_NEAR(c.predict(4), 1.5, 1e-12);
+  // Decode steps (1 token) measured slower than start-up's larger sizes: a
+  // larger step is never predicted cheaper than a smaller one.
+  c.observe(1, 4.0);  // 1.6
+  EXPECT_NEAR(c.predict(1), 1.6, 1e-12);
+  EXPECT_NEAR(c.predict(2), 1.6, 1e-12);
+  EXPECT_NEAR(c.predict(4), 1.6, 1e-12);
+  EXPECT_NEAR(c.predict(6), 1.8, 1e-12);
 }
 
 TEST(SpecPolicy, AcceptanceCountsTrialsUntilTheFirstRejection) {
@@ -133,6 +140,15 @@ TEST(SpecPolicy, DraftsOnlyWhereTheyRaiseTokensPerSecond) {
   spec::choose_draft_lengths(linear, 1, 1, c, 1.03);
   EXPECT_EQ(c[0].k, 0);
   EXPECT_EQ(c[1].k, 0);
+  // A step carrying a prompt: its tokens are computed either way, so drafts
+  // pay against the decoding sequence's own step (1 token: 1 s), not against
+  // the whole step (40 s), where a token more would look nearly free.
+  c = {{0.9, 8, 0}};
+  spec::choose_draft_lengths(linear, 40, 1, c, 1.03);
+  EXPECT_EQ(c[0].k, 0);
+  c = {{0.9, 8, 0}};
+  spec::choose_draft_lengths(flat, 6, 2, c, 1.03);  // 4 prompt tokens on the flat side: still free
+  EXPECT_GE(c[0].k, 1);
   // A large batch on the compute-bound side: no drafts.
   c = {{0.7, 8, 0}};
   spec::choose_draft_lengths(flat, 48, 48, c, 1.03);
@@ -149,6 +165,20 @@ TEST(SpecPolicy, DraftsOnlyWhereTheyRaiseTokensPerSecond) {
   c = {{0.5, 4, 0}};
   spec::choose_draft_lengths(flat_overhead, 1, 1, c, 1.03);
   EXPECT_EQ(c[0].k, 0);
+  // A one-time setup (a model drafter reading a long prompt first) is
+  // spread over the verify steps of the tokens left: with 4 s of setup a
+  // good draft pays over 400 tokens to come and not over 8; a second
+  // candidate with no setup still drafts.
+  c = {{0.9, 3, 0, 4.0, 400}, {0.9, 3, 0, 0.0, 8}};
+  spec::choose_draft_lengths(flat, 2, 2, c, 1.03);
+  EXPECT_EQ(c[0].k, 3);
+  EXPECT_EQ(c[1].k, 3);
+  c = {{0.9, 3, 0, 4.0, 8}, {0.9, 3, 0, 0.0, 8}};
+  spec::choose_draft_lengths(flat, 2, 2, c, 1.03);
+  EXPECT_EQ(c[0].k, 0);
+  EXPECT_EQ(c[1].k, 3);
+  EXPECT_NEAR(spec::setup_share({0.5, 8, 0, 3.0, 30}, 1), 3.0 * 1.5 / 30.0, 1e-12);
+  EXPECT_DOUBLE_EQ(spec::setup_share({0.5, 8, 0, 3.0, 1}, 2), 3.0);  // never more than the whole setup
   // No measurement, no speculation.
   c = {{0.99, 8, 0}};
   spec::choose_draft_lengths(spec::StepCost{}, 1, 1, c, 1.03);

@@ -88,6 +88,7 @@ std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
     TESSERA_CHECK(d->config().n_vocab == model_.config().n_vocab, kInvalidArgument,
                   "the draft model's vocabulary ({} tokens) differs from the target's ({})", d->config().n_vocab,
                   model_.config().n_vocab);
+    measure_draft_prior(*d, {});
     return spec::make_model_drafter(*d, o, *pool_);
   }
   o.skip_layers = config_.spec_skip_layers;
@@ -112,8 +113,20 @@ std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
     TESSERA_LOG_INFO("speculative decoding (layers): skipping layers {} (agreement with the full "
                      "model {:.2f} on a probe text, predicted speed-up {:.2f}x)", names, c.acceptance, c.predicted_speedup);
     o.skip_layers = c.skip;
+    spec_prior_ = c.acceptance;
+  } else {
+    measure_draft_prior(model_, o.skip_layers);
   }
   return spec::make_model_drafter(model_, o, *pool_);
+}
+
+void Engine::measure_draft_prior(const Model& draft, const std::vector<uint8_t>& skip) {
+  if (tokenizer_ == nullptr) return;  // no text to measure on: the prior stays a guess
+  const std::vector<int32_t> probe = tokenizer_->encode(spec::kLayerProbeText, /*add_special=*/true);
+  spec_prior_ = spec::measure_agreement(model_, draft, skip, *pool_, probe);
+  TESSERA_LOG_INFO("speculative decoding ({}): the drafter agrees with the target on {:.0f}% of a probe text's "
+                   "tokens (the acceptance first drafts are sized with)",
+                   spec::method_name(config_.spec_method), 100.0 * spec_prior_);
 }
 
 namespace {
@@ -455,11 +468,24 @@ void Engine::propose_drafts() {
     spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, std::span(&perfect, 1), config_.spec_min_gain);
     if (perfect.k == 0) return;
   }
-  const double prior = method_acceptance_.rate(0.5);
+  const double prior = method_acceptance_.rate(spec_prior_);
+  // A model drafter first reads what it has not computed of a sequence (a
+  // whole prompt, the first time): one pass of n tokens where a running
+  // sequence's costs one, at the drafter's measured share of a target step.
+  const double t1 = step_cost_.predict(1);
+  const double draft_share = t1 > 0.0 ? std::clamp(step_cost_.draft_per_token() / t1, 0.0, 1.0) : 0.0;
+  int64_t catch_up = 0;  // tokens the drafter reads this step beyond one per query
   auto choose = [&](auto max_k) {
     draft_candidates_.clear();
     for (size_t i = 0; i < draft_reqs_.size(); ++i) {
-      draft_candidates_.push_back({draft_reqs_[i]->acceptance_stats.rate(prior), max_k(i), 0});
+      const Request* r = draft_reqs_[i];
+      spec::DraftCandidate d{r->acceptance_stats.rate(prior), max_k(i), 0};
+      if (costly) {
+        const int64_t n = drafter_->uncomputed_tokens(r->id, r->tokens);
+        if (n > 1) d.setup_seconds = draft_share * std::max(0.0, step_cost_.predict(n) - t1);
+        d.remaining = r->params.max_tokens - r->num_output_tokens();
+      }
+      draft_candidates_.push_back(d);
     }
     spec::choose_draft_lengths(step_cost_, base_tokens, base_outputs, draft_candidates_, config_.spec_min_gain);
   };
@@ -471,7 +497,10 @@ void Engine::propose_drafts() {
     size_t kept = 0;
     for (size_t i = 0; i < draft_queries_.size(); ++i) {
       if (draft_candidates_[i].k == 0) continue;
-      if (costly) draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
+      if (costly) {
+        draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
+        catch_up += std::max<int64_t>(0, drafter_->uncomputed_tokens(draft_reqs_[i]->id, draft_reqs_[i]->tokens) - 1);
+      }
       draft_queries_[kept] = draft_queries_[i];
       draft_reqs_[kept] = draft_reqs_[i];
       ++kept;
@@ -486,7 +515,9 @@ void Engine::propose_drafts() {
     draft_seconds_ = seconds(Clock::now() - t0);
     int64_t drafted = 0;
     for (const Request* r : draft_reqs_) drafted += static_cast<int64_t>(r->draft.size());
-    step_cost_.observe_draft(drafted, draft_seconds_);
+    // The per-token estimate is a running sequence's: a step that also read
+    // prompts (more catch-up than drafting) would inflate it.
+    if (catch_up <= drafted) step_cost_.observe_draft(drafted, draft_seconds_);
   }
   if (!config_.spec_adaptive || costly) return;
   choose([&](size_t i) { return static_cast<int64_t>(draft_reqs_[i]->draft.size()); });

@@ -149,6 +149,9 @@ class Engine {
   void calibrate_draft_cost();
   // The `draft` / `layers` drafter the config asks for.
   std::shared_ptr<spec::Drafter> make_model_drafter();
+  // A model drafter's agreement with the target on a probe text: the
+  // acceptance a request's first drafts are sized with (spec_prior_).
+  void measure_draft_prior(const Model& draft, const std::vector<uint8_t>& skip);
   void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);
   void append_token(Request* r, const SampleResult& s, RequestOutput& out);
   RequestOutput make_output(const Request& r) const;
@@ -171,6 +174,7 @@ class Engine {
   std::shared_ptr<spec::Drafter> drafter_;
   spec::StepCost step_cost_;
   spec::Acceptance method_acceptance_;  // over every request: the prior of a new one
+  double spec_prior_ = 0.5;             // ... before any: measured for model drafters
   std::vector<spec::DraftQuery> draft_queries_;
   std::vector<spec::DraftCandidate> draft_candidates_;
   std::vector<Request*> draft_reqs_;  // the requests of draft_queries_

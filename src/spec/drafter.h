@@ -46,6 +46,10 @@ class Drafter {
   // charges propose()'s measured time per proposed token in its cost model.
   // Cheap drafters are asked for their longest proposal and cut after.
   virtual bool costly() const { return false; }
+  // Tokens a propose() for this sequence would compute before its first
+  // draft (a model drafter's catch-up: a prompt it has not read, the tokens
+  // accepted since it last drafted); 0 for drafters that compute nothing.
+  virtual int64_t uncomputed_tokens(uint64_t /*id*/, std::span<const int32_t> /*tokens*/) const { return 0; }
 };
 
 // The methods `--spec` accepts.

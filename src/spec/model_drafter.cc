@@ -50,6 +50,14 @@ class ModelDrafter final : public Drafter {
     seqs_.erase(it);
   }
 
+  int64_t uncomputed_tokens(uint64_t id, std::span<const int32_t> tokens) const override {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || tokens.empty()) return static_cast<int64_t>(tokens.size());
+    const std::vector<int32_t>& have = it->second.tokens;
+    const size_t c = std::mismatch(have.begin(), have.end(), tokens.begin(), tokens.end()).first - have.begin();
+    return static_cast<int64_t>(tokens.size() - std::min(c, tokens.size() - 1));
+  }
+
   void propose(std::span<const DraftQuery> queries) override {
     active_.clear();
     for (const DraftQuery& q : queries) {
@@ -243,14 +251,15 @@ const char* const kLayerProbeText =
     "kept the light burning for a hundred years. Mia and Tom listened until the sun went down, and then they "
     "walked home together, happy and tired.";
 
-LayerChoice choose_layers_to_skip(const Model& model, ThreadPool& pool, std::span<const int32_t> text) {
-  const int64_t L = model.config().n_layer;
+namespace {
+
+// The argmax of every position of `text` (teacher forced, one forward pass,
+// `skip` layers left out), at most the model's trained context.
+std::vector<int32_t> teacher_forced_argmax(const Model& model, ThreadPool& pool, std::span<const int32_t> text,
+                                           const std::vector<uint8_t>& skip) {
   const int64_t V = model.config().n_vocab;
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(text.size()), model.config().n_ctx_train);
-  LayerChoice best;
-  best.predicted_speedup = 0.0;
-  if (L < 3 || n < 8) return best;
-  // The text in one forward pass: the full model, then each candidate.
+  if (n <= 0) return {};
   const int32_t bs = 16;
   const int32_t blocks = static_cast<int32_t>((n + bs - 1) / bs + 1);
   kv::KvManager kv({bs, blocks});
@@ -265,22 +274,46 @@ LayerChoice choose_layers_to_skip(const Model& model, ThreadPool& pool, std::spa
   TESSERA_ASSERT(reserved);
   (void)reserved;
   ForwardBatch b;
+  b.skip_layers = skip;
+  for (int64_t p = 0; p < n; ++p) {
+    b.tokens.push_back(text[static_cast<size_t>(p)]);
+    b.positions.push_back(static_cast<int32_t>(p));
+    b.slots.push_back(table.slot(p, bs));
+    b.logit_rows.push_back(static_cast<int32_t>(p));
+  }
+  b.seqs.push_back({0, static_cast<int32_t>(n), static_cast<int32_t>(n), table.blocks.data()});
+  model.forward(b, cache, st);
   std::vector<int32_t> picks(static_cast<size_t>(n));
-  auto run = [&](const std::vector<uint8_t>& skip) {
-    b.clear();
-    b.skip_layers = skip;
-    for (int64_t p = 0; p < n; ++p) {
-      b.tokens.push_back(text[static_cast<size_t>(p)]);
-      b.positions.push_back(static_cast<int32_t>(p));
-      b.slots.push_back(table.slot(p, bs));
-      b.logit_rows.push_back(static_cast<int32_t>(p));
-    }
-    b.seqs.push_back({0, static_cast<int32_t>(n), static_cast<int32_t>(n), table.blocks.data()});
-    model.forward(b, cache, st);
-    for (int64_t p = 0; p < n; ++p) picks[static_cast<size_t>(p)] = argmax(st.logits.data() + p * V, V);
-  };
-  run({});
-  const std::vector<int32_t> target = picks;
+  for (int64_t p = 0; p < n; ++p) picks[static_cast<size_t>(p)] = argmax(st.logits.data() + p * V, V);
+  return picks;
+}
+
+// The share of positions where two argmax sequences agree (over the shorter).
+double agreement(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n == 0) return 0.0;
+  const int64_t agree = std::inner_product(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin(), int64_t{0},
+                                           std::plus<>(), std::equal_to<>());
+  return static_cast<double>(agree) / static_cast<double>(n);
+}
+
+}  // namespace
+
+double measure_agreement(const Model& target, const Model& draft, const std::vector<uint8_t>& draft_skip,
+                         ThreadPool& pool, std::span<const int32_t> text) {
+  TESSERA_CHECK(target.config().n_vocab == draft.config().n_vocab, kInvalidArgument,
+                "agreement needs one vocabulary ({} vs {} tokens)", target.config().n_vocab, draft.config().n_vocab);
+  return agreement(teacher_forced_argmax(target, pool, text, {}), teacher_forced_argmax(draft, pool, text, draft_skip));
+}
+
+LayerChoice choose_layers_to_skip(const Model& model, ThreadPool& pool, std::span<const int32_t> text) {
+  const int64_t L = model.config().n_layer;
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(text.size()), model.config().n_ctx_train);
+  LayerChoice best;
+  best.predicted_speedup = 0.0;
+  if (L < 3 || n < 8) return best;
+  // The text in one forward pass: the full model, then each candidate.
+  const std::vector<int32_t> target = teacher_forced_argmax(model, pool, text, {});
   // Agreement: how often a candidate's argmax is the target's, position by
   // position (what greedy verification accepts).
   const int64_t middle_lo = 1, middle_hi = L - 1;  // first and last layers stay
@@ -290,10 +323,7 @@ LayerChoice choose_layers_to_skip(const Model& model, ThreadPool& pool, std::spa
     for (int64_t lo = middle_lo; lo + len <= middle_hi; lo += std::max<int64_t>(1, len / 2)) {
       std::vector<uint8_t> skip(static_cast<size_t>(L), 0);
       std::fill(skip.begin() + lo, skip.begin() + lo + len, 1);
-      run(skip);
-      const int64_t agree = std::inner_product(picks.begin(), picks.end(), target.begin(), int64_t{0}, std::plus<>(),
-                                               std::equal_to<>());
-      const double a = std::min(0.999, static_cast<double>(agree) / static_cast<double>(n));
+      const double a = std::min(0.999, agreement(teacher_forced_argmax(model, pool, text, skip), target));
       const double c = static_cast<double>(L - len) / static_cast<double>(L);
       double speedup = 0.0;
       for (int64_t k = 1; k <= 8; ++k) {

@@ -66,6 +66,14 @@ struct LayerChoice {
 };
 LayerChoice choose_layers_to_skip(const Model& model, ThreadPool& pool, std::span<const int32_t> text);
 
+// How often a draft model's (or the target's own, `draft_skip` layers left
+// out) argmax agrees with the target's over `text`, teacher forced, position
+// by position: greedy verification's per-token acceptance on that text. The
+// engine measures it at start for a drafter it was told to use, so that its
+// first drafts are sized from a measurement, not a guess.
+double measure_agreement(const Model& target, const Model& draft, const std::vector<uint8_t>& draft_skip,
+                         ThreadPool& pool, std::span<const int32_t> text);
+
 // English prose to measure agreement on when the caller has no text of its
 // own (encode it with the model's tokenizer).
 extern const char* const kLayerProbeText;

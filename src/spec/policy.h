@@ -14,7 +14,9 @@
 //
 // choose_draft_lengths() then gives drafts, greedily by acceptance, only
 // while the step's expected output tokens per second rises (the forward
-// pass's cost plus the measured per-row cost of the rest of the step): at batch 1 with
+// pass's cost, the measured per-row cost of the rest of the step, a model
+// drafter's time per drafted token and its share of catching up on a
+// sequence it has not read): at batch 1 with
 // good drafts that is long drafts; under load, or with poor drafts, none.
 // Expected tokens of a draft of k with per-token acceptance a (Leviathan et
 // al. 2023): 1 + a + ... + a^k, i.e. a(1 - a^k)/(1 - a) more than without.
@@ -50,6 +52,8 @@ class StepCost {
   bool empty() const { return points_.empty(); }
 
  private:
+  double interpolate(int64_t tokens) const;
+
   std::map<int64_t, double> points_;
   double per_row_ = 0.0;
   bool have_overhead_ = false;
@@ -77,12 +81,23 @@ struct DraftCandidate {
   double acceptance = 0.0;  // estimated per-token acceptance
   int64_t max_k = 0;        // proposal length available
   int64_t k = 0;            // chosen (out)
+  // A one-time cost of drafting for this sequence at all (a model drafter
+  // catching up on a prompt it has not read), spread over the verify steps
+  // of the `remaining` tokens the sequence may still produce: the step pays
+  // setup_seconds * (1 + expected extra tokens) / remaining of it.
+  double setup_seconds = 0.0;
+  int64_t remaining = 0;
 };
+
+// The share of `d`'s setup cost a step drafting k for it carries.
+double setup_share(const DraftCandidate& d, int64_t k);
 
 // Chooses each candidate's k (0: do not speculate) for a step that computes
 // `base_tokens` tokens and samples `base_outputs` sequences without drafts:
 // adds drafts while (outputs + expected extra) / cost(tokens) grows by at
-// least `min_gain` per addition.
+// least `min_gain` per addition, where the cost of the step's prompt tokens
+// (base_tokens beyond base_outputs) is left out: they are computed either
+// way, and drafts must pay against the decoding sequences' own step.
 void choose_draft_lengths(const StepCost& cost, int64_t base_tokens, int64_t base_outputs,
                           std::span<DraftCandidate> candidates, double min_gain);
 
