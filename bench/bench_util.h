@@ -40,6 +40,17 @@ struct Args {
   bool flag(const std::string& k) const { return kv.count(k) != 0; }
 };
 
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+inline std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p <= s.size();) {
+    const size_t q = std::min(s.find(sep, p), s.size());
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
 inline double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

@@ -21,7 +21,7 @@
 //
 //   tessera_speculative_bench --model F [--text FILE] [--threads 2] [--rounds 3]
 //       [--tokens 128] [--k 6] [--concurrency 1,4,16,64] [--skip copy,templated,oracle,draft,load]
-//       [--min-gain G] [--draft-model FILE] [--layers LIST|auto]
+//       [--min-gain G] [--draft-model FILE] [--layers LIST|auto] [--oracle-a 0.2,0.4,0.6,0.8,0.9]
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -38,8 +38,8 @@ namespace {
 // Proposes the reference continuation, each token right with probability a.
 class OracleDrafter final : public spec::Drafter {
  public:
-  OracleDrafter(std::vector<int32_t> reference, double a, int32_t n_vocab)
-      : ref_(std::move(reference)), a_(a), n_vocab_(n_vocab) {}
+  OracleDrafter(std::vector<int32_t> reference, double a, int32_t n_vocab, uint32_t seed)
+      : ref_(std::move(reference)), a_(a), n_vocab_(n_vocab), rng_(seed) {}
   const char* name() const override { return "oracle"; }
   void propose(std::span<const spec::DraftQuery> qs) override {
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -57,7 +57,7 @@ class OracleDrafter final : public spec::Drafter {
   std::vector<int32_t> ref_;
   double a_;
   int32_t n_vocab_;
-  std::mt19937 rng_{11};
+  std::mt19937 rng_;
 };
 
 struct One {
@@ -231,23 +231,34 @@ int main(int argc, char** argv) {
       nlohmann::json steps = nlohmann::json::object();
       for (int64_t j = 1; j <= 1 + k; ++j) steps[std::to_string(j)] = probe.step_cost().predict(j);
       nlohmann::json rows = nlohmann::json::array();
-      for (const double a : {0.2, 0.4, 0.6, 0.8, 0.9}) {
-        std::vector<double> sp, sp_adaptive, tps_on;
+      std::vector<double> levels;
+      for (const std::string& v : bench::split(args.str("oracle-a", "0.2,0.4,0.6,0.8,0.9"), ',')) {
+        levels.push_back(std::stod(v));
+      }
+      for (const double a : levels) {
+        std::vector<double> sp, sp_adaptive, tps_on, k_adaptive, acc_adaptive;
         double acc = 0;
         for (int r = 0; r < rounds; ++r) {
           engine::EngineConfig p = base;
           const One off = run_one(m, *tok, p, prompt, n);
-          p.spec_drafter = std::make_shared<OracleDrafter>(full, a, V);
+          // A fresh random stream per round and mode: a run of 64 tokens
+          // verifies only tens of drafts, so one fixed stream would repeat
+          // the same luck in every round.
+          p.spec_drafter = std::make_shared<OracleDrafter>(full, a, V, static_cast<uint32_t>(11 + 2 * r));
           p.spec_adaptive = false;
           const One on = run_one(m, *tok, p, prompt, n);
           if (on.output != off.output) throw std::runtime_error("oracle run differs from the plain run");
           // The same drafter under the adaptive policy (k from measured costs and acceptance).
-          p.spec_drafter = std::make_shared<OracleDrafter>(full, a, V);
+          p.spec_drafter = std::make_shared<OracleDrafter>(full, a, V, static_cast<uint32_t>(12 + 2 * r));
           p.spec_adaptive = true;
           const One ad = run_one(m, *tok, p, prompt, n);
           if (ad.output != off.output) throw std::runtime_error("adaptive oracle run differs from the plain run");
           sp.push_back((on.tokens / on.seconds) / (off.tokens / off.seconds));
           sp_adaptive.push_back((ad.tokens / ad.seconds) / (off.tokens / off.seconds));
+          k_adaptive.push_back(static_cast<double>(ad.stats.spec_drafted_tokens_total) /
+                               std::max<int64_t>(ad.stats.spec_verify_steps_total, 1));
+          acc_adaptive.push_back(static_cast<double>(ad.stats.spec_accepted_tokens_total) /
+                                 std::max<int64_t>(ad.stats.spec_drafted_tokens_total, 1));
           tps_on.push_back(on.tokens / on.seconds);
           acc = static_cast<double>(on.stats.spec_accepted_tokens_total) / std::max<int64_t>(on.stats.spec_verify_steps_total, 1);
         }
@@ -264,6 +275,7 @@ int main(int argc, char** argv) {
                         {"accepted_per_verify_expected", e - 1.0}, {"tps", spread(tps_on)},
                         {"speedup_measured", spread(sp)}, {"speedup_predicted", e * t1 / tk},
                         {"speedup_adaptive_measured", spread(sp_adaptive)},
+                        {"adaptive_mean_k", median(k_adaptive)}, {"adaptive_acceptance", median(acc_adaptive)},
                         {"speedup_best_k_predicted", best}, {"best_k", best_k}});
       }
       out["oracle"] = {{"step_seconds_1", t1}, {"step_seconds_1_plus_k", tk}, {"step_seconds", steps}, {"rows", rows}};
@@ -321,13 +333,8 @@ int main(int argc, char** argv) {
         jobs.push_back({i % 2 == 0 ? copy : tok->encode(openings[(i / 2) % openings.size()], true, false), n});
       }
       nlohmann::json rows = nlohmann::json::array();
-      std::string conc = args.str("concurrency", "1,4,16,64");
       std::vector<int> levels;
-      for (size_t p = 0; p < conc.size();) {
-        const size_t q = conc.find(',', p);
-        levels.push_back(std::atoi(conc.substr(p, q - p).c_str()));
-        p = q == std::string::npos ? conc.size() : q + 1;
-      }
+      for (const std::string& v : bench::split(args.str("concurrency", "1,4,16,64"), ',')) levels.push_back(std::stoi(v));
       for (const int clients : levels) {
         const int per_client = std::max(1, 64 / clients);
         const int total = std::min<int>(static_cast<int>(jobs.size()), clients * per_client);
