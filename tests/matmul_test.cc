@@ -49,7 +49,7 @@ std::vector<Table> all_tables() {
 }
 
 const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                        DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+                        DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -98,7 +98,7 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng, 
       auto put = [&](size_t off, uint16_t h) { std::memcpy(blk + off, &h, 2); };
       switch (type) {
         case DType::kQ8_0: case DType::kQ4_0: put(0, random_scale_f16(rng, true)); break;
-        case DType::kQ4_K:
+        case DType::kQ4_K: case DType::kQ5_K:
           put(0, random_scale_f16(rng, false));
           put(2, random_scale_f16(rng, false));
           break;
@@ -144,13 +144,14 @@ std::vector<double> act_steps(DType type, const float* x, int64_t k) {
 }
 
 // Per element magnitude of the terms the kernel rounds: |w|, except for
-// Q4_K whose w = d*sc*q - dmin*m can cancel: there |d*sc*q| + |dmin*m|.
+// Q4_K / Q5_K whose w = d*sc*q - dmin*m can cancel: there |d*sc*q| + |dmin*m|.
 std::vector<float> magnitudes(const Matrix& m, const uint8_t* row, const std::vector<float>& w) {
   std::vector<float> mag(w.size());
   for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i]);
-  if (m.type != DType::kQ4_K) return mag;
+  if (m.type != DType::kQ4_K && m.type != DType::kQ5_K) return mag;
   std::vector<uint8_t> zero_q(row, row + row_bytes(m.type, m.cols));
-  for (int64_t b = 0; b < m.cols / 256; ++b) std::memset(zero_q.data() + b * 144 + 16, 0, 128);
+  const size_t block_bytes = dtype_traits(m.type).type_size;  // q (and Q5_K's qh) follow 16 bytes of scales
+  for (int64_t b = 0; b < m.cols / 256; ++b) std::memset(zero_q.data() + b * block_bytes + 16, 0, block_bytes - 16);
   std::vector<float> mins(w.size());
   dequantize_row(m.type, zero_q.data(), mins.data(), m.cols);  // = -dmin * m per element
   for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i] - mins[i]) + std::fabs(mins[i]);
@@ -393,7 +394,7 @@ TEST(MatmulShared, EqualsSeparateProducts) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!isa_supported(isa)) continue;
     for (DType type : kTypes) {
-      const int64_t cols = type == DType::kQ4_K || type == DType::kQ6_K ? 256 : 96;
+      const int64_t cols = dtype_traits(type).block_size == 256 ? 256 : 96;
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::string(dtype_name(type)));
       std::vector<Matrix> ms;
       std::vector<PreparedWeight> pws;
@@ -441,8 +442,9 @@ TEST(MatmulApi, RejectsBadArguments) {
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
-  EXPECT_FALSE(matmul_supports(DType::kQ5_K));
+  EXPECT_FALSE(matmul_supports(DType::kQ3_K));
   EXPECT_TRUE(matmul_supports(DType::kQ6_K));
+  EXPECT_TRUE(matmul_supports(DType::kQ5_K));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tables, MatmulTest, ::testing::Range(0, 4), [](const auto& info) {

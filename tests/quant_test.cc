@@ -57,7 +57,7 @@ bool same_value(float a, float b) {
 
 TEST(Quant, DequantizeMatchesNumpyBitForBit) {
   std::mt19937 rng(42);
-  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (DType t : types) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const DTypeTraits tr = dtype_traits(t);
@@ -75,7 +75,7 @@ TEST(Quant, DequantizeMatchesNumpyBitForBit) {
         put(208);
       } else {
         put(0);
-        if (t == DType::kQ4_K) put(2);
+        if (t == DType::kQ4_K || t == DType::kQ5_K) put(2);
       }
     }
     if (t == DType::kF32) {  // keep f32 finite too: the copy is bitwise anyway

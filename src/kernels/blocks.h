@@ -41,6 +41,18 @@ struct BlockQ4_K {
 };
 static_assert(sizeof(BlockQ4_K) == 144);
 
+// Q4_K with a fifth bit: w = d * sc[s] * q - dmin * m[s], q 5-bit (0..31):
+// the low 4 bits as in Q4_K's qs, the high bit of value 64j + i (i < 32) in
+// bit 2j of qh[i], of value 64j + 32 + i in bit 2j + 1.
+struct BlockQ5_K {
+  fp16_t d;
+  fp16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
 // 256 weights in 16 sub-blocks of 16: w = d * scales[s] * (q - 32), q 6-bit:
 // low 4 bits in ql, high 2 bits in qh.
 struct BlockQ6_K {

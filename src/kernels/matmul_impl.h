@@ -116,12 +116,25 @@ struct FmtQ4_K {
     return p;
   }
   static void dot(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
-    const __m256i mask = _mm256_set1_epi8(0x0f);
+    dot_bits<false>(p, xq, xs, out);
+  }
+  // kFifth (Q5_K): p.qs points at 32 bytes of fifth bits, the nibbles follow;
+  // the bit of value 64j + i is bit 2j of byte i, of value 64j + 32 + i bit
+  // 2j + 1, or-ed in as 16.
+  template <bool kFifth>
+  static void dot_bits(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
+    const __m256i mask = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const uint8_t* qs = kFifth ? p.qs + 32 : p.qs;
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
-      const __m256i q = loadu256(p.qs + 32 * j);
-      const __m256i lo = _mm256_and_si256(q, mask);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      const __m256i q = loadu256(qs + 32 * j);
+      __m256i lo = _mm256_and_si256(q, mask);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if constexpr (kFifth) {
+        const __m256i qh = loadu256(p.qs);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+      }
       const __m256i plo = _mm256_maddubs_epi16(lo, loadu256(xq + 64 * j));
       const __m256i phi = _mm256_maddubs_epi16(hi, loadu256(xq + 64 * j + 32));
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_set1_epi16(p.sc[2 * j])));
@@ -130,6 +143,19 @@ struct FmtQ4_K {
     out[0] = acc;
     const __m128i m = _mm_load_si128(reinterpret_cast<const __m128i*>(p.m));
     out[1] = _mm256_zextsi128_si256(_mm_madd_epi16(m, loadu128(xs)));
+  }
+  static __m256i post(__m256i s, const int16_t*) { return s; }
+};
+
+// Q5_K: Q4_K with a fifth bit per value from qh (FmtQ4_K::dot_bits). q <= 31,
+// so a vpmaddubsw pair stays within 2 * 31 * 127.
+struct FmtQ5_K {
+  static constexpr int kBlock = 256, kBytes = 176, kSums = 2;
+  static constexpr size_t kScaleOffset[2] = {0, 2};
+  using Prep = FmtQ4_K::Prep;  // qs points at qh; the nibbles follow at +32
+  static Prep prep(const uint8_t* blk) { return FmtQ4_K::prep(blk); }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
+    FmtQ4_K::dot_bits<true>(p, xq, xs, out);
   }
   static __m256i post(__m256i s, const int16_t*) { return s; }
 };
@@ -607,6 +633,7 @@ struct KernelSet {
           qrange<FmtQ4_0<D>, Cfg>,
           qrange<FmtQ4_K, Cfg>,
           qrange<FmtQ6_K, Cfg>,
+          qrange<FmtQ5_K, Cfg>,
       },
       quantize_act_impl,
       {prange<D, false, Cfg>, prange<D, true, Cfg>},

@@ -8,15 +8,15 @@
 // bit-identical across ISAs for the quantized types and identical across
 // batch sizes and thread counts for all types:
 //
-//  * Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply int8 activations.
+//  * Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) multiply int8 activations.
 //    Each token's row is quantized per block of `act.block` values
 //    (32 for Q8_0/Q4_0, 256 for the K types): d = amax / 127,
 //    q = round_half_even(clamp(x * (1 / d), -127, 127)) (NaN -> -127), and
 //    the sum of q over each group of `act.group` values is stored beside it.
 //    For each weight block b the exact integer dot product isum_b (and for
-//    Q4_K the exact min term msum_b) is formed, then, for b in order,
+//    Q4_K / Q5_K the exact min term msum_b) is formed, then, for b in order,
 //        acc = fma(float(isum_b), fl(dw_b * dx_b), acc)
-//        acc = fma(-float(msum_b), fl(dmin_b * dx_b), acc)      (Q4_K only)
+//        acc = fma(-float(msum_b), fl(dmin_b * dx_b), acc)      (Q4_K, Q5_K only)
 //    starting from acc = +0. y = acc.
 //  * Float weights (F32, F16, BF16) multiply the f32 activations directly:
 //    lane l of one accumulator per output sums w[k] * x[k] for k = l mod W
@@ -33,8 +33,8 @@
 namespace tessera::kernels {
 
 // Weight types with kernels, in table order.
-enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
-constexpr int kNumWTypes = 7;
+enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K, kQ5_K };
+constexpr int kNumWTypes = 8;
 
 // Quantized activations for one call, one row of `row_bytes` per token:
 //   int8_t  q[k]                at offset 0

@@ -55,10 +55,13 @@ int q4_0_value(const BlockQ4_0& b, int i) {
 // The 6-bit scale (min) of sub-block s of a Q4_K block: sub-blocks 0..3 keep
 // theirs in the low 6 bits of bytes s (s + 4); 4..7 in the nibbles of byte
 // s + 4 with the top two bits taken from bytes s - 4 (s).
-int q4_k_scale(const BlockQ4_K& b, int s) {
+// (Q5_K packs them the same way.)
+template <class Block>
+int q4_k_scale(const Block& b, int s) {
   return s < 4 ? (b.scales[s] & 63) : ((b.scales[s + 4] & 0x0f) | ((b.scales[s - 4] >> 6) << 4));
 }
-int q4_k_min(const BlockQ4_K& b, int s) {
+template <class Block>
+int q4_k_min(const Block& b, int s) {
   return s < 4 ? (b.scales[s + 4] & 63) : ((b.scales[s + 4] >> 4) | ((b.scales[s] >> 6) << 4));
 }
 // Value i (0..255) in 0..15: each 64 values share 32 bytes, the first 32 in
@@ -66,6 +69,15 @@ int q4_k_min(const BlockQ4_K& b, int s) {
 int q4_k_value(const BlockQ4_K& b, int i) {
   const int byte = (i / 64) * 32 + i % 32;
   return (i % 64) < 32 ? (b.qs[byte] & 0x0f) : (b.qs[byte] >> 4);
+}
+
+// Q5_K: Q4_K's value plus the high bit, for value 64j + i in bit 2j (i < 32)
+// or 2j + 1 (i >= 32) of qh[i % 32]. Scales and mins as Q4_K's.
+int q5_k_value(const BlockQ5_K& b, int i) {
+  const int byte = (i / 64) * 32 + i % 32;
+  const int lo = (i % 64) < 32 ? (b.qs[byte] & 0x0f) : (b.qs[byte] >> 4);
+  const int bit = 2 * (i / 64) + ((i % 64) < 32 ? 0 : 1);
+  return lo | (((b.qh[i % 32] >> bit) & 1) << 4);
 }
 
 // Value i (0..255) in -32..31: per 128 values, 64 bytes of low nibbles (value
@@ -119,12 +131,14 @@ float step_simple(const Block& blk, const int8_t* xq, float dx, float acc) {
   return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
 }
 
-float step_q4_k(const BlockQ4_K& blk, const int8_t* xq, float dx, float acc) {
+// Q4_K and Q5_K: a scale and a min per sub-block of 32.
+template <class Block, int (*value)(const Block&, int)>
+float step_k_min(const Block& blk, const int8_t* xq, float dx, float acc) {
   int isum = 0, msum = 0;
   for (int s = 0; s < 8; ++s) {
     int dot = 0, xs = 0;
     for (int i = 32 * s; i < 32 * s + 32; ++i) {
-      dot += q4_k_value(blk, i) * xq[i];
+      dot += value(blk, i) * xq[i];
       xs += xq[i];
     }
     isum += q4_k_scale(blk, s) * dot;
@@ -186,8 +200,9 @@ constexpr MatmulKernels kRef = {
         range_float<2, load_bf16>,
         range_blocks<BlockQ8_0, kQK, step_simple<BlockQ8_0, q8_0_value>>,
         range_blocks<BlockQ4_0, kQK, step_simple<BlockQ4_0, q4_0_value>>,
-        range_blocks<BlockQ4_K, kQK_K, step_q4_k>,
+        range_blocks<BlockQ4_K, kQK_K, step_k_min<BlockQ4_K, q4_k_value>>,
         range_blocks<BlockQ6_K, kQK_K, step_q6_k>,
+        range_blocks<BlockQ5_K, kQK_K, step_k_min<BlockQ5_K, q5_k_value>>,
     },
     quantize_act_ref,
     {nullptr, nullptr},  // the reference reads the original rows

@@ -58,6 +58,24 @@ void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
   }
 }
 
+void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_f32(b[i].d);
+    const float dmin = fp16_to_f32(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    for (int j = 0; j < 4; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(2 * j, b[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4k_scale_min(2 * j + 1, b[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * ((q[l] & 0x0f) | (((b[i].qh[l] >> (2 * j)) & 1) << 4)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * ((q[l] >> 4) | (((b[i].qh[l] >> (2 * j + 1)) & 1) << 4)) - m2;
+      q += 32;
+    }
+  }
+}
+
 void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_f32(b[i].d);
@@ -125,7 +143,7 @@ void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
 bool can_dequantize(DType t) {
   switch (t) {
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0:
-    case DType::kQ4_0: case DType::kQ4_K: case DType::kQ6_K:
+    case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return true;
     default:
       return false;
@@ -160,6 +178,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return;
     case DType::kQ4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
     case DType::kQ4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return;
+    case DType::kQ5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case DType::kQ6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
     default: fail(ErrorCode::kInvalidArgument, "cannot dequantize type {}", dtype_name(t));
   }

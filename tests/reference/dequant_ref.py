@@ -6,7 +6,7 @@ Usage:
   dequant_ref.py dequant TYPE IN OUT     raw blocks of TYPE -> float32 values
   dequant_ref.py quant TYPE IN OUT       float32 values -> raw blocks (q8_0, q4_0, f16, bf16)
 
-TYPE: f32 f16 bf16 q8_0 q4_0 q4_k q6_k. Every arithmetic step is done in
+TYPE: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k. Every arithmetic step is done in
 float32 in the order the format's reference dequantizer uses, so results
 are comparable bit for bit.
 """
@@ -34,13 +34,16 @@ def dequant(t, raw):
         b = np.frombuffer(raw, [("d", "<f2"), ("qs", "u1", 16)])
         q = np.concatenate([b["qs"] & 15, b["qs"] >> 4], axis=1).astype(np.int32) - 8
         return (q.astype(F32) * b["d"].astype(F32)[:, None]).ravel()
-    if t == "q4_k":
+    if t in ("q4_k", "q5_k"):
         # d, dmin, 12 bytes of 6-bit (scale, min) for 8 sub-blocks of 32,
-        # 128 bytes of nibbles. Sub-blocks 0-3: scale = s[j] & 63,
+        # (q5_k: 32 bytes of fifth bits,) 128 bytes of nibbles. Sub-blocks 0-3: scale = s[j] & 63,
         # min = s[j+4] & 63. Sub-blocks 4-7: low 4 bits from byte j+4
         # (scale: low nibble, min: high nibble), top 2 bits from the top
         # bits of byte j-4 (scale) / byte j (min).
-        b = np.frombuffer(raw, [("d", "<f2"), ("dmin", "<f2"), ("s", "u1", 12), ("qs", "u1", 128)])
+        fields = [("d", "<f2"), ("dmin", "<f2"), ("s", "u1", 12)]
+        if t == "q5_k":
+            fields.append(("qh", "u1", 32))
+        b = np.frombuffer(raw, fields + [("qs", "u1", 128)])
         s = b["s"].astype(np.int32)
         sc = np.empty((len(b), 8), np.int32)
         mn = np.empty((len(b), 8), np.int32)
@@ -51,7 +54,12 @@ def dequant(t, raw):
         # 4 groups of 32 bytes; group g holds sub-block 2g (low nibbles)
         # and 2g+1 (high nibbles).
         qs = b["qs"].reshape(len(b), 4, 32)
-        q = np.stack([qs & 15, qs >> 4], axis=2).reshape(len(b), 8, 32).astype(F32)
+        q = np.stack([qs & 15, qs >> 4], axis=2).reshape(len(b), 8, 32).astype(np.int32)
+        if t == "q5_k":
+            # Sub-block s (0..7), position i: the fifth bit is bit s of qh[i].
+            bits = (b["qh"][:, None, :].astype(np.int32) >> np.arange(8)[None, :, None]) & 1
+            q = q | (bits << 4)
+        q = q.astype(F32)
         d = b["d"].astype(F32)[:, None, None]
         dmin = b["dmin"].astype(F32)[:, None, None]
         d1 = d * sc[:, :, None].astype(F32)
