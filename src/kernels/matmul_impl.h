@@ -104,14 +104,20 @@ struct FmtQ4_K {
     alignas(16) int16_t m[8];
   };
   static Prep prep(const uint8_t* blk) {
+    // The 12 scale bytes s (at blk + 4; the 16-byte load stays inside the
+    // block): sc[j] = s[j] & 63, m[j] = s[j + 4] & 63 for j < 4;
+    // sc[j + 4] = (s[j + 8] & 15) | (s[j] >> 6) << 4,
+    // m[j + 4] = (s[j + 8] >> 4) | (s[j + 4] >> 6) << 4.
     Prep p;
-    const uint8_t* s = blk + 4;
-    for (int j = 0; j < 4; ++j) {
-      p.sc[j] = static_cast<int16_t>(s[j] & 63);
-      p.m[j] = static_cast<int16_t>(s[j + 4] & 63);
-      p.sc[j + 4] = static_cast<int16_t>((s[j + 8] & 0x0f) | ((s[j] >> 6) << 4));
-      p.m[j + 4] = static_cast<int16_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+    const __m128i v = loadu128(blk + 4);
+    const __m128i low = _mm_and_si128(v, _mm_set1_epi8(63));  // bytes 0-3 sc[0..3], 4-7 m[0..3]
+    const __m128i c = _mm_shuffle_epi32(v, 0xaa);              // s[8..11] in every dword
+    const __m128i nib = _mm_unpacklo_epi32(_mm_and_si128(c, _mm_set1_epi8(15)),
+                                           _mm_and_si128(_mm_srli_epi16(c, 4), _mm_set1_epi8(15)));
+    const __m128i high = _mm_or_si128(nib, _mm_and_si128(_mm_srli_epi16(v, 2), _mm_set1_epi8(0x30)));
+    const __m128i bytes = _mm_unpacklo_epi32(low, high);  // sc[0..7], then m[0..7]
+    _mm_store_si128(reinterpret_cast<__m128i*>(p.sc), _mm_cvtepu8_epi16(bytes));
+    _mm_store_si128(reinterpret_cast<__m128i*>(p.m), _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)));
     p.qs = blk + 16;
     return p;
   }
