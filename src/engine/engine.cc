@@ -475,13 +475,17 @@ void Engine::propose_drafts() {
   const double t1 = step_cost_.predict(1);
   const double draft_share = t1 > 0.0 ? std::clamp(step_cost_.draft_per_token() / t1, 0.0, 1.0) : 0.0;
   int64_t catch_up = 0;  // tokens the drafter reads this step beyond one per query
+  uncomputed_.clear();
+  if (costly) {
+    for (const Request* r : draft_reqs_) uncomputed_.push_back(drafter_->uncomputed_tokens(r->id, r->tokens));
+  }
   auto choose = [&](auto max_k) {
     draft_candidates_.clear();
     for (size_t i = 0; i < draft_reqs_.size(); ++i) {
       const Request* r = draft_reqs_[i];
       spec::DraftCandidate d{r->acceptance_stats.rate(prior), max_k(i), 0};
       if (costly) {
-        const int64_t n = drafter_->uncomputed_tokens(r->id, r->tokens);
+        const int64_t n = uncomputed_[i];
         if (n > 1) d.setup_seconds = draft_share * std::max(0.0, step_cost_.predict(n) - t1);
         d.remaining = r->params.max_tokens - r->num_output_tokens();
       }
@@ -499,7 +503,7 @@ void Engine::propose_drafts() {
       if (draft_candidates_[i].k == 0) continue;
       if (costly) {
         draft_queries_[i].max_tokens = static_cast<int32_t>(draft_candidates_[i].k);
-        catch_up += std::max<int64_t>(0, drafter_->uncomputed_tokens(draft_reqs_[i]->id, draft_reqs_[i]->tokens) - 1);
+        catch_up += std::max<int64_t>(0, uncomputed_[i] - 1);
       }
       draft_queries_[kept] = draft_queries_[i];
       draft_reqs_[kept] = draft_reqs_[i];

@@ -178,6 +178,7 @@ class Engine {
   std::vector<spec::DraftQuery> draft_queries_;
   std::vector<spec::DraftCandidate> draft_candidates_;
   std::vector<Request*> draft_reqs_;  // the requests of draft_queries_
+  std::vector<int64_t> uncomputed_;   // a costly drafter's catch-up per draft_reqs_ entry
   double draft_seconds_ = 0.0;        // this step's time in a costly drafter
   int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_verify_steps_ = 0;
 

@@ -53,9 +53,7 @@ class ModelDrafter final : public Drafter {
   int64_t uncomputed_tokens(uint64_t id, std::span<const int32_t> tokens) const override {
     auto it = seqs_.find(id);
     if (it == seqs_.end() || tokens.empty()) return static_cast<int64_t>(tokens.size());
-    const std::vector<int32_t>& have = it->second.tokens;
-    const size_t c = std::mismatch(have.begin(), have.end(), tokens.begin(), tokens.end()).first - have.begin();
-    return static_cast<int64_t>(tokens.size() - std::min(c, tokens.size() - 1));
+    return static_cast<int64_t>(tokens.size() - kept_prefix(it->second, tokens));
   }
 
   void propose(std::span<const DraftQuery> queries) override {
@@ -64,12 +62,7 @@ class ModelDrafter final : public Drafter {
       q.out->clear();
       if (q.max_tokens <= 0 || q.tokens.empty()) continue;
       DraftSeq& s = seqs_[q.id];
-      // Keep the longest common prefix with the real tokens (last step's
-      // rejected drafts go), but never the last token: its row is the first
-      // draft's logits.
-      const size_t n = q.tokens.size();
-      size_t c = std::mismatch(s.tokens.begin(), s.tokens.end(), q.tokens.begin(), q.tokens.end()).first - s.tokens.begin();
-      c = std::min(c, n - 1);
+      const size_t c = kept_prefix(s, q.tokens);
       if (c < s.tokens.size()) {
         kv_.truncate(s.table, static_cast<int64_t>(c));
         s.tokens.resize(c);
@@ -100,6 +93,14 @@ class ModelDrafter final : public Drafter {
     DraftSeq* s;
     bool alive;
   };
+
+  // The cached tokens a proposal for `tokens` (not empty) keeps: the longest
+  // common prefix with the real tokens (last step's rejected drafts go),
+  // but never the last token: its row is the first draft's logits.
+  static size_t kept_prefix(const DraftSeq& s, std::span<const int32_t> tokens) {
+    const size_t c = std::mismatch(s.tokens.begin(), s.tokens.end(), tokens.begin(), tokens.end()).first - s.tokens.begin();
+    return std::min(c, tokens.size() - 1);
+  }
 
   static int32_t blocks_for(const ModelDrafterOptions& o) {
     const int64_t blocks = (std::max<int64_t>(o.capacity_tokens, o.block_size) + o.block_size - 1) / o.block_size;
