@@ -401,8 +401,8 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
               part[g][t] = _mm256_add_epi16(part[g][t], _mm256_maddubs_epi16(lo, xl[t]));
               part[g][t] = _mm256_add_epi16(part[g][t], _mm256_maddubs_epi16(hi, xh[t]));
             } else {
-              part[g][t] = _mm256_add_epi32(part[g][t], D::u4_dot(lo, xl[t]));
-              part[g][t] = _mm256_add_epi32(part[g][t], D::u4_dot(hi, xh[t]));
+              part[g][t] = D::u4_dot_acc(part[g][t], lo, xl[t]);
+              part[g][t] = D::u4_dot_acc(part[g][t], hi, xh[t]);
             }
           }
         }
@@ -421,7 +421,7 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
         for (int t = 0; t < T; ++t) xj[t] = bcast4(x[t].q + b * 32 + 4 * j);
         for (int g = 0; g < G; ++g) {
           const typename D::Q8 w = D::q8_prep(loadu256(blk[g] + 16 + 32 * j));
-          for (int t = 0; t < T; ++t) isum[g][t] = _mm256_add_epi32(isum[g][t], D::q8_dot(w, xj[t]));
+          for (int t = 0; t < T; ++t) isum[g][t] = D::q8_dot_acc(isum[g][t], w, xj[t]);
         }
       }
     }

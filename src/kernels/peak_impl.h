@@ -29,7 +29,7 @@ PeakLoopResult int8_loop(int64_t iters, int8_t a, int8_t b) {
   }
   __m256i x = _mm256_set1_epi8(static_cast<char>(b));
   for (int64_t it = 0; it < iters; ++it) {
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_add_epi32(acc[i], D::q8_dot(w[i], x));
+    for (int i = 0; i < kChains; ++i) acc[i] = D::q8_dot_acc(acc[i], w[i], x);
     // x "changes" every trip, so nothing is hoisted out of the loop.
     __asm__ volatile("" : "+x"(x));
   }

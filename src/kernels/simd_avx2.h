@@ -130,6 +130,9 @@ struct Avx2Dot {
   static __m256i u4_dot(__m256i u, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
   }
+  // acc + q8_dot / acc + u4_dot (exact integer adds: the same lanes).
+  static __m256i q8_dot_acc(__m256i acc, const Q8& p, __m256i x) { return _mm256_add_epi32(acc, q8_dot(p, x)); }
+  static __m256i u4_dot_acc(__m256i acc, __m256i u, __m256i x) { return _mm256_add_epi32(acc, u4_dot(u, x)); }
 };
 
 // The strategy vpdpbusd (unsigned x signed bytes, int32 sums, no
@@ -154,6 +157,8 @@ struct Avx2VnniEmulatedDot {
   }
   static __m256i q8_dot(const Q8& p, __m256i x) { return dpbusd(p.u, x); }
   static __m256i u4_dot(__m256i u, __m256i x) { return dpbusd(u, x); }
+  static __m256i q8_dot_acc(__m256i acc, const Q8& p, __m256i x) { return _mm256_add_epi32(acc, dpbusd(p.u, x)); }
+  static __m256i u4_dot_acc(__m256i acc, __m256i u, __m256i x) { return _mm256_add_epi32(acc, dpbusd(u, x)); }
 };
 
 }  // namespace

@@ -89,6 +89,10 @@ struct Avx512VnniDot {
   static Q8 q8_prep(__m256i w) { return {_mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)))}; }
   static __m256i q8_dot(const Q8& p, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), p.u, x); }
   static __m256i u4_dot(__m256i u, __m256i x) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x); }
+  // Accumulating forms: vpdpbusd adds into acc itself, one instruction per
+  // dot instead of a dot from zero and an add (integer sums: same lanes).
+  static __m256i q8_dot_acc(__m256i acc, const Q8& p, __m256i x) { return _mm256_dpbusd_epi32(acc, p.u, x); }
+  static __m256i u4_dot_acc(__m256i acc, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(acc, u, x); }
 };
 
 }  // namespace
