@@ -6,61 +6,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "quant/linalg.h"
 
 namespace tessera::quant {
-namespace {
-
-// In-place lower Cholesky factor of the n x n matrix a (row-major): false if
-// a pivot is not positive.
-bool cholesky(std::vector<double>& a, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    double d = a[static_cast<size_t>(j * n + j)];
-    for (int64_t k = 0; k < j; ++k) d -= a[static_cast<size_t>(j * n + k)] * a[static_cast<size_t>(j * n + k)];
-    if (!(d > 0.0)) return false;
-    d = std::sqrt(d);
-    a[static_cast<size_t>(j * n + j)] = d;
-    for (int64_t i = j + 1; i < n; ++i) {
-      double s = a[static_cast<size_t>(i * n + j)];
-      for (int64_t k = 0; k < j; ++k) s -= a[static_cast<size_t>(i * n + k)] * a[static_cast<size_t>(j * n + k)];
-      a[static_cast<size_t>(i * n + j)] = s / d;
-    }
-    for (int64_t k = j + 1; k < n; ++k) a[static_cast<size_t>(j * n + k)] = 0.0;
-  }
-  return true;
-}
-
-// U with H^-1 = U^T U (upper triangular), from the lower Cholesky factor L
-// of H: H^-1 = L^-T L^-1, and U is the transpose of the lower Cholesky
-// factor of that.
-bool inverse_cholesky_upper(std::vector<double> l, int64_t n, std::vector<double>& u) {
-  // li = L^-1 (lower), column by column by forward substitution.
-  std::vector<double> li(static_cast<size_t>(n * n), 0.0);
-  for (int64_t c = 0; c < n; ++c) {
-    for (int64_t i = c; i < n; ++i) {
-      double s = i == c ? 1.0 : 0.0;
-      for (int64_t k = c; k < i; ++k) s -= l[static_cast<size_t>(i * n + k)] * li[static_cast<size_t>(k * n + c)];
-      li[static_cast<size_t>(i * n + c)] = s / l[static_cast<size_t>(i * n + i)];
-    }
-  }
-  // hinv = li^T li.
-  std::vector<double> hinv(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j <= i; ++j) {
-      double s = 0.0;
-      for (int64_t k = i; k < n; ++k) s += li[static_cast<size_t>(k * n + i)] * li[static_cast<size_t>(k * n + j)];
-      hinv[static_cast<size_t>(i * n + j)] = hinv[static_cast<size_t>(j * n + i)] = s;
-    }
-  }
-  if (!cholesky(hinv, n)) return false;
-  u.assign(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j <= i; ++j) u[static_cast<size_t>(j * n + i)] = hinv[static_cast<size_t>(i * n + j)];
-  }
-  return true;
-}
-
-}  // namespace
-
 void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h_in,
           const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool) {
   TESSERA_CHECK(cols > 0 && cols % g.block == 0 && rows >= 0, kInvalidArgument,
@@ -91,17 +39,16 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
       return h[static_cast<size_t>(a * n + a)] > h[static_cast<size_t>(b * n + b)];
     });
   }
-  std::vector<double> u;
+  std::vector<double> u(static_cast<size_t>(n * n));  // the permuted, damped H, then U (quant/linalg.h)
   bool ok = false;
   for (double damp = opt.damp; !ok && damp <= opt.damp * 100.0 + 0.01; damp = damp > 0 ? damp * 10.0 : 0.01) {
-    std::vector<double> hp(static_cast<size_t>(n * n));
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        hp[static_cast<size_t>(i * n + j)] = h[static_cast<size_t>(perm[i] * n + perm[j])];
+        u[static_cast<size_t>(i * n + j)] = h[static_cast<size_t>(perm[i] * n + perm[j])];
       }
-      hp[static_cast<size_t>(i * n + i)] += damp * mean_diag;
+      u[static_cast<size_t>(i * n + i)] += damp * mean_diag;
     }
-    ok = cholesky(hp, n) && inverse_cholesky_upper(std::move(hp), n, u);
+    ok = inverse_cholesky_upper(u.data(), n, pool);
   }
   TESSERA_CHECK(ok, kInvalidArgument, "gptq: the calibration Hessian is not positive definite even with dampening");
 
