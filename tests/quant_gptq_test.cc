@@ -222,7 +222,8 @@ TEST(Quantize, GptqAndAwqModelsDivergeLessThanRtn) {
     o.type = DType::kQ4_0;
     o.method = methods[i];
     const std::string path = testing::temp_path(std::string("s260k_") + method_name(methods[i]) + ".gguf");
-    quantize_model(*m.lm.file, path, o, &stories_calibration(), pool);
+    WholeCalibration stats(stories_calibration());
+    quantize_model(*m.lm.file, path, o, &stats, pool);
     const LoadedModel q = load_model(path);
     kl[i] = engine::kl_divergence(*q.model, *m.tok, e.tokens, e.opt, pool, base).kld_mean;
   }
@@ -278,6 +279,69 @@ TEST(Gptq, OddInputsStayFiniteOrFailClearly) {
   std::vector<double> neg(32 * 32, 0.0);
   for (int i = 0; i < 32; ++i) neg[static_cast<size_t>(i * 33)] = i == 0 ? -100.0 : 1.0;  // not positive semidefinite
   EXPECT_THROW(gptq(g, w.data(), 1, 32, neg, GptqOptions{}, lv.data(), sc.data(), nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tessera::quant
+
+namespace tessera::quant {
+namespace {
+
+// Calibrating a window of layers at a time (bounded memory) gives the same
+// statistics as one pass over all of them, so the same file, byte for byte;
+// quantizing in file order runs each window once, and the output's
+// statistics once.
+TEST(Quantize, LayerWindowsGiveTheFileOfOnePass) {
+  const auto& m = testing::stories260k();
+  ThreadPool pool(2);
+  const std::vector<int32_t> tokens = m.tok->encode(std::string(default_calibration_text()), false);
+  CalibrationOptions co;
+  co.bos = m.tok->bos_id();
+  co.max_tokens = 2048;
+  const Calibration whole = calibrate(*m.lm.model, tokens, co, pool);
+  const int64_t n_layer = m.lm.model->config().n_layer;
+  ASSERT_EQ(n_layer, 5);
+  std::vector<std::pair<int64_t, int64_t>> windows;
+  const LayerWindows::Run run = [&](int64_t b, int64_t e, bool result_norm) {
+    windows.emplace_back(result_norm ? -1 : b, e);
+    CalibrationOptions o = co;
+    o.layer_begin = b;
+    o.layer_end = e;
+    o.result_norm = result_norm;
+    return calibrate(*m.lm.model, tokens, o, pool);
+  };
+  const std::vector<int64_t> dims = {64, 64, 64, 172};  // attn_norm, attn_out, ffn_norm, ffn_act
+  const size_t layer_bytes = input_stats_bytes(dims);
+  EXPECT_EQ(layer_bytes, (3 * 64 * 65 + 172 * 173) * sizeof(double));
+  for (const Method method : {Method::kGptq, Method::kAwqGptq}) {
+    windows.clear();
+    LayerWindows win(run, n_layer, layer_bytes, 2 * layer_bytes + layer_bytes / 2);  // two layers per window
+    EXPECT_EQ(win.layers_per_window(), 2);
+    // The statistics themselves, for a layer in the last (short) window.
+    const InputStats* s4 = win.find("ffn_act", 4);
+    ASSERT_NE(s4, nullptr);
+    EXPECT_EQ(s4->h, whole.find("ffn_act", 4)->h);
+    const InputStats* s1 = win.find("attn_norm", 1);  // another window: [0, 2)
+    ASSERT_NE(s1, nullptr);
+    EXPECT_EQ(s1->h, whole.find("attn_norm", 1)->h);
+    EXPECT_EQ(s1->abs_sum, whole.find("attn_norm", 1)->abs_sum);
+    EXPECT_EQ(win.find("ffn_act", 4)->h, whole.find("ffn_act", 4)->h);
+    EXPECT_EQ(win.passes(), 3);  // [4, 5), [0, 2), [4, 5) again
+    windows.clear();
+
+    QuantizeOptions o;
+    o.method = method;
+    const std::string a = testing::temp_path(std::string("win_whole_") + method_name(method) + ".gguf");
+    const std::string b = testing::temp_path(std::string("win_windows_") + method_name(method) + ".gguf");
+    WholeCalibration all(whole);
+    quantize_model(*m.lm.file, a, o, &all, pool);
+    quantize_model(*m.lm.file, b, o, &win, pool);
+    EXPECT_EQ(testing::read_file(a), testing::read_file(b)) << method_name(method);
+    // output.weight comes before the layers in this file: its pass, then
+    // windows [0, 2), [2, 4), [4, 5).
+    const std::vector<std::pair<int64_t, int64_t>> want = {{-1, 0}, {0, 2}, {2, 4}, {4, 5}};
+    EXPECT_EQ(windows, want) << method_name(method);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -193,7 +194,9 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   const float x[100] = {1.0f};
   other.at("ffn_act", 0).add(x, 1, 100, 100);
   other.finish();
-  EXPECT_THROW(quantize_model(*m.lm.file, out, o, &other, pool), Error);
+  WholeCalibration other_stats(other);
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, &other_stats, pool), Error);
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
   // A non-finite weight (the fuzzer's first find, tests/fuzz/quant_fuzz.cc):
   // an error naming the tensor, not undefined rounding.
   {
@@ -272,7 +275,8 @@ TEST(Quantize, OddShapesThroughEveryMethod) {
         o.bits = bits;
         o.gptq.act_order = bits == 3;
         const std::string out = testing::temp_path(fmt::format("odd_{}_{}_{}.gguf", c.arch, method_name(m), bits));
-        quantize_model(*lm.file, out, o, &cal, pool);
+        WholeCalibration stats(cal);
+        quantize_model(*lm.file, out, o, &stats, pool);
         const LoadedModel q = load_model(out);
         EXPECT_EQ(q.file->has(std::string(kPaddedColsKey) + "blk.0.ffn_down.weight"), c.ff % 32 != 0);
         engine::SequenceRunner runner(*q.model, {.kv_type = DType::kF32}, pool);

@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -24,6 +28,7 @@ struct QuantizeArgs {
   bool act_order = false, no_clip = false;
   double damp = 0.01;
   int threads = 0;
+  int64_t calib_memory_mb = 1024;
 };
 
 DType parse_type_option(const std::string& s) {
@@ -43,6 +48,10 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("--calib", a->calib, "Calibration text (default: the short stories built in, src/quant/default_calibration.cc)");
   sub.add_option("--calib-tokens", a->calib_tokens, "Calibration tokens at most")->capture_default_str();
   sub.add_option("--calib-ctx", a->calib_ctx, "Tokens per calibration chunk")->capture_default_str();
+  sub.add_option("--calib-memory", a->calib_memory_mb,
+                 "MiB of calibration statistics held at once: layers are calibrated in windows that fit (a forward "
+                 "pass per window)")
+      ->capture_default_str();
   sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32)");
   sub.add_option("--keep", a->keep, "NAME=TYPE: store tensor NAME as TYPE (repeatable)");
   sub.add_flag("--act-order", a->act_order, "GPTQ: quantize columns by decreasing input energy");
@@ -65,28 +74,50 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     }
     ThreadPool pool(a->threads);
     const LoadedModel lm = load_model(a->model);
-    quant::Calibration cal;
+    std::unique_ptr<quant::LayerWindows> stats;
     if (quant::needs_calibration(opt.method)) {
+      TESSERA_CHECK(a->calib_memory_mb > 0, kInvalidArgument, "--calib-memory must be positive");
       const std::string path = a->calib.empty() ? std::string("(built-in text)") : a->calib;
       const auto tok = load_tokenizer(lm);
       const std::string text = a->calib.empty() ? std::string(quant::default_calibration_text()) : read_text_file(a->calib);
-      const std::vector<int32_t> tokens = tok->encode(text, /*add_special=*/false);
+      auto tokens = std::make_shared<const std::vector<int32_t>>(tok->encode(text, /*add_special=*/false));
       quant::CalibrationOptions co;
       co.n_ctx = a->calib_ctx;
       co.max_tokens = a->calib_tokens;
       co.bos = tok->add_bos() ? tok->bos_id() : -1;
-      ProgressBar bar("calibration");
-      cal = quant::calibrate(*lm.model, tokens, co, pool, [&](int64_t d, int64_t n) { bar.update(d, n); });
-      bar.finish();
-      std::fprintf(stderr, "calibration: %lld tokens of %s\n", static_cast<long long>(cal.n_tokens), path.c_str());
-      if (cal.n_tokens < 1024) {
-        std::fprintf(stderr, "warning: %lld calibration tokens is few: statistics this thin fit the text, not the model\n",
-                     static_cast<long long>(cal.n_tokens));
+      // One layer's statistics: the widths of the inputs of layer 0's linears.
+      std::map<std::string, int64_t> widths;
+      for (const gguf::TensorInfo& t : lm.file->tensors()) {
+        const auto [tap, layer] = quant::tap_for_tensor(t.name);
+        if (!tap.empty() && layer == 0) widths[tap] = t.ne[0];
       }
+      std::vector<int64_t> dims;
+      for (const auto& [tap, d] : widths) dims.push_back(d);
+      const int64_t n_layer = lm.model->config().n_layer;
+      auto run = [&lm, &pool, tokens, co, path, n_layer](int64_t begin, int64_t end, bool result_norm) {
+        quant::CalibrationOptions o = co;
+        o.layer_begin = begin;
+        o.layer_end = end;
+        o.result_norm = result_norm;
+        ProgressBar bar(result_norm ? std::string("calibration (output)")
+                                    : fmt::format("calibration (layers {}-{} of {})", begin, end - 1, n_layer));
+        quant::Calibration cal = quant::calibrate(*lm.model, *tokens, o, pool, [&](int64_t d, int64_t n) { bar.update(d, n); });
+        bar.finish();
+        if (cal.n_tokens < 1024 && (begin == 0 || result_norm)) {
+          std::fprintf(stderr, "warning: %lld calibration tokens of %s is few: statistics this thin fit the text, not the model\n",
+                       static_cast<long long>(cal.n_tokens), path.c_str());
+        }
+        return cal;
+      };
+      stats = std::make_unique<quant::LayerWindows>(run, n_layer, quant::input_stats_bytes(dims),
+                                                    static_cast<size_t>(a->calib_memory_mb) << 20);
+      std::fprintf(stderr, "calibration: %s, %lld tokens at most, %lld layer(s) per pass (%.0f MiB of statistics each)\n",
+                   path.c_str(), static_cast<long long>(co.max_tokens), static_cast<long long>(stats->layers_per_window()),
+                   static_cast<double>(quant::input_stats_bytes(dims)) / (1 << 20));
     }
     ProgressBar bar("quantize");
     const quant::QuantizeResult r = quant::quantize_model(
-        *lm.file, a->out, opt, quant::needs_calibration(opt.method) ? &cal : nullptr, pool,
+        *lm.file, a->out, opt, stats.get(), pool,
         [&](const quant::TensorDone& d) {
           const std::string shape = d.padded_cols ? fmt::format("{}x{} (padded to {})", d.rows, d.cols, d.padded_cols)
                                                   : fmt::format("{}x{}", d.rows, d.cols);

@@ -16,9 +16,11 @@ Calibration calibrate(const Model& model, std::span<const int32_t> tokens, const
   TESSERA_CHECK(total >= 2, kInvalidArgument, "the calibration text has {} tokens; it needs at least 2", total);
   Calibration cal;
   engine::SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = DType::kF32, .max_batch_tokens = n_ctx}, pool);
-  runner.state().tap = [&cal](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols,
+  runner.state().tap = [&cal, &opt](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols,
                               int64_t stride) {
-    if (Calibration::wanted(name)) cal.at(std::string(name), layer).add(data, rows, cols, stride);
+    if (!Calibration::wanted(name)) return;
+    const bool keep = layer < 0 ? opt.result_norm : layer >= opt.layer_begin && layer < opt.layer_end;
+    if (keep) cal.at(std::string(name), layer).add(data, rows, cols, stride);
   };
   std::vector<int32_t> chunk;
   for (int64_t at = 0; at < total; at += n_ctx) {

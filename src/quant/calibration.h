@@ -1,7 +1,8 @@
 // Calibration: the statistics of every linear layer's input over a
-// calibration text, gathered in one forward pass of the unquantized model
+// calibration text, gathered in a forward pass of the unquantized model
 // (debug taps, model/model.h), for AWQ (per-channel mean |x|) and GPTQ
-// (H = sum x x^T). Linears that share an input share one entry: attn_q/k/v
+// (H = sum x x^T). A pass may keep a window of layers only (LayerWindows:
+// memory bounded by a budget, one pass per window). Linears that share an input share one entry: attn_q/k/v
 // ("attn_norm"), ffn_gate/up ("ffn_norm"); attn_output reads "attn_out",
 // ffn_down "ffn_act", output "result_norm".
 //
@@ -10,6 +11,7 @@
 // ffn_act H is 5632^2 x 8 bytes = 254 MB per layer).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -51,9 +53,65 @@ class Calibration {
   std::map<std::pair<std::string, int64_t>, InputStats> stats_;
 };
 
-// The statistics of the linear named `tensor` ("blk.3.ffn_down.weight"), or
-// null when none were gathered for it.
+// The tap and layer whose statistics the linear named `tensor` reads
+// ("blk.3.ffn_down.weight" -> {"ffn_act", 3}; "output.weight" ->
+// {"result_norm", -1}), or {"", 0} for a tensor no linear input feeds.
+std::pair<std::string, int64_t> tap_for_tensor(const std::string& tensor);
+
+// The statistics of the linear named `tensor`, or null when none were
+// gathered for it.
 const InputStats* stats_for_tensor(const Calibration& c, const std::string& tensor);
+
+// Where the quantizer finds input statistics. A returned pointer stays
+// valid until statistics of another layer are asked for.
+class StatsSource {
+ public:
+  virtual ~StatsSource() = default;
+  // Tap `tap` of `layer` (-1: result_norm), or null.
+  virtual const InputStats* find(const std::string& tap, int64_t layer) = 0;
+  const InputStats* for_tensor(const std::string& tensor) {
+    const auto [tap, layer] = tap_for_tensor(tensor);
+    return tap.empty() ? nullptr : find(tap, layer);
+  }
+};
+
+// Every layer's statistics, gathered at once.
+class WholeCalibration : public StatsSource {
+ public:
+  explicit WholeCalibration(const Calibration& c) : c_(c) {}
+  const InputStats* find(const std::string& tap, int64_t layer) override { return c_.find(tap, layer); }
+
+ private:
+  const Calibration& c_;
+};
+
+// Statistics gathered a window of layers at a time: `run(begin, end,
+// result_norm)` returns those of layers [begin, end) (and result_norm's when
+// asked); windows hold as many layers as `budget_bytes` allows at
+// `layer_bytes` each (at least one), and the result_norm statistics get a
+// pass of their own. Asking for a layer outside the window drops it and
+// runs the window that holds the layer: quantizing in file order (layer by
+// layer) runs each window once.
+class LayerWindows : public StatsSource {
+ public:
+  using Run = std::function<Calibration(int64_t begin, int64_t end, bool result_norm)>;
+  LayerWindows(Run run, int64_t n_layers, size_t layer_bytes, size_t budget_bytes);
+  const InputStats* find(const std::string& tap, int64_t layer) override;
+  int64_t layers_per_window() const { return per_window_; }
+  int64_t passes() const { return passes_; }
+
+ private:
+  Run run_;
+  int64_t n_layers_, per_window_;
+  int64_t begin_ = 0, end_ = 0;  // the window held ([0, 0): none)
+  bool result_norm_ = false;     // whether it is result_norm's
+  int64_t passes_ = 0;
+  Calibration cur_;
+};
+
+// Bytes of the statistics of one layer's inputs with these widths (H in
+// doubles plus the mean |x|).
+size_t input_stats_bytes(std::span<const int64_t> dims);
 
 // The calibration text used when none is given: short children's stories
 // written for Tessera (src/quant/default_calibration.cc), in the style of
@@ -64,6 +122,9 @@ struct CalibrationOptions {
   int64_t n_ctx = 128;        // tokens per chunk (each from an empty cache, BOS first)
   int64_t max_tokens = 16384; // calibration tokens at most
   int32_t bos = -1;           // put first in every chunk when >= 0
+  // Statistics kept: layers [layer_begin, layer_end) and result_norm's.
+  int64_t layer_begin = 0, layer_end = INT64_MAX;
+  bool result_norm = true;
 };
 
 // Runs `model` over `tokens` in chunks and gathers every linear's input

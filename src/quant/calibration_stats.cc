@@ -2,6 +2,7 @@
 // a linear's inputs and finding the entry of a tensor. Kept apart from
 // calibrate(), which runs the model, so that what reads them (the
 // quantizer, tests/fuzz/quant_fuzz.cc) does not need the engine.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -57,22 +58,58 @@ const InputStats* Calibration::find(const std::string& name, int64_t layer) cons
   return it == stats_.end() ? nullptr : &it->second;
 }
 
-const InputStats* stats_for_tensor(const Calibration& c, const std::string& t) {
-  if (t == "output.weight") return c.find("result_norm", -1);
-  if (t.rfind("blk.", 0) != 0) return nullptr;
+std::pair<std::string, int64_t> tap_for_tensor(const std::string& t) {
+  if (t == "output.weight") return {"result_norm", -1};
+  if (t.rfind("blk.", 0) != 0) return {"", 0};
   const size_t dot = t.find('.', 4);
-  if (dot == std::string::npos) return nullptr;
+  if (dot == std::string::npos || dot == 4 || dot > 12) return {"", 0};
   int64_t layer = 0;
   for (size_t i = 4; i < dot; ++i) {
-    if (t[i] < '0' || t[i] > '9') return nullptr;
+    if (t[i] < '0' || t[i] > '9') return {"", 0};
     layer = layer * 10 + (t[i] - '0');
   }
   const std::string rest = t.substr(dot + 1);
-  if (rest == "attn_q.weight" || rest == "attn_k.weight" || rest == "attn_v.weight") return c.find("attn_norm", layer);
-  if (rest == "attn_output.weight") return c.find("attn_out", layer);
-  if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return c.find("ffn_norm", layer);
-  if (rest == "ffn_down.weight") return c.find("ffn_act", layer);
-  return nullptr;
+  if (rest == "attn_q.weight" || rest == "attn_k.weight" || rest == "attn_v.weight") return {"attn_norm", layer};
+  if (rest == "attn_output.weight") return {"attn_out", layer};
+  if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return {"ffn_norm", layer};
+  if (rest == "ffn_down.weight") return {"ffn_act", layer};
+  return {"", 0};
+}
+
+const InputStats* stats_for_tensor(const Calibration& c, const std::string& t) {
+  const auto [tap, layer] = tap_for_tensor(t);
+  return tap.empty() ? nullptr : c.find(tap, layer);
+}
+
+LayerWindows::LayerWindows(Run run, int64_t n_layers, size_t layer_bytes, size_t budget_bytes)
+    : run_(std::move(run)), n_layers_(n_layers),
+      per_window_(std::max<int64_t>(1, layer_bytes == 0 ? n_layers : static_cast<int64_t>(budget_bytes / layer_bytes))) {}
+
+const InputStats* LayerWindows::find(const std::string& tap, int64_t layer) {
+  if (layer < 0) {
+    if (!result_norm_) {
+      cur_ = Calibration{};  // drop the old window before gathering the next
+      cur_ = run_(0, 0, true);
+      begin_ = end_ = 0;
+      result_norm_ = true;
+      ++passes_;
+    }
+  } else if (result_norm_ || layer < begin_ || layer >= end_) {
+    if (layer >= n_layers_) return nullptr;
+    cur_ = Calibration{};
+    begin_ = layer / per_window_ * per_window_;
+    end_ = std::min(n_layers_, begin_ + per_window_);
+    cur_ = run_(begin_, end_, false);
+    result_norm_ = false;
+    ++passes_;
+  }
+  return cur_.find(tap, layer);
+}
+
+size_t input_stats_bytes(std::span<const int64_t> dims) {
+  size_t b = 0;
+  for (int64_t d : dims) b += static_cast<size_t>(d) * static_cast<size_t>(d + 1) * sizeof(double);
+  return b;
 }
 
 }  // namespace tessera::quant

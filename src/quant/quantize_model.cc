@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cinttypes>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -67,7 +69,7 @@ struct Plan {
   std::vector<float> col_scale;    // [cols] multiply columns (AWQ s)
   std::vector<float> row_div;      // [rows] divide rows (1/s of ffn_down folded into ffn_up)
   std::vector<float> vec_div;      // [n] divide a norm vector (1/s folded into RMSNorm)
-  const InputStats* stats = nullptr;
+  bool awq_norm = false;           // a norm AWQ may fold into: written as F32
 };
 
 struct AwqGroup {
@@ -91,17 +93,25 @@ std::vector<AwqGroup> awq_groups(const gguf::File& in) {
   return g;
 }
 
-// Searches AWQ's scale of each group and records it in the plans of the
-// group's linears and of what produces their input.
-void plan_awq(const gguf::File& in, const Grid& g, const Calibration& cal, const AwqOptions& opt,
-              std::map<std::string, Plan>& plans) {
+// The groups whose every linear is stored in a block grid (AWQ's scales
+// only help what is rounded to a grid).
+bool awq_applies(const AwqGroup& grp, const std::map<std::string, Plan>& plans) {
+  for (const std::string& n : grp.linears) {
+    auto it = plans.find(n);
+    if (it == plans.end() || !it->second.matrix || !is_grid_type(it->second.type)) return false;
+  }
+  return true;
+}
+
+// Searches AWQ's scale of each group of `layer` (-1: the output's) and
+// records it in the plans of the group's linears and of what produces
+// their input.
+void plan_awq(const gguf::File& in, const Grid& g, StatsSource& stats, const AwqOptions& opt,
+              std::map<std::string, Plan>& plans, int64_t layer) {
   for (const AwqGroup& grp : awq_groups(in)) {
-    const InputStats* st = cal.find(grp.tap, grp.layer);
-    bool ok = st != nullptr;
-    for (const std::string& n : grp.linears) {
-      auto it = plans.find(n);
-      ok = ok && it != plans.end() && it->second.matrix && is_grid_type(it->second.type);
-    }
+    if (grp.layer != layer) continue;
+    const InputStats* st = stats.find(grp.tap, grp.layer);
+    bool ok = st != nullptr && awq_applies(grp, plans);
     const std::string& producer = grp.norm.empty() ? grp.producer : grp.norm;
     ok = ok && plans.count(producer) != 0 && (!grp.producer.empty() ? plans[producer].matrix : !plans[producer].matrix);
     if (!ok) {
@@ -133,8 +143,8 @@ void plan_awq(const gguf::File& in, const Grid& g, const Calibration& cal, const
 }
 
 // The stored bytes of a matrix: method-chosen levels packed into its grid type.
-void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const QuantizeOptions& opt, ThreadPool& pool,
-                     uint8_t* out, std::string* how) {
+void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats* stats, const QuantizeOptions& opt,
+                     ThreadPool& pool, uint8_t* out, std::string* how) {
   const int64_t cols = t.ne[0], rows = t.ne[1];
   std::vector<float> w = read_f32(t);
   if (!p.col_scale.empty()) {
@@ -161,14 +171,18 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const QuantizeOpt
   std::vector<float> scales(static_cast<size_t>(rows * nb));
   const bool gptq_method = opt.method == Method::kGptq || opt.method == Method::kAwqGptq;
   const bool awq_method = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
-  std::vector<double> h;
-  if (p.stats != nullptr && (gptq_method || (awq_method && opt.awq.clip))) {
-    h = pad_stats(*p.stats, cols_p).h;
+  // H as gathered, or a padded / AWQ-scaled copy (no copy otherwise: a 1B
+  // model's ffn_down H is half a gigabyte).
+  std::vector<double> h_own;
+  std::span<const double> h;
+  if (stats != nullptr && (gptq_method || (awq_method && opt.awq.clip))) {
+    if (cols_p != stats->dim) h_own = pad_stats(*stats, cols_p).h;
     if (!p.col_scale.empty()) {
       std::vector<float> s(static_cast<size_t>(cols_p), 1.0f);
       std::copy(p.col_scale.begin(), p.col_scale.end(), s.begin());
-      h = scale_hessian(h, s);
+      h_own = scale_hessian(h_own.empty() ? stats->h : h_own, s);
     }
+    h = h_own.empty() ? std::span<const double>(stats->h) : std::span<const double>(h_own);
   }
   if (gptq_method && !h.empty()) {
     gptq(g, w.data(), rows, cols_p, h, opt.gptq, levels.data(), scales.data(), &pool);
@@ -214,9 +228,9 @@ const char* method_name(Method m) {
 }
 
 QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
-                              const Calibration* cal, ThreadPool& pool,
+                              StatsSource* stats, ThreadPool& pool,
                               const std::function<void(const TensorDone&)>& on_tensor) {
-  TESSERA_CHECK(!needs_calibration(opt.method) || cal != nullptr, kInvalidArgument,
+  TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
                 "method {} needs calibration statistics", method_name(opt.method));
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
   const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
@@ -255,14 +269,33 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
         p.type = DType::kF16;
         p.cols_p = t.ne[0];
       }
-      if (cal != nullptr) p.stats = stats_for_tensor(*cal, t.name);
-      TESSERA_CHECK(p.stats == nullptr || p.stats->dim == t.ne[0], kInvalidArgument,
-                    "calibration statistics of {} inputs for '{}', which has {}", p.stats ? p.stats->dim : 0, t.name,
-                    t.ne[0]);
     }
     plans[t.name] = std::move(p);
   }
-  if (opt.method == Method::kAwq || opt.method == Method::kAwqGptq) plan_awq(in, g, *cal, opt.awq, plans);
+  const bool awq = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
+  if (awq) {
+    // Norms AWQ may divide are F32 in the output whether or not their scale
+    // is found (known before any statistics: the header is written first).
+    for (const AwqGroup& grp : awq_groups(in)) {
+      auto it = plans.find(grp.norm);
+      if (!grp.norm.empty() && it != plans.end() && !it->second.matrix && awq_applies(grp, plans)) {
+        it->second.awq_norm = true;
+      }
+    }
+  }
+  std::set<int64_t> awq_planned;  // layers whose AWQ scales are searched (-1: the output's)
+  // AWQ's scales of a tensor's layer, searched when its first tensor is
+  // reached (norms and producers are written after their plans exist).
+  const auto plan_layer_of = [&](const std::string& name) {
+    if (!awq) return;
+    int64_t layer = 0;
+    if (name == "output.weight" || name == "output_norm.weight") {
+      layer = -1;
+    } else if (std::sscanf(name.c_str(), "blk.%" SCNd64 ".", &layer) != 1) {
+      return;
+    }
+    if (awq_planned.insert(layer).second) plan_awq(in, g, *stats, opt.awq, plans, layer);
+  };
 
   gguf::Writer w;
   for (const auto& [k, v] : in.metadata()) {
@@ -285,12 +318,15 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       if (p.cols_p != t.ne[0]) w.set_u32(kPaddedColsKey + t.name, static_cast<uint32_t>(t.ne[0]));
       res.n_weights += t.n_elements();
       res.weight_bytes += row_bytes(type, p.cols_p) * static_cast<size_t>(t.ne[1]);
-    } else if (!p.vec_div.empty()) {
+    } else if (p.awq_norm) {
       type = DType::kF32;  // a norm with AWQ's 1/s folded in
     }
     const int64_t i = ++index;
-    w.add_tensor(t.name, type, ne, [&t, &p, &opt, &pool, &on_tensor, type, i, total](uint8_t* out, size_t n_bytes) {
+    w.add_tensor(t.name, type, ne, [&t, &plans, &plan_layer_of, &opt, stats, &pool, &on_tensor, type, i,
+                                    total](uint8_t* out, size_t n_bytes) {
       const auto t0 = std::chrono::steady_clock::now();
+      plan_layer_of(t.name);
+      const Plan& p = plans[t.name];
       TensorDone d;
       d.index = i;
       d.total = total;
@@ -301,14 +337,18 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       d.bytes = n_bytes;
       if (p.matrix) {
         if (p.cols_p != t.ne[0]) d.padded_cols = p.cols_p;
-        quantize_matrix(t, p, opt, pool, out, &d.how);
-      } else if (!p.vec_div.empty()) {
+        const InputStats* st = stats != nullptr && needs_calibration(opt.method) ? stats->for_tensor(t.name) : nullptr;
+        TESSERA_CHECK(st == nullptr || st->dim == t.ne[0], kInvalidArgument,
+                      "calibration statistics of {} inputs for '{}', which has {}", st ? st->dim : 0, t.name, t.ne[0]);
+        quantize_matrix(t, p, st, opt, pool, out, &d.how);
+      } else if (p.awq_norm) {
         std::vector<float> v = read_f32(t);
-        TESSERA_CHECK(v.size() == p.vec_div.size(), kCorruptFile, "awq: '{}' has {} values, expected {}", t.name,
-                      v.size(), p.vec_div.size());
-        for (size_t k = 0; k < v.size(); ++k) v[k] /= p.vec_div[k];
+        TESSERA_CHECK(p.vec_div.empty() || v.size() == p.vec_div.size(), kCorruptFile,
+                      "awq: '{}' has {} values, expected {}", t.name, v.size(), p.vec_div.size());
+        for (size_t k = 0; k < p.vec_div.size(); ++k) v[k] /= p.vec_div[k];
+        TESSERA_CHECK(n_bytes == v.size() * sizeof(float), kInternal, "awq: '{}' size", t.name);
         std::memcpy(out, v.data(), n_bytes);
-        d.how = "awq-folded";
+        d.how = p.vec_div.empty() ? "convert" : "awq-folded";
       } else {
         TESSERA_CHECK(n_bytes <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape", t.name);
         std::memcpy(out, t.data, n_bytes);
@@ -319,7 +359,12 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
     });
   }
   const std::string tmp = out_path + ".partial";
-  w.write(tmp);
+  try {
+    w.write(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());  // an error mid-way (bad statistics, a corrupt tensor) leaves no partial file
+    throw;
+  }
   TESSERA_CHECK(std::rename(tmp.c_str(), out_path.c_str()) == 0, kIo, "cannot rename '{}' to '{}'", tmp, out_path);
   std::FILE* f = std::fopen(out_path.c_str(), "rb");
   if (f != nullptr) {

@@ -11,7 +11,8 @@
 // the next block and a tessera.padded_cols.<name> key (model/weights.h);
 // token_embd is never padded (it falls back to F16 instead). Tensors are
 // streamed to the output one at a time: peak memory is the input mapping
-// plus one tensor in f32 and its calibration statistics.
+// plus one tensor in f32 and the statistics of the window of layers it
+// belongs to.
 #pragma once
 
 #include <cstdint>
@@ -63,9 +64,11 @@ struct QuantizeResult {
   double bits_per_weight() const { return n_weights ? 8.0 * static_cast<double>(weight_bytes) / static_cast<double>(n_weights) : 0.0; }
 };
 
-// `cal` must hold statistics when the method needs them.
+// `stats` must be given when the method needs statistics; they are asked
+// for layer by layer in the file's tensor order (quant/calibration.h
+// LayerWindows gathers them a window at a time).
 QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
-                              const Calibration* cal, ThreadPool& pool,
+                              StatsSource* stats, ThreadPool& pool,
                               const std::function<void(const TensorDone&)>& on_tensor = {});
 
 }  // namespace tessera::quant

@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cal.finish();
     }
     ThreadPool pool(1);
-    quant::quantize_model(f, out, o, &cal, pool);
+    quant::WholeCalibration stats(cal);
+    quant::quantize_model(f, out, o, &stats, pool);
   } catch (const Error&) {
   }
   std::remove(out.c_str());
