@@ -112,5 +112,31 @@ TEST(Linalg, RefusesWhatIsNotPositiveDefinite) {
   EXPECT_FALSE(cholesky_lower(z.data(), n, nullptr));
 }
 
+// The calibration's batched x x^T: the upper triangle gains xt xt^T (to
+// rounding), the strict lower triangle is untouched.
+TEST(Linalg, GramUpdateAddsXtXtTransposed) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> nd;
+  for (const auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {67, 13}, {130, 64}}) {
+    std::vector<double> xt(static_cast<size_t>(n * k)), h(static_cast<size_t>(n * n));
+    for (double& v : xt) v = nd(rng);
+    for (double& v : h) v = nd(rng);
+    std::vector<double> got = h;
+    add_gram_upper(got.data(), xt.data(), n, k);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t at = static_cast<size_t>(i * n + j);
+        if (j < i) {
+          EXPECT_EQ(got[at], h[at]) << n << " lower " << i << "," << j;
+          continue;
+        }
+        double want = h[at];
+        for (int64_t t = 0; t < k; ++t) want += xt[static_cast<size_t>(i * k + t)] * xt[static_cast<size_t>(j * k + t)];
+        EXPECT_NEAR(got[at], want, 1e-12 * (1.0 + std::fabs(want)) * static_cast<double>(k)) << n << " " << i << "," << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::quant

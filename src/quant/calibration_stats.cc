@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "quant/calibration.h"
+#include "quant/linalg.h"
 
 namespace tessera::quant {
 
@@ -17,20 +18,20 @@ void InputStats::add(const float* x, int64_t rows, int64_t cols, int64_t stride)
     abs_sum.assign(static_cast<size_t>(cols), 0.0);
   }
   TESSERA_CHECK(cols == dim, kInternal, "calibration input of {} columns, then {}", dim, cols);
-  std::vector<double> xd(static_cast<size_t>(cols));
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* r = x + t * stride;
-    for (int64_t i = 0; i < cols; ++i) {
-      xd[static_cast<size_t>(i)] = r[i];
-      abs_sum[static_cast<size_t>(i)] += std::fabs(static_cast<double>(r[i]));
+  // Up to kBatch rows transposed (channel-major), then one sweep of H's
+  // upper triangle for all of them (mirrored when read: finish()).
+  constexpr int64_t kBatch = 64;
+  std::vector<double> xt(static_cast<size_t>(cols * std::min(rows, kBatch)));
+  for (int64_t t0 = 0; t0 < rows; t0 += kBatch) {
+    const int64_t k = std::min(kBatch, rows - t0);
+    for (int64_t t = 0; t < k; ++t) {
+      const float* r = x + (t0 + t) * stride;
+      for (int64_t i = 0; i < cols; ++i) {
+        xt[static_cast<size_t>(i * k + t)] = r[i];
+        abs_sum[static_cast<size_t>(i)] += std::fabs(static_cast<double>(r[i]));
+      }
     }
-    // Upper triangle only; mirrored when read (calibrate() finishes it).
-    for (int64_t i = 0; i < cols; ++i) {
-      const double xi = xd[static_cast<size_t>(i)];
-      if (xi == 0.0) continue;
-      double* hr = h.data() + i * cols;
-      for (int64_t j = i; j < cols; ++j) hr[j] += xi * xd[static_cast<size_t>(j)];
-    }
+    add_gram_upper(h.data(), xt.data(), cols, k);
   }
   n += rows;
 }

@@ -161,6 +161,25 @@ void invert_lower(double* l, int64_t n, ThreadPool* pool) {
   }
 }
 
+void add_gram_upper(double* h, const double* xt, int64_t n, int64_t k) {
+  for (int64_t i0 = 0; i0 < n; i0 += 4) {
+    const double* r[4];
+    for (int q = 0; q < 4; ++q) r[q] = xt + std::min(i0 + q, n - 1) * k;
+    for (int64_t j0 = i0; j0 < n; j0 += 2) {
+      const int64_t j1 = std::min(j0 + 1, n - 1);
+      double out[4][2];
+      dots_4x2(r, xt + j0 * k, xt + j1 * k, k, out);
+      for (int q = 0; q < 4; ++q) {
+        const int64_t i = i0 + q;
+        if (i >= n) break;
+        double* hi = h + i * n;
+        if (j0 >= i) hi[j0] += out[q][0];
+        if (j0 + 1 >= i && j0 + 1 < n) hi[j0 + 1] += out[q][1];
+      }
+    }
+  }
+}
+
 bool inverse_cholesky_upper(double* h, int64_t n, ThreadPool* pool) {
   std::reverse(h, h + n * n);
   if (!cholesky_lower(h, n, pool)) return false;
