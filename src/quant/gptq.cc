@@ -57,46 +57,62 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
     if (opt.scale_steps <= 0) return block_scale(g, blk, g.block);
     return search_block_scale(g, blk, g.block, h.data() + first_col * n + first_col, n, opt.scale_steps);
   };
+  // Rows in groups of kGroup: each row of U is read once for the group
+  // (U of an 8192-wide input is 537 MB: per row, the batch updates would
+  // stream it from memory). Each row's own arithmetic, and so its result,
+  // is that of quantizing it alone.
+  constexpr int64_t kGroup = 8;
   const auto row_fn = [&](int64_t r0, int64_t r1) {
-    std::vector<double> x(static_cast<size_t>(n)), err(static_cast<size_t>(batch));
+    std::vector<double> xs(static_cast<size_t>(kGroup * n)), errs(static_cast<size_t>(kGroup * batch));
     std::vector<float> blk(static_cast<size_t>(g.block));
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* wr = w + r * cols;
-      float* sr = scales + r * nb;
-      int8_t* qr = levels + r * cols;
-      if (opt.act_order) {  // static groups, from the original weights (dead inputs zeroed)
-        for (int64_t b = 0; b < nb; ++b) {
-          for (int j = 0; j < g.block; ++j) blk[j] = dead[static_cast<size_t>(b * g.block + j)] ? 0.0f : wr[b * g.block + j];
-          sr[b] = scale_of(blk.data(), b * g.block);
+    for (int64_t rg = r0; rg < r1; rg += kGroup) {
+      const int64_t m = std::min(kGroup, r1 - rg);
+      for (int64_t k = 0; k < m; ++k) {
+        const int64_t r = rg + k;
+        const float* wr = w + r * cols;
+        float* sr = scales + r * nb;
+        if (opt.act_order) {  // static groups, from the original weights (dead inputs zeroed)
+          for (int64_t b = 0; b < nb; ++b) {
+            for (int j = 0; j < g.block; ++j) blk[j] = dead[static_cast<size_t>(b * g.block + j)] ? 0.0f : wr[b * g.block + j];
+            sr[b] = scale_of(blk.data(), b * g.block);
+          }
         }
+        double* x = xs.data() + k * n;
+        for (int64_t i = 0; i < n; ++i) x[i] = dead[static_cast<size_t>(perm[i])] ? 0.0 : wr[perm[i]];
       }
-      for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = dead[static_cast<size_t>(perm[i])] ? 0.0 : wr[perm[i]];
       for (int64_t b0 = 0; b0 < n; b0 += batch) {
         const int64_t b1 = std::min(n, b0 + batch);
         for (int64_t i = b0; i < b1; ++i) {
           const int64_t col = perm[i];
-          if (!opt.act_order && col % g.block == 0) {
-            for (int j = 0; j < g.block; ++j) blk[j] = static_cast<float>(x[static_cast<size_t>(i + j)]);
-            sr[col / g.block] = scale_of(blk.data(), col);
-          }
-          const float d = sr[col / g.block];
-          const int q = level(g, static_cast<float>(x[static_cast<size_t>(i)]), d);
-          qr[col] = static_cast<int8_t>(q);
           const double* ui = u.data() + i * n;
-          const double e = (x[static_cast<size_t>(i)] - static_cast<double>(d) * q) / ui[i];
-          err[static_cast<size_t>(i - b0)] = e;
-          for (int64_t j = i + 1; j < b1; ++j) x[static_cast<size_t>(j)] -= e * ui[j];
+          for (int64_t k = 0; k < m; ++k) {
+            double* x = xs.data() + k * n;
+            float* sr = scales + (rg + k) * nb;
+            if (!opt.act_order && col % g.block == 0) {
+              for (int j = 0; j < g.block; ++j) blk[j] = static_cast<float>(x[i + j]);
+              sr[col / g.block] = scale_of(blk.data(), col);
+            }
+            const float d = sr[col / g.block];
+            const int q = level(g, static_cast<float>(x[i]), d);
+            levels[(rg + k) * cols + col] = static_cast<int8_t>(q);
+            const double e = (x[i] - static_cast<double>(d) * q) / ui[i];
+            errs[static_cast<size_t>(k * batch + i - b0)] = e;
+            for (int64_t j = i + 1; j < b1; ++j) x[j] -= e * ui[j];
+          }
         }
         for (int64_t i = b0; i < b1; ++i) {  // the batch's errors, onto every later column at once
-          const double e = err[static_cast<size_t>(i - b0)];
           const double* ui = u.data() + i * n;
-          for (int64_t j = b1; j < n; ++j) x[static_cast<size_t>(j)] -= e * ui[j];
+          for (int64_t k = 0; k < m; ++k) {
+            const double e = errs[static_cast<size_t>(k * batch + i - b0)];
+            double* x = xs.data() + k * n;
+            for (int64_t j = b1; j < n; ++j) x[j] -= e * ui[j];
+          }
         }
       }
     }
   };
   if (pool != nullptr) {
-    pool->parallel_for(rows, 1, row_fn);
+    pool->parallel_for(rows, kGroup, row_fn);
   } else {
     row_fn(0, rows);
   }
