@@ -109,11 +109,12 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
         }
         return cal;
       };
-      stats = std::make_unique<quant::LayerWindows>(run, n_layer, quant::input_stats_bytes(dims),
+      const size_t layer_bytes = quant::input_stats_bytes(dims);
+      stats = std::make_unique<quant::LayerWindows>(run, n_layer, layer_bytes,
                                                     static_cast<size_t>(a->calib_memory_mb) << 20);
       std::fprintf(stderr, "calibration: %s, %lld tokens at most, %lld layer(s) per pass (%.0f MiB of statistics each)\n",
                    path.c_str(), static_cast<long long>(co.max_tokens), static_cast<long long>(stats->layers_per_window()),
-                   static_cast<double>(quant::input_stats_bytes(dims)) / (1 << 20));
+                   static_cast<double>(layer_bytes) / (1 << 20));
     }
     ProgressBar bar("quantize");
     const quant::QuantizeResult r = quant::quantize_model(

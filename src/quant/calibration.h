@@ -2,9 +2,10 @@
 // calibration text, gathered in a forward pass of the unquantized model
 // (debug taps, model/model.h), for AWQ (per-channel mean |x|) and GPTQ
 // (H = sum x x^T). A pass may keep a window of layers only (LayerWindows:
-// memory bounded by a budget, one pass per window). Linears that share an input share one entry: attn_q/k/v
-// ("attn_norm"), ffn_gate/up ("ffn_norm"); attn_output reads "attn_out",
-// ffn_down "ffn_act", output "result_norm".
+// memory bounded by a budget, one pass per window). Linears that share an
+// input share one entry: attn_q/k/v ("attn_norm"), ffn_gate/up
+// ("ffn_norm"); attn_output reads "attn_out", ffn_down "ffn_act", output
+// "result_norm".
 //
 // Memory: dim^2 doubles per input, whatever the number of calibration
 // tokens (stories1M: 5 inputs x 6 layers of 64..256 wide; a 1B model's
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +54,10 @@ class Calibration {
  private:
   std::map<std::pair<std::string, int64_t>, InputStats> stats_;
 };
+
+// The layer a tensor belongs to: N for "blk.N.*", -1 for the output and
+// its norm, none otherwise.
+std::optional<int64_t> layer_of_tensor(const std::string& tensor);
 
 // The tap and layer whose statistics the linear named `tensor` reads
 // ("blk.3.ffn_down.weight" -> {"ffn_act", 3}; "output.weight" ->

@@ -59,17 +59,25 @@ const InputStats* Calibration::find(const std::string& name, int64_t layer) cons
   return it == stats_.end() ? nullptr : &it->second;
 }
 
-std::pair<std::string, int64_t> tap_for_tensor(const std::string& t) {
-  if (t == "output.weight") return {"result_norm", -1};
-  if (t.rfind("blk.", 0) != 0) return {"", 0};
+std::optional<int64_t> layer_of_tensor(const std::string& t) {
+  if (t == "output.weight" || t == "output_norm.weight") return -1;
+  if (t.rfind("blk.", 0) != 0) return std::nullopt;
   const size_t dot = t.find('.', 4);
-  if (dot == std::string::npos || dot == 4 || dot > 12) return {"", 0};
+  if (dot == std::string::npos || dot == 4 || dot > 12) return std::nullopt;
   int64_t layer = 0;
   for (size_t i = 4; i < dot; ++i) {
-    if (t[i] < '0' || t[i] > '9') return {"", 0};
+    if (t[i] < '0' || t[i] > '9') return std::nullopt;
     layer = layer * 10 + (t[i] - '0');
   }
-  const std::string rest = t.substr(dot + 1);
+  return layer;
+}
+
+std::pair<std::string, int64_t> tap_for_tensor(const std::string& t) {
+  if (t == "output.weight") return {"result_norm", -1};
+  const std::optional<int64_t> l = layer_of_tensor(t);
+  if (!l || *l < 0) return {"", 0};
+  const int64_t layer = *l;
+  const std::string rest = t.substr(t.find('.', 4) + 1);
   if (rest == "attn_q.weight" || rest == "attn_k.weight" || rest == "attn_v.weight") return {"attn_norm", layer};
   if (rest == "attn_output.weight") return {"attn_out", layer};
   if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return {"ffn_norm", layer};

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <cinttypes>
 #include <map>
 #include <set>
 
@@ -287,14 +286,8 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   // AWQ's scales of a tensor's layer, searched when its first tensor is
   // reached (norms and producers are written after their plans exist).
   const auto plan_layer_of = [&](const std::string& name) {
-    if (!awq) return;
-    int64_t layer = 0;
-    if (name == "output.weight" || name == "output_norm.weight") {
-      layer = -1;
-    } else if (std::sscanf(name.c_str(), "blk.%" SCNd64 ".", &layer) != 1) {
-      return;
-    }
-    if (awq_planned.insert(layer).second) plan_awq(in, g, *stats, opt.awq, plans, layer);
+    const std::optional<int64_t> layer = layer_of_tensor(name);
+    if (awq && layer && awq_planned.insert(*layer).second) plan_awq(in, g, *stats, opt.awq, plans, *layer);
   };
 
   gguf::Writer w;
