@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
 
 namespace tessera::kernels {
@@ -72,27 +73,78 @@ const MatmulKernels& matmul_kernels(Isa isa) {
   return matmul_kernels_ref();
 }
 
-PreparedWeight prepare_weight(const WeightView& w) {
-  PreparedWeight p;
-  p.view = w;
-  const bool q8 = w.type == DType::kQ8_0, q4 = w.type == DType::kQ4_0;
-  if ((!q8 && !q4) || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0 || w.row_bytes < row_bytes(w.type, w.cols)) {
-    return p;  // nothing to pack (bad shapes are reported by matmul())
-  }
+namespace {
+
+// The 8 rows of group g (the last group padded with copies of the last row).
+const uint8_t* group_row(const WeightView& w, int64_t g, int64_t r) {
+  const int64_t row = g * kRowTile + r < w.rows ? g * kRowTile + r : w.rows - 1;
+  return w.data + static_cast<size_t>(row) * w.row_bytes;
+}
+
+void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
+  const bool q8 = w.type == DType::kQ8_0;
   const int64_t nb = w.cols / 32, groups = (w.rows + kRowTile - 1) / kRowTile;
   const size_t in_block = q8 ? 34 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
   const size_t value_bytes = in_block - 2;  // 32 (Q8_0) or 16 (Q4_0) bytes of values
-  p.packed.resize(static_cast<size_t>(groups * nb) * out_block);
-  uint8_t* out = p.packed.data();
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b, out += out_block) {
       for (int64_t r = 0; r < kRowTile; ++r) {
-        const int64_t row = g * kRowTile + r < w.rows ? g * kRowTile + r : w.rows - 1;
-        const uint8_t* blk = w.data + static_cast<size_t>(row) * w.row_bytes + static_cast<size_t>(b) * in_block;
+        const uint8_t* blk = group_row(w, g, r) + static_cast<size_t>(b) * in_block;
         std::memcpy(out + 2 * r, blk, 2);  // fp16 scale
         for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, blk + 2 + 4 * j, 4);
       }
     }
+  }
+}
+
+// Q4_K: the 12 scale bytes s hold sc[j] = s[j] & 63 and m[j] = s[j + 4] & 63
+// for j < 4; for j >= 4 the low 4 bits in the nibbles of s[j + 4] (sc low,
+// m high) and the top 2 in the top bits of s[j - 4] (sc) and s[j] (m).
+void pack_q4_k(const WeightView& w, uint8_t* out) {
+  const int64_t nb = w.cols / 256, groups = (w.rows + kRowTile - 1) / kRowTile;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < nb; ++b, out += kPackedQ4_KBlock) {
+      for (int64_t r = 0; r < kRowTile; ++r) {
+        const uint8_t* blk = group_row(w, g, r) + static_cast<size_t>(b) * sizeof(BlockQ4_K);
+        const uint8_t* s = blk + 4;
+        std::memcpy(out + 2 * r, blk, 2);       // d
+        std::memcpy(out + 16 + 2 * r, blk + 2, 2);  // dmin
+        for (int j = 0; j < 8; ++j) {
+          const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+          const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+          out[32 + 8 * j + r] = static_cast<uint8_t>(sc);
+          out[96 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(m);
+        }
+        for (int p = 0; p < 4; ++p) {
+          for (int h = 0; h < 8; ++h) std::memcpy(out + 160 + 256 * p + 32 * h + 4 * r, blk + 16 + 32 * p + 4 * h, 4);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PreparedWeight prepare_weight(const WeightView& w) {
+  PreparedWeight p;
+  p.view = w;
+  size_t block_bytes = 0;
+  switch (w.type) {
+    case DType::kQ8_0: block_bytes = kPackedQ8_0Block; break;
+    case DType::kQ4_0: block_bytes = kPackedQ4_0Block; break;
+    case DType::kQ4_K: block_bytes = kPackedQ4_KBlock; break;
+    default: return p;  // no packed layout
+  }
+  const int64_t block = dtype_traits(w.type).block_size;
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % block != 0 || w.row_bytes < row_bytes(w.type, w.cols)) {
+    return p;  // nothing to pack (bad shapes are reported by matmul())
+  }
+  const int64_t groups = (w.rows + kRowTile - 1) / kRowTile;
+  p.packed.resize(static_cast<size_t>(groups * (w.cols / block)) * block_bytes);
+  if (w.type == DType::kQ4_K) {
+    pack_q4_k(w, p.packed.data());
+  } else {
+    pack_q8_0_q4_0(w, p.packed.data());
   }
   return p;
 }
@@ -224,8 +276,8 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
     a.act_layout = layout;
     range[j] = kernels.range[static_cast<int>(info.wtype)];
     if (jobs[j].packed != nullptr) {
-      const MatmulRangeFn p =
-          kernels.packed_range[static_cast<int>(w.type == DType::kQ8_0 ? Packed::kQ8_0 : Packed::kQ4_0)];
+      const Packed kind = w.type == DType::kQ8_0 ? Packed::kQ8_0 : w.type == DType::kQ4_0 ? Packed::kQ4_0 : Packed::kQ4_K;
+      const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
       if (p != nullptr) {
         range[j] = p;
         a.w = jobs[j].packed;

@@ -350,18 +350,14 @@ static inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// G row groups (8 rows each, consecutive in the packed layout) x T tokens.
-// One token (decode) takes two groups at a time so that each activation
-// broadcast feeds 16 rows: decode's kernel issues fewer loads per weight
-// byte, which is what lets two cores keep DRAM busy. All but the last group
-// are full; the last has `nvalid` rows. kPrefetch: bytes ahead of each
-// group's stream to prefetch (0: none), so that the misses of a decode step
-// are in flight while the previous bytes are multiplied.
-template <class D, bool kQ4, int T, int G, int kPrefetch>
-static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
-                         int nvalid) {
-  constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
+// The frame every packed tile shares: G row groups (8 rows each,
+// consecutive in the packed layout) x T tokens of float accumulators, the
+// blocks walked in order with each group's stream prefetched kPrefetch
+// bytes ahead (0: none), and the stores (the last group has `nvalid` rows).
+// block(blk, b, acc) adds block b of every group (blk[g]) into acc.
+template <int T, int G, size_t kBytes, int kPrefetch, class Block>
+__attribute__((always_inline)) static inline void packed_frame(const uint8_t* group, size_t group_bytes, int64_t nb,
+                                                               float* const* y, int nvalid, Block block) {
   __m256 acc[G][T];
   for (int g = 0; g < G; ++g) {
     for (int t = 0; t < T; ++t) acc[g][t] = _mm256_setzero_ps();
@@ -376,6 +372,32 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
         }
       }
     }
+    block(blk, b, acc);
+  }
+  for (int g = 0; g < G; ++g) {
+    for (int t = 0; t < T; ++t) {
+      if (g < G - 1 || nvalid == 8) {
+        _mm256_storeu_ps(y[t] + 8 * g, acc[g][t]);
+      } else {
+        Avx2F::store_tail(y[t] + 8 * g, acc[g][t], nvalid);
+      }
+    }
+  }
+}
+
+// G row groups (8 rows each, consecutive in the packed layout) x T tokens.
+// One token (decode) takes two groups at a time so that each activation
+// broadcast feeds 16 rows: decode's kernel issues fewer loads per weight
+// byte, which is what lets two cores keep DRAM busy. All but the last group
+// are full; the last has `nvalid` rows. kPrefetch: bytes ahead of each
+// group's stream to prefetch (0: none), so that the misses of a decode step
+// are in flight while the previous bytes are multiplied.
+template <class D, bool kQ4, int T, int G, int kPrefetch>
+static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                         int nvalid) {
+  constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
     __m256i isum[G][T];
     if constexpr (kQ4) {
       // kPairs: the 8 vpmaddubsw results of a block are summed as int16
@@ -435,31 +457,120 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
         acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, d), acc[g][t]);
       }
     }
-  }
-  for (int g = 0; g < G; ++g) {
-    for (int t = 0; t < T; ++t) {
-      if (g < G - 1 || nvalid == 8) {
-        _mm256_storeu_ps(y[t] + 8 * g, acc[g][t]);
-      } else {
-        Avx2F::store_tail(y[t] + 8 * g, acc[g][t], nvalid);
+  };
+  packed_frame<T, G, kBytes, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
+}
+
+// ---- packed Q4_K tile: 8 rows x T tokens, lane r = row r -----------------------
+// Layout in matmul_kernels.h. Per super-block and sub-block j, the exact
+// dot of each row with the token forms in one int32 lane (vpdpbusd, or on
+// plain AVX2 int16 pairs: 8 vpmaddubsw results of at most 2 * 15 * 127
+// stay within 30480) and is multiplied by that row's 6-bit scale, so the
+// super-block's sum_j sc_j * dot_j is exact in int32 (at most 8 * 63 * 32 *
+// 15 * 127 < 2^25); the min term sum_j m_j * sum(x_j) is a vpmaddwd of the
+// unpacked mins with the token's group sums. Then the two float steps of
+// the contract, once per 256 values instead of once per 32 as in Q4_0.
+
+static inline __m256i scale_lanes(const uint8_t* p, bool pairs) {
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return pairs ? _mm256_or_si256(s, _mm256_slli_epi32(s, 16)) : s;  // pairs: (sc, sc) as int16
+}
+
+template <class D, int T, int G, int kPrefetch>
+static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                         int nvalid) {
+  constexpr size_t kBytes = kPackedQ4_KBlock;
+  constexpr bool kPairs = D::kU4PairsInInt16;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
+    __m256i isum[G][T];
+    for (int g = 0; g < G; ++g) {
+      for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+    }
+    for (int p = 0; p < 4; ++p) {
+      __m256i lo_part[G][T], hi_part[G][T];  // sub-blocks 2p and 2p + 1
+      for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) lo_part[g][t] = hi_part[g][t] = _mm256_setzero_si256();
+      }
+      for (int h = 0; h < 8; ++h) {
+        __m256i xl[T], xh[T];
+        for (int t = 0; t < T; ++t) {
+          xl[t] = bcast4(x[t].q + b * 256 + 64 * p + 4 * h);
+          xh[t] = bcast4(x[t].q + b * 256 + 64 * p + 32 + 4 * h);
+        }
+        for (int g = 0; g < G; ++g) {
+          const __m256i v = loadu256(blk[g] + 160 + 256 * p + 32 * h);
+          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          for (int t = 0; t < T; ++t) {
+            if constexpr (kPairs) {
+              lo_part[g][t] = _mm256_add_epi16(lo_part[g][t], _mm256_maddubs_epi16(lo, xl[t]));
+              hi_part[g][t] = _mm256_add_epi16(hi_part[g][t], _mm256_maddubs_epi16(hi, xh[t]));
+            } else {
+              lo_part[g][t] = D::u4_dot_acc(lo_part[g][t], lo, xl[t]);
+              hi_part[g][t] = D::u4_dot_acc(hi_part[g][t], hi, xh[t]);
+            }
+          }
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        const __m256i sl = scale_lanes(blk[g] + 32 + 8 * (2 * p), kPairs);
+        const __m256i sh = scale_lanes(blk[g] + 32 + 8 * (2 * p + 1), kPairs);
+        for (int t = 0; t < T; ++t) {
+          if constexpr (kPairs) {
+            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(lo_part[g][t], sl));
+            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(hi_part[g][t], sh));
+          } else {
+            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(lo_part[g][t], sl));
+            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(hi_part[g][t], sh));
+          }
+        }
       }
     }
+    for (int g = 0; g < G; ++g) {
+      __m256i mins[4];  // int16 pairs (m_r[2i], m_r[2i + 1]) in lane r
+      for (int i = 0; i < 4; ++i) mins[i] = _mm256_cvtepu8_epi16(loadu128(blk[g] + 96 + 16 * i));
+      const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g])), wmin = _mm256_cvtph_ps(loadu128(blk[g] + 16));
+      for (int t = 0; t < T; ++t) {
+        const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 8);
+        __m256i msum = _mm256_madd_epi16(mins[0], bcast4(xs));
+        for (int i = 1; i < 4; ++i) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[i], bcast4(xs + 4 * i)));
+        const __m256 dx = _mm256_set1_ps(x[t].d[b]);
+        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g][t]), _mm256_mul_ps(wd, dx), acc[g][t]);
+        acc[g][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(wmin, dx), acc[g][t]);
+      }
+    }
+  };
+  packed_frame<T, G, kBytes, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
+}
+
+// One packed tile of kind K.
+template <class D, Packed K, int T, int G, int kPrefetch>
+static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
+                               float* const* y, int nvalid) {
+  if constexpr (K == Packed::kQ4_K) {
+    ktile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else {
+    ptile<D, K == Packed::kQ4_0, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
 }
 
-template <class D, bool kQ4, class Cfg>
+template <class D, Packed K, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nb = a.cols / 32;
-  const size_t group_bytes = static_cast<size_t>(nb) * (kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block);
+  constexpr int64_t kValues = K == Packed::kQ4_K ? 256 : 32;
+  constexpr size_t kBytes =
+      K == Packed::kQ4_K ? kPackedQ4_KBlock : K == Packed::kQ4_0 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  const int64_t nb = a.cols / kValues;
+  const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
   if (t1 - t0 == 1) {  // decode: two row groups per pass
     const ActPtrs x = act_ptrs(a, t0);
     for (int64_t rt = r0; rt < r1; rt += 2 * kRowTile) {
       const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
       float* y = a.y + t0 * a.y_stride + rt;
       if (rt + kRowTile < r1) {
-        ptile<D, kQ4, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(imin(8, r1 - rt - 8)));
+        packed_tile<D, K, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y,
+                                                       static_cast<int>(imin(8, r1 - rt - 8)));
       } else {
-        ptile<D, kQ4, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(r1 - rt));
+        packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(r1 - rt));
       }
     }
     return;
@@ -467,10 +578,10 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
     const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
     switch (n) {
-      case 1: ptile<D, kQ4, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      case 2: ptile<D, kQ4, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      case 3: ptile<D, kQ4, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      default: ptile<D, kQ4, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      case 1: packed_tile<D, K, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      case 2: packed_tile<D, K, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      case 3: packed_tile<D, K, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+      default: packed_tile<D, K, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
     }
   });
 }
@@ -642,7 +753,7 @@ struct KernelSet {
           qrange<FmtQ5_K, Cfg>,
       },
       quantize_act_impl,
-      {prange<D, false, Cfg>, prange<D, true, Cfg>},
+      {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>},
   };
 };
 

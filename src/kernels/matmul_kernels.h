@@ -74,7 +74,7 @@ using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int
 // Rows per tile of the quantized kernels (one output lane per row).
 constexpr int64_t kRowTile = 8;
 
-// Q8_0 / Q4_0 weights repacked by prepare_weight(): rows in groups of 8
+// Q8_0 / Q4_0 / Q4_K weights repacked by prepare_weight(): rows in groups of 8
 // (the last group padded with copies of the last row); per group, for each
 // block of 32 in order: the 8 rows' fp16 scales (16 bytes), then the values
 // with the 8 rows interleaved in 4-value groups, so that one 32-byte load
@@ -85,8 +85,19 @@ constexpr int64_t kRowTile = 8;
 // Group g starts at g * (cols / 32) * bytes-per-block.
 constexpr size_t kPackedQ8_0Block = 16 + 256;
 constexpr size_t kPackedQ4_0Block = 16 + 128;
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1 };
-constexpr int kNumPacked = 2;
+// Q4_K the same way, per group and super-block of 256 values in order (the
+// 6-bit scales and mins unpacked to bytes, so the kernel only widens them):
+//   bytes    0..15   the 8 rows' fp16 d
+//   bytes   16..31   the 8 rows' fp16 dmin
+//   bytes   32..95   scales: byte 32 + 8 j + r = sc_r[j]            (j < 8)
+//   bytes   96..159  mins in pairs: byte 96 + 16 i + 2 r + e = m_r[2 i + e]
+//   bytes  160..1183 values: for p < 4 and h < 8, 32 bytes at 160 + 256 p +
+//                    32 h with byte 4 r + i = the Q4_K byte qs_r[32 p + 4 h + i]
+//                    (low nibble value 64 p + 4 h + i, of sub-block 2 p; high
+//                    nibble value 64 p + 32 + 4 h + i, of sub-block 2 p + 1)
+constexpr size_t kPackedQ4_KBlock = 32 + 64 + 64 + 1024;
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2 };
+constexpr int kNumPacked = 3;
 
 struct MatmulKernels {
   const char* name;
