@@ -210,7 +210,7 @@ void register_all() {
     const std::string tn = std::string(dtype_name(type));
     for (Isa isa : isas) {
       const std::string in = std::string(isa_name(isa));
-      const bool can_pack = type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K;
+      const bool can_pack = type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ6_K;
       for (bool packed : {false, true}) {
         if (packed && !can_pack) continue;
         const std::string tp = tn + (packed ? "_packed" : "");

@@ -81,46 +81,64 @@ const uint8_t* group_row(const WeightView& w, int64_t g, int64_t r) {
   return w.data + static_cast<size_t>(row) * w.row_bytes;
 }
 
-void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
-  const bool q8 = w.type == DType::kQ8_0;
-  const int64_t nb = w.cols / 32, groups = (w.rows + kRowTile - 1) / kRowTile;
-  const size_t in_block = q8 ? 34 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
-  const size_t value_bytes = in_block - 2;  // 32 (Q8_0) or 16 (Q4_0) bytes of values
+// Walks the packed layout: for each group of 8 rows and each block in
+// order, fill(out, blk, r) writes row r's part of the packed block at out
+// (out_bytes each) from that row's block blk (`values` values, in_bytes).
+template <class Fill>
+void pack_groups(const WeightView& w, int64_t values, size_t in_bytes, size_t out_bytes, uint8_t* out, Fill fill) {
+  const int64_t nb = w.cols / values, groups = (w.rows + kRowTile - 1) / kRowTile;
   for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < nb; ++b, out += out_block) {
-      for (int64_t r = 0; r < kRowTile; ++r) {
-        const uint8_t* blk = group_row(w, g, r) + static_cast<size_t>(b) * in_block;
-        std::memcpy(out + 2 * r, blk, 2);  // fp16 scale
-        for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, blk + 2 + 4 * j, 4);
-      }
+    for (int64_t b = 0; b < nb; ++b, out += out_bytes) {
+      for (int r = 0; r < kRowTile; ++r) fill(out, group_row(w, g, r) + static_cast<size_t>(b) * in_bytes, r);
     }
   }
+}
+
+void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
+  const bool q8 = w.type == DType::kQ8_0;
+  const size_t in_block = q8 ? 34 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
+  const size_t value_bytes = in_block - 2;  // 32 (Q8_0) or 16 (Q4_0) bytes of values
+  pack_groups(w, 32, in_block, out_block, out, [&](uint8_t* o, const uint8_t* blk, int r) {
+    std::memcpy(o + 2 * r, blk, 2);  // fp16 scale
+    for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(o + 16 + 32 * j + 4 * r, blk + 2 + 4 * j, 4);
+  });
 }
 
 // Q4_K: the 12 scale bytes s hold sc[j] = s[j] & 63 and m[j] = s[j + 4] & 63
 // for j < 4; for j >= 4 the low 4 bits in the nibbles of s[j + 4] (sc low,
 // m high) and the top 2 in the top bits of s[j - 4] (sc) and s[j] (m).
 void pack_q4_k(const WeightView& w, uint8_t* out) {
-  const int64_t nb = w.cols / 256, groups = (w.rows + kRowTile - 1) / kRowTile;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < nb; ++b, out += kPackedQ4_KBlock) {
-      for (int64_t r = 0; r < kRowTile; ++r) {
-        const uint8_t* blk = group_row(w, g, r) + static_cast<size_t>(b) * sizeof(BlockQ4_K);
-        const uint8_t* s = blk + 4;
-        std::memcpy(out + 2 * r, blk, 2);       // d
-        std::memcpy(out + 16 + 2 * r, blk + 2, 2);  // dmin
-        for (int j = 0; j < 8; ++j) {
-          const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-          const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-          out[32 + 8 * j + r] = static_cast<uint8_t>(sc);
-          out[96 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(m);
+  pack_groups(w, 256, sizeof(BlockQ4_K), kPackedQ4_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
+    const uint8_t* s = blk + 4;
+    std::memcpy(o + 2 * r, blk, 2);           // d
+    std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // dmin
+    for (int j = 0; j < 8; ++j) {
+      const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+      const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+      o[32 + 8 * j + r] = static_cast<uint8_t>(sc);
+      o[96 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(m);
+    }
+    for (int p = 0; p < 4; ++p) {
+      for (int h = 0; h < 8; ++h) std::memcpy(o + 160 + 256 * p + 32 * h + 4 * r, blk + 16 + 32 * p + 4 * h, 4);
+    }
+  });
+}
+
+// Q6_K: the scales re-ordered, ql and qh interleaved 4 bytes per row.
+void pack_q6_k(const WeightView& w, uint8_t* out) {
+  pack_groups(w, 256, sizeof(BlockQ6_K), kPackedQ6_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
+    const uint8_t *ql = blk, *qh = blk + 128, *sc = blk + 192;
+    std::memcpy(o + 2 * r, blk + 208, 2);  // d
+    for (int s = 0; s < 16; ++s) o[16 + 16 * (s / 2) + 2 * r + s % 2] = sc[s];
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 8; ++q) {
+        for (int c = 0; c < 2; ++c) {
+          std::memcpy(o + 144 + 512 * n + 256 * c + 32 * q + 4 * r, ql + 64 * n + 32 * c + 4 * q, 4);
         }
-        for (int p = 0; p < 4; ++p) {
-          for (int h = 0; h < 8; ++h) std::memcpy(out + 160 + 256 * p + 32 * h + 4 * r, blk + 16 + 32 * p + 4 * h, 4);
-        }
+        std::memcpy(o + 1168 + 256 * n + 32 * q + 4 * r, qh + 32 * n + 4 * q, 4);
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -133,6 +151,7 @@ PreparedWeight prepare_weight(const WeightView& w) {
     case DType::kQ8_0: block_bytes = kPackedQ8_0Block; break;
     case DType::kQ4_0: block_bytes = kPackedQ4_0Block; break;
     case DType::kQ4_K: block_bytes = kPackedQ4_KBlock; break;
+    case DType::kQ6_K: block_bytes = kPackedQ6_KBlock; break;
     default: return p;  // no packed layout
   }
   const int64_t block = dtype_traits(w.type).block_size;
@@ -143,6 +162,8 @@ PreparedWeight prepare_weight(const WeightView& w) {
   p.packed.resize(static_cast<size_t>(groups * (w.cols / block)) * block_bytes);
   if (w.type == DType::kQ4_K) {
     pack_q4_k(w, p.packed.data());
+  } else if (w.type == DType::kQ6_K) {
+    pack_q6_k(w, p.packed.data());
   } else {
     pack_q8_0_q4_0(w, p.packed.data());
   }
@@ -276,7 +297,10 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
     a.act_layout = layout;
     range[j] = kernels.range[static_cast<int>(info.wtype)];
     if (jobs[j].packed != nullptr) {
-      const Packed kind = w.type == DType::kQ8_0 ? Packed::kQ8_0 : w.type == DType::kQ4_0 ? Packed::kQ4_0 : Packed::kQ4_K;
+      const Packed kind = w.type == DType::kQ8_0   ? Packed::kQ8_0
+                          : w.type == DType::kQ4_0 ? Packed::kQ4_0
+                          : w.type == DType::kQ4_K ? Packed::kQ4_K
+                                                   : Packed::kQ6_K;
       const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
       if (p != nullptr) {
         range[j] = p;

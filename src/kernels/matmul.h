@@ -47,8 +47,8 @@ bool matmul_supports(DType type);
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);
 
-// A weight matrix prepared once (at model load) for faster kernels: Q8_0
-// and Q4_0 rows repacked 8 at a time so one vector load feeds 8 outputs
+// A weight matrix prepared once (at model load) for faster kernels: Q8_0,
+// Q4_0, Q4_K and Q6_K rows repacked 8 at a time so one vector load feeds 8 outputs
 // (layout in kernels/matmul_kernels.h). `view` keeps pointing at the
 // original data, which stays valid and usable; other types are not copied.
 // matmul() on a PreparedWeight gives the same bits as on its view.

@@ -543,12 +543,116 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
   packed_frame<T, G, kBytes, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
 }
 
+// ---- packed Q6_K tile: 8 rows x T tokens, lane r = row r -----------------------
+// Layout in matmul_kernels.h. Per sub-block s of 16 values the exact dot
+// of each row's 6-bit q (0..63, the -32 left out) with the token forms in
+// one int32 lane and is multiplied by the row's int8 scale (vpdpbusd then
+// vpmulld; on plain AVX2 each vpmaddubsw pair, at most 2 * 63 * 127, goes
+// through vpmaddwd with the scale), so sum_s sc_s * dot_s is exact in int32
+// (|.| <= 16 * 128 * 16 * 63 * 127 < 2^29); the -32 is one vpmaddwd of the
+// scale pairs with the token's group sums: sum_s sc_s * sum(x_s), times 32.
+
+// The int8 scale of sub-block 2i + e of each row as int32 lanes, from the
+// pairs (sc_r[2i], sc_r[2i + 1]) widened to int16 (lane r = one int32).
+static inline __m256i q6_scale(__m256i pairs, int e) {
+  return e == 0 ? _mm256_srai_epi32(_mm256_slli_epi32(pairs, 16), 16) : _mm256_srai_epi32(pairs, 16);
+}
+
+template <class D, int T, int G, int kPrefetch>
+static inline void q6tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                          int nvalid) {
+  constexpr size_t kBytes = kPackedQ6_KBlock;
+  constexpr bool kPairs = D::kU4PairsInInt16;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
+    __m256i isum[G][T];
+    for (int g = 0; g < G; ++g) {
+      for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+    }
+    // Values 128n + 32j + 16 half + l (sub-block 8n + 2j + half) for j in
+    // {c, c + 2}: the low and high nibbles of ql[64n + 32c + ...], the
+    // high bits 2j of qh[32n + ...]. Two j at a time keeps the tile's
+    // partial sums in registers.
+    for (int n = 0; n < 2; ++n) {
+      for (int half = 0; half < 2; ++half) {
+        for (int c = 0; c < 2; ++c) {
+          __m256i sc[G][2];  // int32 scales of j = c, c + 2 (kPairs: int16 pairs (sc, sc))
+          for (int g = 0; g < G; ++g) {
+            for (int k = 0; k < 2; ++k) {
+              const int sb = 8 * n + 2 * (c + 2 * k) + half;
+              const __m256i s32 = q6_scale(_mm256_cvtepi8_epi16(loadu128(blk[g] + 16 + 16 * (sb / 2))), sb % 2);
+              sc[g][k] = kPairs ? _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)),
+                                                  _mm256_slli_epi32(s32, 16))
+                                : s32;
+            }
+          }
+          __m256i part[G][2][T];
+          for (int g = 0; g < G; ++g) {
+            for (int k = 0; k < 2; ++k) {
+              for (int t = 0; t < T; ++t) part[g][k][t] = _mm256_setzero_si256();
+            }
+          }
+          for (int q4 = 0; q4 < 4; ++q4) {
+            const int q = 4 * half + q4;
+            __m256i v[G][2];
+            for (int g = 0; g < G; ++g) {
+              const __m256i l = loadu256(blk[g] + 144 + 512 * n + 256 * c + 32 * q);
+              const __m256i h = _mm256_srli_epi16(loadu256(blk[g] + 1168 + 256 * n + 32 * q), 2 * c);
+              const __m256i m3 = _mm256_set1_epi8(0x03);
+              v[g][0] = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+              v[g][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
+                                        _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+            }
+            for (int k = 0; k < 2; ++k) {
+              for (int t = 0; t < T; ++t) {
+                const __m256i xb = bcast4(x[t].q + b * 256 + 128 * n + 32 * (c + 2 * k) + 4 * q);
+                for (int g = 0; g < G; ++g) {
+                  if constexpr (kPairs) {
+                    part[g][k][t] = _mm256_add_epi32(
+                        part[g][k][t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g][k], xb), sc[g][k]));
+                  } else {
+                    part[g][k][t] = D::u4_dot_acc(part[g][k][t], v[g][k], xb);
+                  }
+                }
+              }
+            }
+          }
+          for (int g = 0; g < G; ++g) {
+            for (int k = 0; k < 2; ++k) {
+              for (int t = 0; t < T; ++t) {
+                isum[g][t] = _mm256_add_epi32(
+                    isum[g][t], kPairs ? part[g][k][t] : _mm256_mullo_epi32(part[g][k][t], sc[g][k]));
+              }
+            }
+          }
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g]));
+      for (int t = 0; t < T; ++t) {
+        const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 16);
+        __m256i corr = _mm256_setzero_si256();  // sum_s sc_s * sum(x_s)
+        for (int i = 0; i < 8; ++i) {
+          const __m256i pairs = _mm256_cvtepi8_epi16(loadu128(blk[g] + 16 + 16 * i));
+          corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs, bcast4(xs + 4 * i)));
+        }
+        const __m256i v = _mm256_sub_epi32(isum[g][t], _mm256_slli_epi32(corr, 5));
+        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(wd, _mm256_set1_ps(x[t].d[b])), acc[g][t]);
+      }
+    }
+  };
+  packed_frame<T, G, kBytes, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
+}
+
 // One packed tile of kind K.
 template <class D, Packed K, int T, int G, int kPrefetch>
 static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
                                float* const* y, int nvalid) {
   if constexpr (K == Packed::kQ4_K) {
     ktile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else if constexpr (K == Packed::kQ6_K) {
+    q6tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
     ptile<D, K == Packed::kQ4_0, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
@@ -556,9 +660,11 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
 
 template <class D, Packed K, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  constexpr int64_t kValues = K == Packed::kQ4_K ? 256 : 32;
-  constexpr size_t kBytes =
-      K == Packed::kQ4_K ? kPackedQ4_KBlock : K == Packed::kQ4_0 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  constexpr int64_t kValues = K == Packed::kQ4_K || K == Packed::kQ6_K ? 256 : 32;
+  constexpr size_t kBytes = K == Packed::kQ4_K   ? kPackedQ4_KBlock
+                            : K == Packed::kQ6_K ? kPackedQ6_KBlock
+                            : K == Packed::kQ4_0 ? kPackedQ4_0Block
+                                                 : kPackedQ8_0Block;
   const int64_t nb = a.cols / kValues;
   const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
   if (t1 - t0 == 1) {  // decode: two row groups per pass
@@ -753,7 +859,8 @@ struct KernelSet {
           qrange<FmtQ5_K, Cfg>,
       },
       quantize_act_impl,
-      {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>},
+      {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
+       prange<D, Packed::kQ6_K, Cfg>},
   };
 };
 

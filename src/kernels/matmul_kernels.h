@@ -74,7 +74,7 @@ using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int
 // Rows per tile of the quantized kernels (one output lane per row).
 constexpr int64_t kRowTile = 8;
 
-// Q8_0 / Q4_0 / Q4_K weights repacked by prepare_weight(): rows in groups of 8
+// Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked by prepare_weight(): rows in groups of 8
 // (the last group padded with copies of the last row); per group, for each
 // block of 32 in order: the 8 rows' fp16 scales (16 bytes), then the values
 // with the 8 rows interleaved in 4-value groups, so that one 32-byte load
@@ -96,8 +96,20 @@ constexpr size_t kPackedQ4_0Block = 16 + 128;
 //                    (low nibble value 64 p + 4 h + i, of sub-block 2 p; high
 //                    nibble value 64 p + 32 + 4 h + i, of sub-block 2 p + 1)
 constexpr size_t kPackedQ4_KBlock = 32 + 64 + 64 + 1024;
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2 };
-constexpr int kNumPacked = 3;
+// Q6_K (w = d * sc[s] * (q - 32), 16 sub-blocks of 16), the same size as 8
+// plain blocks, per group and super-block:
+//   bytes    0..15   the 8 rows' fp16 d
+//   bytes   16..143  int8 scales in pairs: byte 16 + 16 i + 2 r + e = sc_r[2 i + e]
+//   bytes  144..1167 ql: for n < 2, c < 2, g < 8, 32 bytes at 144 + 512 n +
+//                    256 c + 32 g with byte 4 r + i = ql_r[64 n + 32 c + 4 g + i]
+//   bytes 1168..1679 qh: for n < 2, g < 8, 32 bytes at 1168 + 256 n + 32 g
+//                    with byte 4 r + i = qh_r[32 n + 4 g + i]
+// (ql / qh as in Q6_K: value 128 n + 32 j + l, l < 32, has its low 4 bits
+// in ql[64 n + 32 (j % 2) + l] (j < 2: low nibble) and its high 2 in bits
+// 2 j of qh[32 n + l]; sub-block 8 n + 2 j + l / 16.)
+constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3 };
+constexpr int kNumPacked = 4;
 
 struct MatmulKernels {
   const char* name;
