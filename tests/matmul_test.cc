@@ -298,7 +298,7 @@ TEST_P(MatmulTest, ActivationQuantizationMatchesScalar) {
   }
 }
 
-// prepare_weight(): the packed Q8_0 / Q4_0 / Q4_K / Q6_K kernels give exactly the bits of
+// prepare_weight(): the packed Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K kernels give exactly the bits of
 // the plain-layout kernels (hence of the scalar reference), for any batch
 // and thread count, with rows not a multiple of the 8-row group; other types
 // are left unpacked and still work; the original data is untouched.
@@ -313,7 +313,7 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
       const std::vector<uint8_t> before = m.storage;
       const PreparedWeight pw = prepare_weight(m.view());
       EXPECT_EQ(pw.packed.empty(), type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_K &&
-                                       type != DType::kQ6_K);
+                                       type != DType::kQ5_K && type != DType::kQ6_K);
       EXPECT_EQ(pw.view.data, m.view().data);
       const int64_t n_max = 23;
       std::vector<float> x = random_activations(n_max, cols, rng);
@@ -343,7 +343,7 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
 TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
   const int64_t rows = 16, cols = 256;
   ThreadPool pool2(2);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (uint8_t fill : {uint8_t{0xff}, uint8_t{0x00}, uint8_t{0x80}, uint8_t{0x7f}, uint8_t{0xf0}}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + " fill " + std::to_string(fill));
       Matrix m{type, rows, cols, row_bytes(type, cols), {}, 0};
@@ -354,7 +354,7 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
           const uint16_t d = f32_to_fp16(0.01f * static_cast<float>(1 + (r + b) % 3));
           const size_t d_at = type == DType::kQ6_K ? 208 : 0;  // Q6_K keeps d last
           std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size + d_at, &d, 2);
-          if (type == DType::kQ4_K) {  // dmin beside d
+          if (type == DType::kQ4_K || type == DType::kQ5_K) {  // dmin beside d
             const uint16_t dmin = f32_to_fp16(0.003f * static_cast<float>(1 + (r + 2 * b) % 5));
             std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size + 2, &dmin, 2);
           }
@@ -373,7 +373,7 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
         matmul_with(*tab_.kernels, pw, x.data(), cols, n, got_packed.data(), rows, ctx);
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
         ASSERT_EQ(0, std::memcmp(want.data(), got_packed.data(), want.size() * sizeof(float)));
-        if (type == DType::kQ4_K || type == DType::kQ6_K) continue;  // (K types: the kernels' bounds, above)
+        if (type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) continue;  // (K types: the kernels' bounds, above)
         // And the scalar table itself against the float64 value: each block's
         // integer sum is exactly 32 * q * 127 (x quantizes to +-127).
         const double q = type == DType::kQ4_0 ? static_cast<double>(fill & 0x0f) - 8.0 +

@@ -107,8 +107,12 @@ void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
 // Q4_K: the 12 scale bytes s hold sc[j] = s[j] & 63 and m[j] = s[j + 4] & 63
 // for j < 4; for j >= 4 the low 4 bits in the nibbles of s[j + 4] (sc low,
 // m high) and the top 2 in the top bits of s[j - 4] (sc) and s[j] (m).
+// Q5_K: the same, its qh (after the scales) interleaved after the values.
 void pack_q4_k(const WeightView& w, uint8_t* out) {
-  pack_groups(w, 256, sizeof(BlockQ4_K), kPackedQ4_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
+  const bool q5 = w.type == DType::kQ5_K;
+  const size_t in_bytes = q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  const size_t qs_at = q5 ? 48 : 16;
+  pack_groups(w, 256, in_bytes, q5 ? kPackedQ5_KBlock : kPackedQ4_KBlock, out, [&](uint8_t* o, const uint8_t* blk, int r) {
     const uint8_t* s = blk + 4;
     std::memcpy(o + 2 * r, blk, 2);           // d
     std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // dmin
@@ -119,7 +123,10 @@ void pack_q4_k(const WeightView& w, uint8_t* out) {
       o[96 + 16 * (j / 2) + 2 * r + j % 2] = static_cast<uint8_t>(m);
     }
     for (int p = 0; p < 4; ++p) {
-      for (int h = 0; h < 8; ++h) std::memcpy(o + 160 + 256 * p + 32 * h + 4 * r, blk + 16 + 32 * p + 4 * h, 4);
+      for (int h = 0; h < 8; ++h) std::memcpy(o + 160 + 256 * p + 32 * h + 4 * r, blk + qs_at + 32 * p + 4 * h, 4);
+    }
+    if (q5) {
+      for (int h = 0; h < 8; ++h) std::memcpy(o + kPackedQ4_KBlock + 32 * h + 4 * r, blk + 16 + 4 * h, 4);
     }
   });
 }
@@ -151,6 +158,7 @@ PreparedWeight prepare_weight(const WeightView& w) {
     case DType::kQ8_0: block_bytes = kPackedQ8_0Block; break;
     case DType::kQ4_0: block_bytes = kPackedQ4_0Block; break;
     case DType::kQ4_K: block_bytes = kPackedQ4_KBlock; break;
+    case DType::kQ5_K: block_bytes = kPackedQ5_KBlock; break;
     case DType::kQ6_K: block_bytes = kPackedQ6_KBlock; break;
     default: return p;  // no packed layout
   }
@@ -160,7 +168,7 @@ PreparedWeight prepare_weight(const WeightView& w) {
   }
   const int64_t groups = (w.rows + kRowTile - 1) / kRowTile;
   p.packed.resize(static_cast<size_t>(groups * (w.cols / block)) * block_bytes);
-  if (w.type == DType::kQ4_K) {
+  if (w.type == DType::kQ4_K || w.type == DType::kQ5_K) {
     pack_q4_k(w, p.packed.data());
   } else if (w.type == DType::kQ6_K) {
     pack_q6_k(w, p.packed.data());
@@ -300,6 +308,7 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
       const Packed kind = w.type == DType::kQ8_0   ? Packed::kQ8_0
                           : w.type == DType::kQ4_0 ? Packed::kQ4_0
                           : w.type == DType::kQ4_K ? Packed::kQ4_K
+                          : w.type == DType::kQ5_K ? Packed::kQ5_K
                                                    : Packed::kQ6_K;
       const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
       if (p != nullptr) {

@@ -476,11 +476,14 @@ static inline __m256i scale_lanes(const uint8_t* p, bool pairs) {
   return pairs ? _mm256_or_si256(s, _mm256_slli_epi32(s, 16)) : s;  // pairs: (sc, sc) as int16
 }
 
-template <class D, int T, int G, int kPrefetch>
+template <class D, bool kFifth, int T, int G, int kPrefetch>
 static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                          int nvalid) {
-  constexpr size_t kBytes = kPackedQ4_KBlock;
+  constexpr size_t kBytes = kFifth ? kPackedQ5_KBlock : kPackedQ4_KBlock;
   constexpr bool kPairs = D::kU4PairsInInt16;
+  // int16 pair sums fold into int32 every kFold loads: 8 * 2 * 15 * 127 and
+  // 4 * 2 * 31 * 127 (Q5_K) stay within int16.
+  constexpr int kFold = kFifth ? 4 : 8;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
     __m256i isum[G][T];
@@ -488,7 +491,12 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
       for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
     }
     for (int p = 0; p < 4; ++p) {
-      __m256i lo_part[G][T], hi_part[G][T];  // sub-blocks 2p and 2p + 1
+      __m256i sl[G], sh[G];  // the scales of sub-blocks 2p and 2p + 1
+      for (int g = 0; g < G; ++g) {
+        sl[g] = scale_lanes(blk[g] + 32 + 8 * (2 * p), kPairs);
+        sh[g] = scale_lanes(blk[g] + 32 + 8 * (2 * p + 1), kPairs);
+      }
+      __m256i lo_part[G][T], hi_part[G][T];
       for (int g = 0; g < G; ++g) {
         for (int t = 0; t < T; ++t) lo_part[g][t] = hi_part[g][t] = _mm256_setzero_si256();
       }
@@ -500,7 +508,15 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
         }
         for (int g = 0; g < G; ++g) {
           const __m256i v = loadu256(blk[g] + 160 + 256 * p + 32 * h);
-          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (kFifth) {  // bits 2p (low nibbles' values) and 2p + 1 become bit 4
+            const __m256i qh = loadu256(blk[g] + kPackedQ4_KBlock + 32 * h);
+            const __m256i bl = _mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * p))));
+            const __m256i bh = _mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * p + 1))));
+            lo = _mm256_or_si256(lo, 2 * p <= 4 ? _mm256_slli_epi16(bl, 4 - 2 * p) : _mm256_srli_epi16(bl, 2 * p - 4));
+            hi = _mm256_or_si256(hi, 2 * p + 1 <= 4 ? _mm256_slli_epi16(bh, 3 - 2 * p)
+                                                    : _mm256_srli_epi16(bh, 2 * p - 3));
+          }
           for (int t = 0; t < T; ++t) {
             if constexpr (kPairs) {
               lo_part[g][t] = _mm256_add_epi16(lo_part[g][t], _mm256_maddubs_epi16(lo, xl[t]));
@@ -511,17 +527,18 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
             }
           }
         }
-      }
-      for (int g = 0; g < G; ++g) {
-        const __m256i sl = scale_lanes(blk[g] + 32 + 8 * (2 * p), kPairs);
-        const __m256i sh = scale_lanes(blk[g] + 32 + 8 * (2 * p + 1), kPairs);
-        for (int t = 0; t < T; ++t) {
-          if constexpr (kPairs) {
-            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(lo_part[g][t], sl));
-            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(hi_part[g][t], sh));
-          } else {
-            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(lo_part[g][t], sl));
-            isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(hi_part[g][t], sh));
+        if (!kPairs ? h == 7 : h % kFold == kFold - 1) {
+          for (int g = 0; g < G; ++g) {
+            for (int t = 0; t < T; ++t) {
+              if constexpr (kPairs) {
+                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(lo_part[g][t], sl[g]));
+                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(hi_part[g][t], sh[g]));
+              } else {
+                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(lo_part[g][t], sl[g]));
+                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(hi_part[g][t], sh[g]));
+              }
+              lo_part[g][t] = hi_part[g][t] = _mm256_setzero_si256();
+            }
           }
         }
       }
@@ -649,8 +666,8 @@ static inline void q6tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
 template <class D, Packed K, int T, int G, int kPrefetch>
 static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
                                float* const* y, int nvalid) {
-  if constexpr (K == Packed::kQ4_K) {
-    ktile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  if constexpr (K == Packed::kQ4_K || K == Packed::kQ5_K) {
+    ktile<D, K == Packed::kQ5_K, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else if constexpr (K == Packed::kQ6_K) {
     q6tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
@@ -660,8 +677,9 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
 
 template <class D, Packed K, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  constexpr int64_t kValues = K == Packed::kQ4_K || K == Packed::kQ6_K ? 256 : 32;
+  constexpr int64_t kValues = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? 32 : 256;
   constexpr size_t kBytes = K == Packed::kQ4_K   ? kPackedQ4_KBlock
+                            : K == Packed::kQ5_K ? kPackedQ5_KBlock
                             : K == Packed::kQ6_K ? kPackedQ6_KBlock
                             : K == Packed::kQ4_0 ? kPackedQ4_0Block
                                                  : kPackedQ8_0Block;
@@ -860,7 +878,7 @@ struct KernelSet {
       },
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
-       prange<D, Packed::kQ6_K, Cfg>},
+       prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>},
   };
 };
 

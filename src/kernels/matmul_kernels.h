@@ -74,7 +74,7 @@ using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int
 // Rows per tile of the quantized kernels (one output lane per row).
 constexpr int64_t kRowTile = 8;
 
-// Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked by prepare_weight(): rows in groups of 8
+// Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights repacked by prepare_weight(): rows in groups of 8
 // (the last group padded with copies of the last row); per group, for each
 // block of 32 in order: the 8 rows' fp16 scales (16 bytes), then the values
 // with the 8 rows interleaved in 4-value groups, so that one 32-byte load
@@ -96,6 +96,10 @@ constexpr size_t kPackedQ4_0Block = 16 + 128;
 //                    (low nibble value 64 p + 4 h + i, of sub-block 2 p; high
 //                    nibble value 64 p + 32 + 4 h + i, of sub-block 2 p + 1)
 constexpr size_t kPackedQ4_KBlock = 32 + 64 + 64 + 1024;
+// Q5_K: Q4_K's packed block, then the fifth bits: for h < 8, 32 bytes at
+// 1184 + 32 h with byte 4 r + i = qh_r[4 h + i] (bit 2 p: value 64 p + 4 h
+// + i; bit 2 p + 1: value 64 p + 32 + 4 h + i).
+constexpr size_t kPackedQ5_KBlock = kPackedQ4_KBlock + 256;
 // Q6_K (w = d * sc[s] * (q - 32), 16 sub-blocks of 16), the same size as 8
 // plain blocks, per group and super-block:
 //   bytes    0..15   the 8 rows' fp16 d
@@ -108,8 +112,8 @@ constexpr size_t kPackedQ4_KBlock = 32 + 64 + 64 + 1024;
 // in ql[64 n + 32 (j % 2) + l] (j < 2: low nibble) and its high 2 in bits
 // 2 j of qh[32 n + l]; sub-block 8 n + 2 j + l / 16.)
 constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3 };
-constexpr int kNumPacked = 4;
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4 };
+constexpr int kNumPacked = 5;
 
 struct MatmulKernels {
   const char* name;

@@ -205,7 +205,7 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockQ5_K, kQK_K, step_k_min<BlockQ5_K, q5_k_value>>,
     },
     quantize_act_ref,
-    {nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
+    {nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
 };
 
 }  // namespace
