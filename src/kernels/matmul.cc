@@ -340,8 +340,9 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   GuidedChunks quantize_chunks(n_tokens, 1);
   std::atomic<int64_t> tokens_quantized{0};
   // Chunks shrink as the work runs out (guided self-scheduling). Decode
-  // chunks are whole pairs of tiles: its kernel takes two at a time.
-  GuidedChunks row_chunks(units, n_tokens == 1 ? 2 : 1), token_chunks(n_tokens, 1);
+  // chunks are whole groups of 4 tiles: its kernels take 2 (Q8_0, Q4_0)
+  // or up to 4 (the K types) at a time.
+  GuidedChunks row_chunks(units, n_tokens == 1 ? 4 : 1), token_chunks(n_tokens, 1);
   pool->run_dynamic([&](int, int n) {
     int64_t c0 = 0, c1 = 0;
     if (quantize_inside) {

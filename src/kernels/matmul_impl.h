@@ -484,6 +484,9 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
   // int16 pair sums fold into int32 every kFold loads: 8 * 2 * 15 * 127 and
   // 4 * 2 * 31 * 127 (Q5_K) stay within int16.
   constexpr int kFold = kFifth ? 4 : 8;
+  // With int32 dots (not kPairs) the high nibbles may stay at 16 q: a
+  // sub-block's dot is then at most 32 * 240 * 127 < 2^22, exact.
+  constexpr bool kHigh16 = !kPairs && !kFifth;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
     __m256i isum[G][T];
@@ -508,7 +511,11 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
         }
         for (int g = 0; g < G; ++g) {
           const __m256i v = loadu256(blk[g] + 160 + 256 * p + 32 * h);
-          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          // kHigh16: the high nibbles stay in place (16 q): one and instead
+          // of a shift and an and, the 16 divided out (exactly) at the fold.
+          __m256i lo = _mm256_and_si256(v, m4);
+          __m256i hi = kHigh16 ? _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)))
+                               : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
           if constexpr (kFifth) {  // bits 2p (low nibbles' values) and 2p + 1 become bit 4
             const __m256i qh = loadu256(blk[g] + kPackedQ4_KBlock + 32 * h);
             const __m256i bl = _mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * p))));
@@ -534,8 +541,9 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
                 isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(lo_part[g][t], sl[g]));
                 isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_madd_epi16(hi_part[g][t], sh[g]));
               } else {
+                const __m256i hp = kHigh16 ? _mm256_srai_epi32(hi_part[g][t], 4) : hi_part[g][t];
                 isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(lo_part[g][t], sl[g]));
-                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(hi_part[g][t], sh[g]));
+                isum[g][t] = _mm256_add_epi32(isum[g][t], _mm256_mullo_epi32(hp, sh[g]));
               }
               lo_part[g][t] = hi_part[g][t] = _mm256_setzero_si256();
             }
@@ -685,16 +693,23 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
                                                  : kPackedQ8_0Block;
   const int64_t nb = a.cols / kValues;
   const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
-  if (t1 - t0 == 1) {  // decode: two row groups per pass
+  if (t1 - t0 == 1) {  // decode: several row groups per pass
+    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? 2 : Cfg::kDecodeGroupsK;
     const ActPtrs x = act_ptrs(a, t0);
-    for (int64_t rt = r0; rt < r1; rt += 2 * kRowTile) {
+    for (int64_t rt = r0; rt < r1; rt += kG * kRowTile) {
       const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
       float* y = a.y + t0 * a.y_stride + rt;
-      if (rt + kRowTile < r1) {
-        packed_tile<D, K, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y,
-                                                       static_cast<int>(imin(8, r1 - rt - 8)));
-      } else {
-        packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, static_cast<int>(r1 - rt));
+      const int64_t groups = imin(kG, (r1 - rt + kRowTile - 1) / kRowTile);
+      const int last = static_cast<int>(imin(kRowTile, r1 - rt - (groups - 1) * kRowTile));  // rows of the last group
+      switch (groups) {
+        case 1: packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last); break;
+        case 2: packed_tile<D, K, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last); break;
+        case 3:
+          if constexpr (kG >= 3) packed_tile<D, K, 1, 3, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
+          break;
+        default:
+          if constexpr (kG >= 4) packed_tile<D, K, 1, 4, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
+          break;
       }
     }
     return;
