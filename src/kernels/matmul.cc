@@ -131,18 +131,28 @@ void pack_q4_k(const WeightView& w, uint8_t* out) {
   });
 }
 
-// Q6_K: the scales re-ordered, ql and qh interleaved 4 bytes per row.
+// Q6_K: the scales re-ordered; each value's 6-bit q decoded from ql / qh
+// (value 128 n + 32 j + l: low 4 bits in ql[64 n + 32 (j % 2) + l], the
+// low nibble for j < 2; high 2 in bits 2 j of qh[32 n + l]) and stored 4
+// values in 3 bytes (layout in matmul_kernels.h).
 void pack_q6_k(const WeightView& w, uint8_t* out) {
   pack_groups(w, 256, sizeof(BlockQ6_K), kPackedQ6_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
     const uint8_t *ql = blk, *qh = blk + 128, *sc = blk + 192;
     std::memcpy(o + 2 * r, blk + 208, 2);  // d
     for (int s = 0; s < 16; ++s) o[16 + 16 * (s / 2) + 2 * r + s % 2] = sc[s];
+    const auto q6 = [&](int n, int j, int l) {
+      const uint8_t low = ql[64 * n + 32 * (j % 2) + l];
+      return (j < 2 ? low & 15 : low >> 4) | ((qh[32 * n + l] >> (2 * j)) & 3) << 4;
+    };
     for (int n = 0; n < 2; ++n) {
-      for (int q = 0; q < 8; ++q) {
-        for (int c = 0; c < 2; ++c) {
-          std::memcpy(o + 144 + 512 * n + 256 * c + 32 * q + 4 * r, ql + 64 * n + 32 * c + 4 * q, 4);
+      for (int g = 0; g < 8; ++g) {
+        for (int k = 0; k < 3; ++k) {
+          for (int i = 0; i < 4; ++i) {
+            const int l = 4 * g + i;
+            o[144 + 768 * n + 96 * g + 32 * k + 4 * r + i] =
+                static_cast<uint8_t>(q6(n, k, l) | ((q6(n, 3, l) >> (2 * k)) & 3) << 6);
+          }
         }
-        std::memcpy(o + 1168 + 256 * n + 32 * q + 4 * r, qh + 32 * n + 4 * q, 4);
       }
     }
   });

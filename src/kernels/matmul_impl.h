@@ -576,11 +576,29 @@ static inline void ktile(const uint8_t* group, size_t group_bytes, int64_t nb, c
 // through vpmaddwd with the scale), so sum_s sc_s * dot_s is exact in int32
 // (|.| <= 16 * 128 * 16 * 63 * 127 < 2^29); the -32 is one vpmaddwd of the
 // scale pairs with the token's group sums: sum_s sc_s * sum(x_s), times 32.
+// Bytes V_k (k < 3) hold value j = k in their low 6 bits and two bits of
+// value j = 3 in their top 2. One token with int32 dots (kSplit) takes the
+// top bits as they are, V_k & 0xc0 = 64 t_k, in three more dots:
+// dot(q_3, x) = (dot(64 t_0, x) + 4 dot(64 t_1, x) + 16 dot(64 t_2, x)) / 64,
+// exact; otherwise q_3 is assembled from the three bytes once per load and
+// shared by the tokens.
 
 // The int8 scale of sub-block 2i + e of each row as int32 lanes, from the
-// pairs (sc_r[2i], sc_r[2i + 1]) widened to int16 (lane r = one int32).
-static inline __m256i q6_scale(__m256i pairs, int e) {
-  return e == 0 ? _mm256_srai_epi32(_mm256_slli_epi32(pairs, 16), 16) : _mm256_srai_epi32(pairs, 16);
+// pairs (sc_r[2i], sc_r[2i + 1]) widened to int16 (lane r = one int32);
+// kPairs: as int16 pairs (sc, sc).
+static inline __m256i q6_scale(const uint8_t* blk, int sb, bool pairs) {
+  const __m256i w = _mm256_cvtepi8_epi16(loadu128(blk + 16 + 16 * (sb / 2)));
+  const __m256i s32 = sb % 2 == 0 ? _mm256_srai_epi32(_mm256_slli_epi32(w, 16), 16) : _mm256_srai_epi32(w, 16);
+  return pairs ? _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(s32, 16)) : s32;
+}
+
+// q_3 from the top bits of the three bytes (16-bit shifts; the bits that
+// cross from the neighbouring byte are masked off).
+static inline __m256i q6_fourth(__m256i v0, __m256i v1, __m256i v2) {
+  const __m256i a = _mm256_and_si256(_mm256_srli_epi16(v0, 6), _mm256_set1_epi8(0x03));
+  const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v1, 4), _mm256_set1_epi8(0x0c));
+  const __m256i c = _mm256_and_si256(_mm256_srli_epi16(v2, 2), _mm256_set1_epi8(0x30));
+  return _mm256_or_si256(_mm256_or_si256(a, b), c);
 }
 
 template <class D, int T, int G, int kPrefetch>
@@ -588,73 +606,123 @@ static inline void q6tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
                           int nvalid) {
   constexpr size_t kBytes = kPackedQ6_KBlock;
   constexpr bool kPairs = D::kU4PairsInInt16;
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  constexpr bool kSplit = !kPairs && T == 1;
+  const __m256i m6 = _mm256_set1_epi8(0x3f), top = _mm256_set1_epi8(static_cast<char>(0xc0));
   const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
     __m256i isum[G][T];
+    #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
+      #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
     }
-    // Values 128n + 32j + 16 half + l (sub-block 8n + 2j + half) for j in
-    // {c, c + 2}: the low and high nibbles of ql[64n + 32c + ...], the
-    // high bits 2j of qh[32n + ...]. Two j at a time keeps the tile's
-    // partial sums in registers.
+    // Values 128n + 32j + 16 half + l, sub-block 8n + 2j + half.
     for (int n = 0; n < 2; ++n) {
       for (int half = 0; half < 2; ++half) {
-        for (int c = 0; c < 2; ++c) {
-          __m256i sc[G][2];  // int32 scales of j = c, c + 2 (kPairs: int16 pairs (sc, sc))
+        const auto vec = [&](int g, int q, int k) { return loadu256(blk[g] + 144 + 768 * n + 96 * q + 32 * k); };
+        const auto xat = [&](int t, int j, int q) { return bcast4(x[t].q + b * 256 + 128 * n + 32 * j + 4 * q); };
+        if constexpr (kSplit) {
+          __m256i part[G][6];  // j = 0, 1, 2, then the three top-bit dots of j = 3
+          #pragma GCC unroll 8
           for (int g = 0; g < G; ++g) {
-            for (int k = 0; k < 2; ++k) {
-              const int sb = 8 * n + 2 * (c + 2 * k) + half;
-              const __m256i s32 = q6_scale(_mm256_cvtepi8_epi16(loadu128(blk[g] + 16 + 16 * (sb / 2))), sb % 2);
-              sc[g][k] = kPairs ? _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)),
-                                                  _mm256_slli_epi32(s32, 16))
-                                : s32;
-            }
+            #pragma GCC unroll 8
+            for (int k = 0; k < 6; ++k) part[g][k] = _mm256_setzero_si256();
           }
-          __m256i part[G][2][T];
-          for (int g = 0; g < G; ++g) {
-            for (int k = 0; k < 2; ++k) {
-              for (int t = 0; t < T; ++t) part[g][k][t] = _mm256_setzero_si256();
-            }
-          }
-          for (int q4 = 0; q4 < 4; ++q4) {
-            const int q = 4 * half + q4;
-            __m256i v[G][2];
+          #pragma GCC unroll 8
+          for (int q = 4 * half; q < 4 * half + 4; ++q) {
+            __m256i xj[4];
+            #pragma GCC unroll 8
+            for (int j = 0; j < 4; ++j) xj[j] = xat(0, j, q);
+            #pragma GCC unroll 8
             for (int g = 0; g < G; ++g) {
-              const __m256i l = loadu256(blk[g] + 144 + 512 * n + 256 * c + 32 * q);
-              const __m256i h = _mm256_srli_epi16(loadu256(blk[g] + 1168 + 256 * n + 32 * q), 2 * c);
-              const __m256i m3 = _mm256_set1_epi8(0x03);
-              v[g][0] = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-              v[g][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
-                                        _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+              #pragma GCC unroll 8
+              for (int k = 0; k < 3; ++k) {
+                const __m256i v = vec(g, q, k);
+                part[g][k] = D::u4_dot_acc(part[g][k], _mm256_and_si256(v, m6), xj[k]);
+                part[g][3 + k] = D::u4_dot_acc(part[g][3 + k], _mm256_and_si256(v, top), xj[3]);
+              }
             }
-            for (int k = 0; k < 2; ++k) {
-              for (int t = 0; t < T; ++t) {
-                const __m256i xb = bcast4(x[t].q + b * 256 + 128 * n + 32 * (c + 2 * k) + 4 * q);
-                for (int g = 0; g < G; ++g) {
-                  if constexpr (kPairs) {
-                    part[g][k][t] = _mm256_add_epi32(
-                        part[g][k][t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g][k], xb), sc[g][k]));
-                  } else {
-                    part[g][k][t] = D::u4_dot_acc(part[g][k][t], v[g][k], xb);
+          }
+          #pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+            const __m256i d3 = _mm256_srai_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(part[g][3], _mm256_slli_epi32(part[g][4], 2)),
+                                 _mm256_slli_epi32(part[g][5], 4)),
+                6);
+            #pragma GCC unroll 8
+            for (int j = 0; j < 4; ++j) {
+              const __m256i sc = q6_scale(blk[g], 8 * n + 2 * j + half, false);
+              isum[g][0] = _mm256_add_epi32(isum[g][0], _mm256_mullo_epi32(j < 3 ? part[g][j] : d3, sc));
+            }
+          }
+        } else {
+          // Two values j at a time ({0, 2}, then {1, 3}) keep the tile's
+          // partial sums in registers.
+          #pragma GCC unroll 8
+          for (int c = 0; c < 2; ++c) {
+            __m256i sc[G][2];
+            #pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) {
+              #pragma GCC unroll 8
+              for (int k = 0; k < 2; ++k) sc[g][k] = q6_scale(blk[g], 8 * n + 2 * (c + 2 * k) + half, kPairs);
+            }
+            __m256i part[G][2][T];
+            #pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) {
+              #pragma GCC unroll 8
+              for (int k = 0; k < 2; ++k) {
+                #pragma GCC unroll 8
+                for (int t = 0; t < T; ++t) part[g][k][t] = _mm256_setzero_si256();
+              }
+            }
+            #pragma GCC unroll 8
+            for (int q = 4 * half; q < 4 * half + 4; ++q) {
+              __m256i v[G][2];
+              #pragma GCC unroll 8
+              for (int g = 0; g < G; ++g) {
+                if (c == 0) {
+                  v[g][0] = _mm256_and_si256(vec(g, q, 0), m6);
+                  v[g][1] = _mm256_and_si256(vec(g, q, 2), m6);
+                } else {
+                  v[g][0] = _mm256_and_si256(vec(g, q, 1), m6);
+                  v[g][1] = q6_fourth(vec(g, q, 0), vec(g, q, 1), vec(g, q, 2));
+                }
+              }
+              #pragma GCC unroll 8
+              for (int k = 0; k < 2; ++k) {
+                #pragma GCC unroll 8
+                for (int t = 0; t < T; ++t) {
+                  const __m256i xb = xat(t, c + 2 * k, q);
+                  #pragma GCC unroll 8
+                  for (int g = 0; g < G; ++g) {
+                    if constexpr (kPairs) {
+                      part[g][k][t] = _mm256_add_epi32(
+                          part[g][k][t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g][k], xb), sc[g][k]));
+                    } else {
+                      part[g][k][t] = D::u4_dot_acc(part[g][k][t], v[g][k], xb);
+                    }
                   }
                 }
               }
             }
-          }
-          for (int g = 0; g < G; ++g) {
-            for (int k = 0; k < 2; ++k) {
-              for (int t = 0; t < T; ++t) {
-                isum[g][t] = _mm256_add_epi32(
-                    isum[g][t], kPairs ? part[g][k][t] : _mm256_mullo_epi32(part[g][k][t], sc[g][k]));
+            #pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) {
+              #pragma GCC unroll 8
+              for (int k = 0; k < 2; ++k) {
+                #pragma GCC unroll 8
+                for (int t = 0; t < T; ++t) {
+                  isum[g][t] = _mm256_add_epi32(
+                      isum[g][t], kPairs ? part[g][k][t] : _mm256_mullo_epi32(part[g][k][t], sc[g][k]));
+                }
               }
             }
           }
         }
       }
     }
+    #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
       const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g]));
+      #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 16);
         __m256i corr = _mm256_setzero_si256();  // sum_s sc_s * sum(x_s)
@@ -694,7 +762,7 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   const int64_t nb = a.cols / kValues;
   const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
   if (t1 - t0 == 1) {  // decode: several row groups per pass
-    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? 2 : Cfg::kDecodeGroupsK;
+    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 || K == Packed::kQ6_K ? 2 : Cfg::kDecodeGroupsK;
     const ActPtrs x = act_ptrs(a, t0);
     for (int64_t rt = r0; rt < r1; rt += kG * kRowTile) {
       const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;

@@ -104,13 +104,13 @@ constexpr size_t kPackedQ5_KBlock = kPackedQ4_KBlock + 256;
 // plain blocks, per group and super-block:
 //   bytes    0..15   the 8 rows' fp16 d
 //   bytes   16..143  int8 scales in pairs: byte 16 + 16 i + 2 r + e = sc_r[2 i + e]
-//   bytes  144..1167 ql: for n < 2, c < 2, g < 8, 32 bytes at 144 + 512 n +
-//                    256 c + 32 g with byte 4 r + i = ql_r[64 n + 32 c + 4 g + i]
-//   bytes 1168..1679 qh: for n < 2, g < 8, 32 bytes at 1168 + 256 n + 32 g
-//                    with byte 4 r + i = qh_r[32 n + 4 g + i]
-// (ql / qh as in Q6_K: value 128 n + 32 j + l, l < 32, has its low 4 bits
-// in ql[64 n + 32 (j % 2) + l] (j < 2: low nibble) and its high 2 in bits
-// 2 j of qh[32 n + l]; sub-block 8 n + 2 j + l / 16.)
+//   bytes  144..1679 the 6-bit q, 4 values in 3 bytes: for n < 2, g < 8 and
+//                    k < 3, 32 bytes at 144 + 768 n + 96 g + 32 k with byte
+//                    4 r + i = q_r[128 n + 32 k + 4 g + i]
+//                          | (bits 2k, 2k + 1 of q_r[128 n + 96 + 4 g + i]) << 6
+// (value 128 n + 32 j + l is in sub-block 8 n + 2 j + l / 16). So three
+// ands give the first three values, and the fourth is the top bits of the
+// three bytes: no nibble shuffling of Q6_K's ql / qh at run time.
 constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
 enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4 };
 constexpr int kNumPacked = 5;
