@@ -23,7 +23,8 @@ struct Avx2Cfg {
 #endif
   // Bytes ahead in a packed row group's stream, decode only (measured: docs/KERNELS.md).
   static constexpr int kPackedPrefetch = TESSERA_PACKED_PF;
-  // Row groups per pass of the packed K-type decode tile (16 registers).
+  // Row groups per pass of the packed decode tiles (Q8_0 / Q4_0, K types).
+  static constexpr int kDecodeGroups = 2;
   static constexpr int kDecodeGroupsK = 2;
   static constexpr size_t kActChunkBytes = 128 * 1024;
 };

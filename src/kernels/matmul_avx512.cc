@@ -28,8 +28,9 @@ struct Avx512Cfg {
 #endif
   // Bytes ahead in a packed row group's stream, decode only (measured: docs/KERNELS.md).
   static constexpr int kPackedPrefetch = TESSERA_PACKED_PF;
-  // Row groups per pass of the packed K-type decode tile (32 registers).
-  static constexpr int kDecodeGroupsK = 4;
+  // Row groups per pass of the packed decode tiles (Q8_0 / Q4_0, K types).
+  static constexpr int kDecodeGroups = 1;
+  static constexpr int kDecodeGroupsK = 1;
   static constexpr size_t kActChunkBytes = 256 * 1024;
 };
 

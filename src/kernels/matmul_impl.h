@@ -762,7 +762,7 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   const int64_t nb = a.cols / kValues;
   const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
   if (t1 - t0 == 1) {  // decode: several row groups per pass
-    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 || K == Packed::kQ6_K ? 2 : Cfg::kDecodeGroupsK;
+    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? Cfg::kDecodeGroups : Cfg::kDecodeGroupsK;
     const ActPtrs x = act_ptrs(a, t0);
     for (int64_t rt = r0; rt < r1; rt += kG * kRowTile) {
       const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
