@@ -81,6 +81,18 @@ const uint8_t* group_row(const WeightView& w, int64_t g, int64_t r) {
   return w.data + static_cast<size_t>(row) * w.row_bytes;
 }
 
+// The packed layout of a weight type, if it has one.
+bool packed_kind(DType t, Packed* out) {
+  switch (t) {
+    case DType::kQ8_0: *out = Packed::kQ8_0; return true;
+    case DType::kQ4_0: *out = Packed::kQ4_0; return true;
+    case DType::kQ4_K: *out = Packed::kQ4_K; return true;
+    case DType::kQ5_K: *out = Packed::kQ5_K; return true;
+    case DType::kQ6_K: *out = Packed::kQ6_K; return true;
+    default: return false;
+  }
+}
+
 // Walks the packed layout: for each group of 8 rows and each block in
 // order, fill(out, blk, r) writes row r's part of the packed block at out
 // (out_bytes each) from that row's block blk (`values` values, in_bytes).
@@ -163,16 +175,10 @@ void pack_q6_k(const WeightView& w, uint8_t* out) {
 PreparedWeight prepare_weight(const WeightView& w) {
   PreparedWeight p;
   p.view = w;
-  size_t block_bytes = 0;
-  switch (w.type) {
-    case DType::kQ8_0: block_bytes = kPackedQ8_0Block; break;
-    case DType::kQ4_0: block_bytes = kPackedQ4_0Block; break;
-    case DType::kQ4_K: block_bytes = kPackedQ4_KBlock; break;
-    case DType::kQ5_K: block_bytes = kPackedQ5_KBlock; break;
-    case DType::kQ6_K: block_bytes = kPackedQ6_KBlock; break;
-    default: return p;  // no packed layout
-  }
-  const int64_t block = dtype_traits(w.type).block_size;
+  Packed kind;
+  if (!packed_kind(w.type, &kind)) return p;  // no packed layout
+  const int64_t block = kPackedValues[static_cast<int>(kind)];
+  const size_t block_bytes = kPackedBytes[static_cast<int>(kind)];
   if (w.rows <= 0 || w.cols <= 0 || w.cols % block != 0 || w.row_bytes < row_bytes(w.type, w.cols)) {
     return p;  // nothing to pack (bad shapes are reported by matmul())
   }
@@ -315,11 +321,8 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
     a.act_layout = layout;
     range[j] = kernels.range[static_cast<int>(info.wtype)];
     if (jobs[j].packed != nullptr) {
-      const Packed kind = w.type == DType::kQ8_0   ? Packed::kQ8_0
-                          : w.type == DType::kQ4_0 ? Packed::kQ4_0
-                          : w.type == DType::kQ4_K ? Packed::kQ4_K
-                          : w.type == DType::kQ5_K ? Packed::kQ5_K
-                                                   : Packed::kQ6_K;
+      Packed kind = Packed::kQ8_0;
+      packed_kind(w.type, &kind);  // the weight was packed, so it has one
       const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
       if (p != nullptr) {
         range[j] = p;
@@ -350,8 +353,8 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   GuidedChunks quantize_chunks(n_tokens, 1);
   std::atomic<int64_t> tokens_quantized{0};
   // Chunks shrink as the work runs out (guided self-scheduling). Decode
-  // chunks are whole groups of 4 tiles: its kernels take 2 (Q8_0, Q4_0)
-  // or up to 4 (the K types) at a time.
+  // chunks are whole groups of 4 tiles: its kernels take 1 or 2 at a time
+  // (Cfg::kDecodeGroups).
   GuidedChunks row_chunks(units, n_tokens == 1 ? 4 : 1), token_chunks(n_tokens, 1);
   pool->run_dynamic([&](int, int n) {
     int64_t c0 = 0, c1 = 0;

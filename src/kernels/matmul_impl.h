@@ -753,32 +753,24 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
 
 template <class D, Packed K, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  constexpr int64_t kValues = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? 32 : 256;
-  constexpr size_t kBytes = K == Packed::kQ4_K   ? kPackedQ4_KBlock
-                            : K == Packed::kQ5_K ? kPackedQ5_KBlock
-                            : K == Packed::kQ6_K ? kPackedQ6_KBlock
-                            : K == Packed::kQ4_0 ? kPackedQ4_0Block
-                                                 : kPackedQ8_0Block;
-  const int64_t nb = a.cols / kValues;
-  const size_t group_bytes = static_cast<size_t>(nb) * kBytes;
+  const int64_t nb = a.cols / kPackedValues[static_cast<int>(K)];
+  const size_t group_bytes = static_cast<size_t>(nb) * kPackedBytes[static_cast<int>(K)];
   if (t1 - t0 == 1) {  // decode: several row groups per pass
     constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? Cfg::kDecodeGroups : Cfg::kDecodeGroupsK;
+    static_assert(kG == 1 || kG == 2, "decode passes of 1 or 2 row groups");
     const ActPtrs x = act_ptrs(a, t0);
     for (int64_t rt = r0; rt < r1; rt += kG * kRowTile) {
       const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
       float* y = a.y + t0 * a.y_stride + rt;
       const int64_t groups = imin(kG, (r1 - rt + kRowTile - 1) / kRowTile);
       const int last = static_cast<int>(imin(kRowTile, r1 - rt - (groups - 1) * kRowTile));  // rows of the last group
-      switch (groups) {
-        case 1: packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last); break;
-        case 2: packed_tile<D, K, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last); break;
-        case 3:
-          if constexpr (kG >= 3) packed_tile<D, K, 1, 3, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
-          break;
-        default:
-          if constexpr (kG >= 4) packed_tile<D, K, 1, 4, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
-          break;
+      if constexpr (kG == 2) {
+        if (groups == 2) {
+          packed_tile<D, K, 1, 2, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
+          continue;
+        }
       }
+      packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, last);
     }
     return;
   }

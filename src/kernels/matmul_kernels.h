@@ -114,6 +114,10 @@ constexpr size_t kPackedQ5_KBlock = kPackedQ4_KBlock + 256;
 constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
 enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4 };
 constexpr int kNumPacked = 5;
+// Per packed kind (table order): values and bytes of one block of 8 rows.
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256};
+constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock,
+                                             kPackedQ6_KBlock, kPackedQ5_KBlock};
 
 struct MatmulKernels {
   const char* name;
