@@ -16,6 +16,7 @@ namespace {
 struct Avx2Cfg {
   static constexpr const char* kName = "avx2";
   static constexpr int kMaxT = 3;
+  static constexpr int kPairT = 0;  // no 16-row prompt tile (16 ymm registers are too few)
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
 #ifndef TESSERA_PACKED_PF
