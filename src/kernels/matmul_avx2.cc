@@ -16,7 +16,8 @@ namespace {
 struct Avx2Cfg {
   static constexpr const char* kName = "avx2";
   static constexpr int kMaxT = 3;
-  static constexpr int kPairT = 0;  // no 16-row prompt tile (16 ymm registers are too few)
+  // No 16-row packed prompt tiles (matmul_avx512.cc): 16 ymm registers are too few.
+  static constexpr int pair_tokens(Packed) { return 0; }
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
 #ifndef TESSERA_PACKED_PF

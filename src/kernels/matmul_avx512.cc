@@ -39,17 +39,35 @@ static inline __m512i bcast4_512(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// The frame of the 16-row tiles: T token accumulators of 16 rows, the
+// blocks of both groups walked in order (block(b0, b1, b, acc) adds block b
+// at b0 and b1 into acc), and the stores (the pair has `nvalid` rows).
+template <int T, size_t kBytes, class Block>
+__attribute__((always_inline)) static inline void pair_frame(const uint8_t* group, size_t group_bytes, int64_t nb,
+                                                             float* const* y, int nvalid, Block block) {
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* b0 = group + static_cast<size_t>(b) * kBytes;
+    block(b0, b0 + group_bytes, b, acc);
+  }
+  for (int t = 0; t < T; ++t) {
+    if (nvalid == 16) {
+      _mm512_storeu_ps(y[t], acc[t]);
+    } else {
+      Avx512F::store_tail(y[t], acc[t], nvalid);
+    }
+  }
+}
+
 template <bool kQ4, int T>
 static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                     int nvalid) {
   constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
   constexpr int kOffset = kQ4 ? 8 : Avx512VnniDot::kQ8Offset;
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* b0 = group + static_cast<size_t>(b) * kBytes;
-    const uint8_t* b1 = b0 + group_bytes;
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     if constexpr (kQ4) {
@@ -72,32 +90,98 @@ static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
       const __m512i v = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(kOffset * x[t].sum[b]));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(ws, _mm512_set1_ps(x[t].d[b])), acc[t]);
     }
-  }
-  for (int t = 0; t < T; ++t) {
-    if (nvalid == 16) {
-      _mm512_storeu_ps(y[t], acc[t]);
-    } else {
-      Avx512F::store_tail(y[t], acc[t], nvalid);
+  };
+  pair_frame<T, kBytes>(group, group_bytes, nb, y, nvalid, block);
+}
+
+// ---- 16-row packed Q4_K / Q5_K prompt tile ------------------------------------
+// ktile's arithmetic (matmul_impl.h) on two 8-row groups side by side, as
+// ptile16 does for Q8_0 / Q4_0: per sub-block pair the int32 dots by
+// vpdpbusd, times the rows' 6-bit scales (vpmulld) into the super-block's
+// exact sum; the high nibbles kept in place (16 q) for Q4_K; then the same
+// two float steps per 256 values. T <= 4: four partial sums per token.
+
+static inline __m512i scale_lanes16(const uint8_t* lo, const uint8_t* hi) {
+  return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
+                                                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
+}
+
+static inline __m256i join128(const uint8_t* lo, const uint8_t* hi) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(lo)), loadu128(hi), 1);
+}
+
+template <bool kFifth, int T>
+static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                    int nvalid) {
+  constexpr size_t kBytes = kFifth ? kPackedQ5_KBlock : kPackedQ4_KBlock;
+  constexpr bool kHigh16 = !kFifth;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int p = 0; p < 4; ++p) {
+      const __m512i sl = scale_lanes16(b0 + 32 + 16 * p, b1 + 32 + 16 * p);
+      const __m512i sh = scale_lanes16(b0 + 40 + 16 * p, b1 + 40 + 16 * p);
+      __m512i lo_part[T], hi_part[T];
+      for (int t = 0; t < T; ++t) lo_part[t] = hi_part[t] = _mm512_setzero_si512();
+      for (int h = 0; h < 8; ++h) {
+        const __m512i v = join256(b0 + 160 + 256 * p + 32 * h, b1 + 160 + 256 * p + 32 * h);
+        __m512i lo = _mm512_and_si512(v, m4);
+        __m512i hi = kHigh16 ? _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)))
+                             : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kFifth) {  // bits 2p and 2p + 1 of qh become bit 4
+          const __m512i qh = join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h);
+          const __m512i bl = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p))));
+          const __m512i bh = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p + 1))));
+          lo = _mm512_or_si512(lo, 2 * p <= 4 ? _mm512_slli_epi16(bl, 4 - 2 * p) : _mm512_srli_epi16(bl, 2 * p - 4));
+          hi = _mm512_or_si512(hi, 2 * p + 1 <= 4 ? _mm512_slli_epi16(bh, 3 - 2 * p)
+                                                  : _mm512_srli_epi16(bh, 2 * p - 3));
+        }
+        for (int t = 0; t < T; ++t) {
+          lo_part[t] = _mm512_dpbusd_epi32(lo_part[t], lo, bcast4_512(x[t].q + b * 256 + 64 * p + 4 * h));
+          hi_part[t] = _mm512_dpbusd_epi32(hi_part[t], hi, bcast4_512(x[t].q + b * 256 + 64 * p + 32 + 4 * h));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m512i hp = kHigh16 ? _mm512_srai_epi32(hi_part[t], 4) : hi_part[t];
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(lo_part[t], sl));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(hp, sh));
+      }
     }
-  }
+    __m512i mins[4];  // int16 pairs (m_r[2i], m_r[2i + 1]) in lane r
+    for (int i = 0; i < 4; ++i) mins[i] = _mm512_cvtepu8_epi16(join128(b0 + 96 + 16 * i, b1 + 96 + 16 * i));
+    const __m512 wd = _mm512_cvtph_ps(join128(b0, b1)), wmin = _mm512_cvtph_ps(join128(b0 + 16, b1 + 16));
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 8);
+      __m512i msum = _mm512_madd_epi16(mins[0], bcast4_512(xs));
+      for (int i = 1; i < 4; ++i) msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], bcast4_512(xs + 4 * i)));
+      const __m512 dx = _mm512_set1_ps(x[t].d[b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wmin, dx), acc[t]);
+    }
+  };
+  pair_frame<T, kBytes>(group, group_bytes, nb, y, nvalid, block);
 }
 
 struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
-  static constexpr int kPairT = 8;  // tokens of the 16-row packed Q8_0 / Q4_0 prompt tile
-  template <bool kQ4>
+  // Tokens of the 16-row packed prompt tiles above (0: the kind has none;
+  // K types keep twice the partial sums, so half the tokens).
+  static constexpr int pair_tokens(Packed k) {
+    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : k == Packed::kQ4_K || k == Packed::kQ5_K ? 4 : 0;
+  }
+  template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
                         float* const* y, int nvalid) {
-    switch (n) {
-      case 1: ptile16<kQ4, 1>(group, group_bytes, nb, x, y, nvalid); break;
-      case 2: ptile16<kQ4, 2>(group, group_bytes, nb, x, y, nvalid); break;
-      case 3: ptile16<kQ4, 3>(group, group_bytes, nb, x, y, nvalid); break;
-      case 4: ptile16<kQ4, 4>(group, group_bytes, nb, x, y, nvalid); break;
-      case 5: ptile16<kQ4, 5>(group, group_bytes, nb, x, y, nvalid); break;
-      case 6: ptile16<kQ4, 6>(group, group_bytes, nb, x, y, nvalid); break;
-      case 7: ptile16<kQ4, 7>(group, group_bytes, nb, x, y, nvalid); break;
-      default: ptile16<kQ4, 8>(group, group_bytes, nb, x, y, nvalid); break;
+    if constexpr (T > 1) {
+      if (n < T) return pair_tile<K, T - 1>(n, group, group_bytes, nb, x, y, nvalid);
+    }
+    if constexpr (K == Packed::kQ8_0 || K == Packed::kQ4_0) {
+      ptile16<K == Packed::kQ4_0, T>(group, group_bytes, nb, x, y, nvalid);
+    } else {
+      ktile16<K == Packed::kQ5_K, T>(group, group_bytes, nb, x, y, nvalid);
     }
   }
   static constexpr int kFloatRows = 4;

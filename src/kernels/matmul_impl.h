@@ -752,15 +752,16 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
 }
 
 // Prompt processing over pairs of packed row groups (16 rows), for an ISA
-// whose Cfg supplies a 16-row tile of up to Cfg::kPairT tokens
-// (Cfg::pair_tile<kQ4, T>, matmul_avx512.cc); a lone last group takes the
+// whose Cfg supplies a 16-row tile of kind K for up to Cfg::pair_tokens(K)
+// tokens (Cfg::pair_tile<K>, matmul_avx512.cc); a lone last group takes the
 // 8-row tile. Tokens in chunks whose activations stay in L2, as in
 // sweep_tiles. Every lane does the 8-row tile's arithmetic, so the bits do
 // not depend on which tile a row lands in.
 template <class D, Packed K, class Cfg>
 static inline void sweep_pairs(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
                                size_t group_bytes, int64_t nb) {
-  constexpr bool kQ4 = K == Packed::kQ4_0;
+  constexpr int kPairT = Cfg::pair_tokens(K);
+  constexpr int kMaxT = kPairT > Cfg::kMaxT ? kPairT : Cfg::kMaxT;
   const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
   for (int64_t tc = t0; tc < t1; tc += chunk) {
     const int64_t tc1 = imin(t1, tc + chunk);
@@ -769,15 +770,15 @@ static inline void sweep_pairs(const MatmulArgs& a, int64_t r0, int64_t r1, int6
       const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
       const bool pair = nvalid > kRowTile;
       for (int64_t t = tc; t < tc1;) {
-        const int n = static_cast<int>(imin(pair ? Cfg::kPairT : Cfg::kMaxT, tc1 - t));
-        ActPtrs x[Cfg::kPairT];
-        float* y[Cfg::kPairT];
+        const int n = static_cast<int>(imin(pair ? kPairT : Cfg::kMaxT, tc1 - t));
+        ActPtrs x[kMaxT];
+        float* y[kMaxT];
         for (int i = 0; i < n; ++i) {
           x[i] = act_ptrs(a, t + i);
           y[i] = a.y + (t + i) * a.y_stride + rt;
         }
         if (pair) {
-          Cfg::template pair_tile<kQ4>(n, group, group_bytes, nb, x, y, nvalid);
+          Cfg::template pair_tile<K>(n, group, group_bytes, nb, x, y, nvalid);
         } else {
           switch (n) {
             case 1: packed_tile<D, K, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
@@ -815,7 +816,7 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     }
     return;
   }
-  if constexpr (Cfg::kPairT > 0 && (K == Packed::kQ8_0 || K == Packed::kQ4_0)) {
+  if constexpr (Cfg::pair_tokens(K) > 0) {
     sweep_pairs<D, K, Cfg>(a, r0, r1, t0, t1, group_bytes, nb);
     return;
   }
