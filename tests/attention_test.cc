@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@
 #include <random>
 
 #include "core/cpu.h"
+#include "core/fp16.h"
 #include "kernels/attention.h"
 
 namespace tessera::kernels {
@@ -332,6 +334,61 @@ TEST(Attention, NewRowsStoredInTheCallEqualStoreThenAttend) {
           ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << what;
           ASSERT_TRUE(k2 == s.k && v2 == s.v) << what;
         }
+      }
+    }
+  }
+}
+
+// store_kv on every ISA writes exactly the bytes of the scalar conversions
+// (core/fp16.h) for values that round up, down and to even, overflow to
+// inf, fall into fp16's subnormals or under them, infinities, signed zeros
+// and NaNs with payloads; head dims with a vector tail (72) and longer than
+// the kernel's K buffer (160), slots in scattered blocks.
+TEST(Attention, StoredBytesEqualTheScalarConversionOnEveryIsa) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-30, 20), coin(0, 1), special(0, 15);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            65504.0f, 65519.99f, 65520.0f, 1e-8f, -3e-6f, 5.9604645e-8f, 2.9802322e-8f,
+                            1.0009765625f + 0.00048828125f,  // halfway between two fp16 values: to even
+                            std::bit_cast<float>(0x7fc12345u), std::bit_cast<float>(0xff812345u),
+                            std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u)};
+  for (int hd : {72, 160}) {
+    const int n_kv_heads = 3, bs = 16, n = 19, blocks = 4;
+    const int64_t kvw = int64_t{n_kv_heads} * hd;
+    std::vector<float> k(static_cast<size_t>(n * kvw)), v(k.size());
+    for (float* p : {k.data(), v.data()}) {
+      for (size_t i = 0; i < k.size(); ++i) {
+        p[i] = special(rng) == 0 ? specials[rng() % std::size(specials)]
+                                 : (coin(rng) ? -1.0f : 1.0f) * std::ldexp(mant(rng), expo(rng));
+      }
+    }
+    std::vector<int64_t> slots(n);
+    for (int t = 0; t < n; ++t) slots[t] = (t * 7 + 3) % (blocks * bs);  // distinct, scattered
+    for (DType type : {DType::kF16, DType::kBF16, DType::kF32}) {
+      KvLayerView kv;
+      kv.type = type;
+      kv.block_size = bs;
+      kv.n_kv_heads = n_kv_heads;
+      kv.head_dim = hd;
+      std::vector<uint8_t> want_k(kv.block_bytes() * blocks, 0xcd), want_v(want_k);
+      kv.k = want_k.data();
+      kv.v = want_v.data();
+      store_kv(kv, k.data(), v.data(), kvw, slots.data(), n, Isa::kScalar);
+      for (Isa isa : supported_isas()) {
+        std::vector<uint8_t> got_k(want_k.size(), 0xcd), got_v(got_k);
+        kv.k = got_k.data();
+        kv.v = got_v.data();
+        store_kv(kv, k.data(), v.data(), kvw, slots.data(), n, isa);
+        const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(type)) + " hd " + std::to_string(hd);
+        EXPECT_TRUE(got_k == want_k) << what;
+        EXPECT_TRUE(got_v == want_v) << what;
+      }
+      if (type == DType::kF16) {  // the scalar path is the reference's own conversion
+        const int64_t slot = slots[5];
+        const fp16_t* vt = reinterpret_cast<const fp16_t*>(want_v.data() + (slot / bs) * kv.block_bytes() +
+                                                           size_t{1} * kv.tile_elems() * 2);
+        EXPECT_EQ(vt[(slot % bs) * hd + 4], f32_to_fp16(v[5 * kvw + hd + 4]));
       }
     }
   }

@@ -88,29 +88,45 @@ bool kv_type_supported(DType type) {
 
 namespace {
 
-// One token's K and V rows of one kv head into its slot.
-void store_head(const KvLayerView& kv, const float* kr, const float* vr, int64_t slot, int32_t h) {
+// One token's K and V rows of one kv head into its slot: V's row is
+// contiguous in the tile, K's a column (stride block_size), so K goes
+// through a small buffer.
+void store_head(ToKvFn to_kv, const KvLayerView& kv, const float* kr, const float* vr, int64_t slot, int32_t h) {
   const int32_t bs = kv.block_size, hd = kv.head_dim;
+  const size_t eb = kv.elem_bytes();
   const int64_t block = slot / bs;
   const int32_t off = static_cast<int32_t>(slot % bs);
   uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
   uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
-  for (int32_t d = 0; d < hd; ++d) {
-    store_elem(kv.type, kb, static_cast<size_t>(d) * bs + off, kr[d]);  // K: [head_dim][block_size]
-    store_elem(kv.type, vb, static_cast<size_t>(off) * hd + d, vr[d]);  // V: [block_size][head_dim]
+  const KvElem e = elem_of(kv.type);
+  to_kv(e, vr, hd, vb + static_cast<size_t>(off) * hd * eb);  // V: [block_size][head_dim]
+  constexpr int32_t kChunk = 128;
+  alignas(64) uint8_t buf[kChunk * 4];
+  for (int32_t d0 = 0; d0 < hd; d0 += kChunk) {
+    const int32_t n = std::min(kChunk, hd - d0);
+    to_kv(e, kr + d0, n, buf);
+    for (int32_t d = 0; d < n; ++d) {  // K: [head_dim][block_size]
+      std::memcpy(kb + (static_cast<size_t>(d0 + d) * bs + off) * eb, buf + static_cast<size_t>(d) * eb, eb);
+    }
+  }
+}
+
+// Every kv head of n_tokens rows; heads [h0, h1) only.
+void store_heads(ToKvFn to_kv, const KvLayerView& kv, const float* k, const float* v, int64_t stride,
+                 const int64_t* slots, int64_t n_tokens, int32_t h0, int32_t h1) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int32_t h = h0; h < h1; ++h) {
+      const int64_t col = static_cast<int64_t>(h) * kv.head_dim;
+      store_head(to_kv, kv, k + t * stride + col, v + t * stride + col, slots[t], h);
+    }
   }
 }
 
 }  // namespace
 
 void store_kv(const KvLayerView& kv, const float* k, const float* v, int64_t stride, const int64_t* slots,
-              int64_t n_tokens, Isa) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-      const int64_t col = static_cast<int64_t>(h) * kv.head_dim;
-      store_head(kv, k + t * stride + col, v + t * stride + col, slots[t], h);
-    }
-  }
+              int64_t n_tokens, Isa isa) {
+  store_heads(kernels_for(isa).to_kv, kv, k, v, stride, slots, n_tokens, 0, kv.n_kv_heads);
 }
 
 void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, float* k, float* v, int64_t stride) {
@@ -179,7 +195,6 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       covered += s.q_len;
     }
     store_in_units = store_in_units && covered == fresh->n_tokens;
-    if (!store_in_units) store_kv(kv, fresh->k, fresh->v, fresh->stride, fresh->slots, fresh->n_tokens, ctx.isa);
   }
   const int32_t group = shape.n_heads / kv.n_kv_heads;
   std::vector<WorkUnit> units;
@@ -215,6 +230,20 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
   }
   ThreadPool* pool = parallel_pool(ctx, work, kMinParallelAttentionMacs);
   const AttentionKernels& kern = kernels_for(ctx.isa);
+  if (fresh != nullptr && !store_in_units) {
+    // Written before any unit reads them, by kv head across the threads.
+    const auto store = [&](int32_t h0, int32_t h1) {
+      store_heads(kern.to_kv, kv, fresh->k, fresh->v, fresh->stride, fresh->slots, fresh->n_tokens, h0, h1);
+    };
+    if (pool == nullptr || kv.n_kv_heads == 1) {
+      store(0, kv.n_kv_heads);
+    } else {
+      std::atomic<int32_t> next_head{0};
+      pool->run_dynamic([&](int, int) {
+        for (int32_t h = next_head.fetch_add(1); h < kv.n_kv_heads; h = next_head.fetch_add(1)) store(h, h + 1);
+      });
+    }
+  }
   const size_t per_thread = attention_scratch_floats(kv.block_size, kv.head_dim, group);
   ctx.ws->tmp.ensure(per_thread * static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   float* scratch = ctx.ws->tmp.data();
@@ -255,8 +284,8 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
         const int64_t col = static_cast<int64_t>(u.kv_head) * kv.head_dim;
         for (int32_t i = 0; i < s.q_len; ++i) {
           const int64_t t = s.q_begin + i;
-          store_head(kv, fresh->k + t * fresh->stride + col, fresh->v + t * fresh->stride + col, fresh->slots[t],
-                     u.kv_head);
+          store_head(kern.to_kv, kv, fresh->k + t * fresh->stride + col, fresh->v + t * fresh->stride + col,
+                     fresh->slots[t], u.kv_head);
         }
       }
       if (mass_at[i] == SIZE_MAX) {

@@ -32,7 +32,7 @@ void attend_avx2(const AttnUnitArgs& a) {
   attend_tiled<Avx2F, Avx2Math>(a);
 }
 
-constexpr AttentionKernels kTable = {"avx2", attend_avx2};
+constexpr AttentionKernels kTable = {"avx2", attend_avx2, to_kv_256};
 
 }  // namespace
 

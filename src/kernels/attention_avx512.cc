@@ -39,7 +39,7 @@ void attend_avx512(const AttnUnitArgs& a) {
   attention_kernels_ref().attend(a);
 }
 
-constexpr AttentionKernels kTable = {"avx512", attend_avx512};
+constexpr AttentionKernels kTable = {"avx512", attend_avx512, to_kv_256};
 
 }  // namespace
 

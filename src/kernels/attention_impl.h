@@ -19,11 +19,46 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "core/fp16.h"
 #include "kernels/attention_kernels.h"
 
 namespace tessera::kernels {
 namespace {
+
+// ToKvFn with 256-bit F16C / AVX2 (both ISA files): vcvtps2ph rounds to
+// nearest even and keeps a NaN quiet with its top payload bits, as
+// f32_to_fp16 does; bf16 is f32_to_bf16's integer rounding on 8 lanes. The
+// tail goes through the scalar functions.
+inline void to_kv_256(KvElem e, const float* src, int32_t n, uint8_t* dst) {
+  int32_t i = 0;
+  if (e == KvElem::kF32) {
+    std::memcpy(dst, src, 4 * static_cast<size_t>(n));
+    return;
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    __m128i h;
+    if (e == KvElem::kF16) {
+      h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      const __m256i u = _mm256_castps_si256(v);
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+      const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+      const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                             _mm256_set1_epi32(0x7f800000));
+      const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);  // each lane <= 0xffff
+      h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * static_cast<size_t>(i)), h);
+  }
+  for (; i < n; ++i) {
+    const uint16_t h = e == KvElem::kF16 ? f32_to_fp16(src[i]) : f32_to_bf16(src[i]);
+    std::memcpy(dst + 2 * static_cast<size_t>(i), &h, 2);
+  }
+}
 
 // One vector of W cache values as f32 (exact for every KV type).
 template <class F>
@@ -47,6 +82,19 @@ inline void load_tile_row(KvElem e, const uint8_t* src, float* dst, int n) {
     else v = F::load_bf16_tail(src + 2 * i, t);
     F::store_tail(dst + i, v, t);
   }
+}
+
+// max(s[j0], ..., s[n - 1]) (j0 < n), exact in any order; NaN scores are
+// skipped unless s[j0] is one, as in a left-to-right scalar loop
+// (max_ps keeps its second operand when either is NaN).
+template <class F>
+inline float range_max(const float* s, int j0, int n) {
+  typename F::V mv = F::set1(s[j0]);
+  int j = j0;
+  for (; j + F::kW <= n; j += F::kW) mv = F::max(F::load(s + j), mv);
+  float m = F::hmax(mv);
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
 }
 
 inline float* align64(float* p) {
@@ -304,8 +352,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
       const int j0 = first_key(pos, a.window) - b * bs > 0 ? first_key(pos, a.window) - b * bs : 0;
       if (n_valid <= j0) continue;
       float* s = sc + static_cast<size_t>(r) * bs_pad;
-      float tile_max = s[j0];
-      for (int j = j0 + 1; j < n_valid; ++j) tile_max = s[j] > tile_max ? s[j] : tile_max;
+      const float tile_max = range_max<F>(s, j0, n_valid);
       const float m_new = m[r] > tile_max ? m[r] : tile_max;
       const float corr = m[r] == -__builtin_inff() ? 0.0f : M::exp1(m[r] - m_new);
       const V mv = F::set1(m_new);

@@ -70,13 +70,19 @@ static inline float softcap_score(float s, float cap) { return cap - 2.0f * cap 
 
 using AttendFn = void (*)(const AttnUnitArgs& a);
 
+// n floats converted to KV elements at dst (contiguous), rounded as
+// core/fp16.h rounds (nearest even; a NaN stays a quiet NaN with its top
+// payload bits): every ISA writes the same bytes.
+using ToKvFn = void (*)(KvElem e, const float* src, int32_t n, uint8_t* dst);
+
 struct AttentionKernels {
   const char* name;
   AttendFn attend;
+  ToKvFn to_kv;
 };
 
 // Max query tokens per unit.
-constexpr int32_t kAttnQueryTile = 16;
+constexpr int32_t kAttnQueryTile = 32;
 
 // Floats of scratch one worker needs.
 inline size_t attention_scratch_floats(int32_t block_size, int32_t head_dim, int32_t group) {

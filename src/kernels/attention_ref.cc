@@ -3,6 +3,7 @@
 // the tile layout element by element.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/fp16.h"
@@ -96,7 +97,18 @@ void attend_ref(const AttnUnitArgs& a) {
   }
 }
 
-constexpr AttentionKernels kTable = {"scalar", attend_ref};
+void to_kv_ref(KvElem e, const float* src, int32_t n, uint8_t* dst) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (e == KvElem::kF32) {
+      std::memcpy(dst + 4 * static_cast<size_t>(i), src + i, 4);
+    } else {
+      const uint16_t h = e == KvElem::kF16 ? f32_to_fp16(src[i]) : f32_to_bf16(src[i]);
+      std::memcpy(dst + 2 * static_cast<size_t>(i), &h, 2);
+    }
+  }
+}
+
+constexpr AttentionKernels kTable = {"scalar", attend_ref, to_kv_ref};
 
 }  // namespace
 
