@@ -39,6 +39,16 @@ static inline __m512i bcast4_512(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc + vpdpbusd(u, 4 bytes at p broadcast to every lane), with the
+// broadcast embedded in the instruction's memory operand ({1to16}): GCC 12
+// does not fold _mm512_set1_epi32 into vpdpbusd and issues a separate
+// vpbroadcastd per dot, which costs the 16-row tiles an instruction per
+// multiply-add instruction.
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // The frame of the 16-row tiles: T token accumulators of 16 rows, the
 // blocks of both groups walked in order (block(b0, b1, b, acc) adds block b
 // at b0 and b1 into acc), and the stores (the pair has `nvalid` rows).
@@ -75,14 +85,14 @@ static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
         const __m512i v = join256(b0 + 16 + 32 * h, b1 + 16 + 32 * h);
         const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         for (int t = 0; t < T; ++t) {
-          isum[t] = _mm512_dpbusd_epi32(isum[t], lo, bcast4_512(x[t].q + b * 32 + 4 * h));
-          isum[t] = _mm512_dpbusd_epi32(isum[t], hi, bcast4_512(x[t].q + b * 32 + 16 + 4 * h));
+          isum[t] = dpbusd_bcast(isum[t], lo, x[t].q + b * 32 + 4 * h);
+          isum[t] = dpbusd_bcast(isum[t], hi, x[t].q + b * 32 + 16 + 4 * h);
         }
       }
     } else {
       for (int j = 0; j < 8; ++j) {
         const __m512i w = _mm512_xor_si512(join256(b0 + 16 + 32 * j, b1 + 16 + 32 * j), flip);
-        for (int t = 0; t < T; ++t) isum[t] = _mm512_dpbusd_epi32(isum[t], w, bcast4_512(x[t].q + b * 32 + 4 * j));
+        for (int t = 0; t < T; ++t) isum[t] = dpbusd_bcast(isum[t], w, x[t].q + b * 32 + 4 * j);
       }
     }
     const __m512 ws = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0)), loadu128(b1), 1));
@@ -139,8 +149,8 @@ static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
                                                   : _mm512_srli_epi16(bh, 2 * p - 3));
         }
         for (int t = 0; t < T; ++t) {
-          lo_part[t] = _mm512_dpbusd_epi32(lo_part[t], lo, bcast4_512(x[t].q + b * 256 + 64 * p + 4 * h));
-          hi_part[t] = _mm512_dpbusd_epi32(hi_part[t], hi, bcast4_512(x[t].q + b * 256 + 64 * p + 32 + 4 * h));
+          lo_part[t] = dpbusd_bcast(lo_part[t], lo, x[t].q + b * 256 + 64 * p + 4 * h);
+          hi_part[t] = dpbusd_bcast(hi_part[t], hi, x[t].q + b * 256 + 64 * p + 32 + 4 * h);
         }
       }
       for (int t = 0; t < T; ++t) {
