@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -62,6 +63,33 @@ std::vector<double> padded_h(const InputStats& s, int64_t n) {
   return h;
 }
 
+// Every linear of every stories260K layer with its input's H, inputs
+// padded with dead (zero) channels to a multiple of `unit`.
+struct Linear {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> w;
+  std::vector<double> h;
+};
+
+std::vector<Linear> stories_linears(const Calibration& cal, int64_t unit) {
+  std::vector<Linear> out;
+  for (int il = 0; il < 5; ++il) {
+    for (const char* kind : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      Linear l;
+      l.name = fmt::format("blk.{}.{}.weight", il, kind);
+      const InputStats* st = stats_for_tensor(cal, l.name);
+      EXPECT_NE(st, nullptr) << l.name;
+      if (st == nullptr) continue;
+      const int64_t cols_p = (st->dim + unit - 1) / unit * unit;
+      l.w = matrix(l.name, &l.rows, &l.cols, cols_p);
+      l.h = padded_h(*st, cols_p);
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
 template <class T>
 void put(std::string& s, const T& v) {
   s.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -105,6 +133,47 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order, int scal
   EXPECT_EQ(0, std::memcmp(out.data() + lv.size(), sc.data(), sc.size() * 4)) << name;
 }
 
+// GPTQ on Q4_K's affine super-blocks (each super-block's scales and mins
+// fitted to its current values when its first column is reached) against
+// Q4_K's own rounding, on every linear (inputs padded to 256 with dead
+// channels), in storage order and act-order.
+TEST(Gptq, OnQ4_KBeatsRoundingOnEveryLinear) {
+  const Calibration& cal = stories_calibration();
+  const Grid g = make_grid(DType::kQ4_K, 0);
+  ThreadPool pool(2);
+  const std::vector<Linear> linears = stories_linears(cal, 256);
+  for (bool act_order : {false, true}) {
+    double total_rtn = 0, total_gptq = 0;
+    for (const Linear& lin : linears) {
+      const std::string& name = lin.name;
+      const int64_t rows = lin.rows, cols = lin.cols;
+      const std::vector<float>& w = lin.w;
+      const std::vector<double>& h = lin.h;
+      std::vector<int8_t> lv(w.size());
+      std::vector<float> sc(w.size() / 32), mn(sc.size()), deq(w.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        rtn_row(g, w.data() + r * cols, cols, {}, lv.data() + r * cols, sc.data() + r * cols / 32, mn.data() + r * cols / 32);
+        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols, mn.data() + r * cols / 32);
+      }
+      const double rtn = output_error(w.data(), deq.data(), rows, cols, h);
+      GptqOptions o;
+      o.act_order = act_order;
+      gptq(g, w.data(), rows, cols, h, o, lv.data(), sc.data(), &pool, mn.data());
+      for (int8_t q : lv) ASSERT_TRUE(q >= 0 && q <= 15);
+      for (int64_t r = 0; r < rows; ++r) {
+        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols, mn.data() + r * cols / 32);
+      }
+      const double gq = output_error(w.data(), deq.data(), rows, cols, h);
+      EXPECT_LT(gq, rtn) << name << (act_order ? " act-order" : "");
+      total_rtn += rtn;
+      total_gptq += gq;
+    }
+    std::printf("Q4_K output error, %s: rtn %.4g gptq %.4g (%.3f)\n", act_order ? "act-order" : "storage order",
+                total_rtn, total_gptq, total_gptq / total_rtn);
+    EXPECT_LT(total_gptq, 0.8 * total_rtn);
+  }
+}
+
 TEST(Gptq, MatchesNumpyInStorageOrder) {
   expect_gptq_matches_numpy("blk.1.attn_q.weight", false);
   expect_gptq_matches_numpy("blk.2.ffn_down.weight", false);  // 172 inputs, padded to 192
@@ -123,37 +192,32 @@ TEST(Gptq, AndAwqBeatRoundingOnEveryLinear) {
   const Grid g = make_grid(DType::kQ4_0, 0);
   ThreadPool pool(2);
   double total_rtn = 0, total_gptq = 0;
-  for (int il = 0; il < 5; ++il) {
-    for (const char* lin : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
-      const std::string name = fmt::format("blk.{}.{}.weight", il, lin);
-      const InputStats* st = stats_for_tensor(cal, name);
-      ASSERT_NE(st, nullptr) << name;
-      int64_t rows = 0, cols = 0;
-      const int64_t cols_p = (st->dim + 31) / 32 * 32;
-      const std::vector<float> w = matrix(name, &rows, &cols, cols_p);
-      const std::vector<double> h = padded_h(*st, cols_p);
-      std::vector<int8_t> lv(w.size());
-      std::vector<float> sc(w.size() / 32), deq(w.size());
-      for (int64_t r = 0; r < rows; ++r) {
-        rtn_row(g, w.data() + r * cols, cols, {}, lv.data() + r * cols, sc.data() + r * cols / 32);
-        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
-      }
-      const double rtn = output_error(w.data(), deq.data(), rows, cols, h);
-      gptq(g, w.data(), rows, cols, h, GptqOptions{}, lv.data(), sc.data(), &pool);
-      for (int64_t r = 0; r < rows; ++r) dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
-      const double gq = output_error(w.data(), deq.data(), rows, cols, h);
-      EXPECT_LT(gq, rtn) << name;
-      total_rtn += rtn;
-      total_gptq += gq;
-      // AWQ's clipping search alone (per block against H's diagonal block).
-      const std::vector<float> clip = awq_search_clip(g, w.data(), rows, cols, h, AwqOptions{});
-      for (int64_t r = 0; r < rows; ++r) {
-        rtn_row(g, w.data() + r * cols, cols, std::span<const float>(clip).subspan(static_cast<size_t>(r * cols / 32), static_cast<size_t>(cols / 32)),
-                lv.data() + r * cols, sc.data() + r * cols / 32);
-        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
-      }
-      EXPECT_LT(output_error(w.data(), deq.data(), rows, cols, h), rtn) << name << " clip";
+  for (const Linear& lin : stories_linears(cal, 32)) {
+    const std::string& name = lin.name;
+    const int64_t rows = lin.rows, cols = lin.cols;
+    const std::vector<float>& w = lin.w;
+    const std::vector<double>& h = lin.h;
+    std::vector<int8_t> lv(w.size());
+    std::vector<float> sc(w.size() / 32), deq(w.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      rtn_row(g, w.data() + r * cols, cols, {}, lv.data() + r * cols, sc.data() + r * cols / 32);
+      dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
     }
+    const double rtn = output_error(w.data(), deq.data(), rows, cols, h);
+    gptq(g, w.data(), rows, cols, h, GptqOptions{}, lv.data(), sc.data(), &pool);
+    for (int64_t r = 0; r < rows; ++r) dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
+    const double gq = output_error(w.data(), deq.data(), rows, cols, h);
+    EXPECT_LT(gq, rtn) << name;
+    total_rtn += rtn;
+    total_gptq += gq;
+    // AWQ's clipping search alone (per block against H's diagonal block).
+    const std::vector<float> clip = awq_search_clip(g, w.data(), rows, cols, h, AwqOptions{});
+    for (int64_t r = 0; r < rows; ++r) {
+      rtn_row(g, w.data() + r * cols, cols, std::span<const float>(clip).subspan(static_cast<size_t>(r * cols / 32), static_cast<size_t>(cols / 32)),
+              lv.data() + r * cols, sc.data() + r * cols / 32);
+      dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols);
+    }
+    EXPECT_LT(output_error(w.data(), deq.data(), rows, cols, h), rtn) << name << " clip";
   }
   EXPECT_LT(total_gptq, 0.8 * total_rtn);
 }

@@ -22,7 +22,7 @@ AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int
                           const AwqOptions& opt) {
   TESSERA_CHECK(st.dim == cols, kInvalidArgument, "awq: statistics of {} channels for a {}-column linear", st.dim,
                 cols);
-  TESSERA_CHECK(cols % g.block == 0 && opt.grid > 0, kInvalidArgument, "awq: {} columns / grid {}", cols, opt.grid);
+  TESSERA_CHECK(cols % g.unit() == 0 && opt.grid > 0, kInvalidArgument, "awq: {} columns / grid {}", cols, opt.grid);
   std::vector<float> mean = st.mean_abs();
   float top = 0.0f;
   for (float m : mean) top = std::max(top, m);
@@ -30,7 +30,7 @@ AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int
   AwqScale best;
   std::vector<float> s(static_cast<size_t>(cols)), orig, ws, deq;
   std::vector<int8_t> q;
-  std::vector<float> sc;
+  std::vector<float> sc, mn;
   for (int k = 0; k < opt.grid; ++k) {
     const float alpha = static_cast<float>(k) / static_cast<float>(opt.grid);
     float lo = INFINITY, hi = 0.0f;
@@ -52,12 +52,14 @@ AwqScale awq_search_scale(const Grid& g, std::span<const LinearRef> linears, int
       deq.resize(n);
       q.resize(n);
       sc.resize(n / static_cast<size_t>(g.block));
+      mn.resize(g.affine ? sc.size() : 0);
       for (int64_t r = 0; r < rows; ++r) {
         const float* src = l.w + r * stride * cols;
         std::copy_n(src, cols, orig.data() + r * cols);
         for (int64_t i = 0; i < cols; ++i) ws[static_cast<size_t>(r * cols + i)] = src[i] * s[static_cast<size_t>(i)];
-        rtn_row(g, ws.data() + r * cols, cols, {}, q.data() + r * cols, sc.data() + r * (cols / g.block));
-        dequant_row(g, q.data() + r * cols, sc.data() + r * (cols / g.block), cols, deq.data() + r * cols);
+        float* mr = g.affine ? mn.data() + r * (cols / g.block) : nullptr;
+        rtn_row(g, ws.data() + r * cols, cols, {}, q.data() + r * cols, sc.data() + r * (cols / g.block), mr);
+        dequant_row(g, q.data() + r * cols, sc.data() + r * (cols / g.block), cols, deq.data() + r * cols, mr);
         for (int64_t i = 0; i < cols; ++i) deq[static_cast<size_t>(r * cols + i)] /= s[static_cast<size_t>(i)];
       }
       err += output_error(orig.data(), deq.data(), rows, cols, st.h);
@@ -76,6 +78,7 @@ std::vector<float> awq_search_clip(const Grid& g, const float* w, int64_t rows, 
                                    std::span<const double> h, const AwqOptions& opt) {
   TESSERA_CHECK(cols % g.block == 0 && static_cast<int64_t>(h.size()) == cols * cols, kInvalidArgument,
                 "awq clip: {} columns, H of {}", cols, h.size());
+  TESSERA_CHECK(!g.affine, kInternal, "awq clip: {} blocks have a scale and a min", dtype_name(g.type));
   const int64_t nb = cols / g.block, B = g.block;
   std::vector<float> clip(static_cast<size_t>(rows * nb));
   for (int64_t r = 0; r < rows; ++r) {

@@ -10,16 +10,18 @@
 
 namespace tessera::quant {
 void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h_in,
-          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool) {
-  TESSERA_CHECK(cols > 0 && cols % g.block == 0 && rows >= 0, kInvalidArgument,
-                "gptq: {} columns is not a positive multiple of {}", cols, g.block);
+          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool, float* mins) {
+  const int64_t unit = g.unit();  // values whose parameters are chosen together
+  TESSERA_CHECK(cols > 0 && cols % unit == 0 && rows >= 0, kInvalidArgument,
+                "gptq: {} columns is not a positive multiple of {}", cols, unit);
+  TESSERA_CHECK(!g.affine || mins != nullptr, kInternal, "gptq: {} needs mins", dtype_name(g.type));
   TESSERA_CHECK(static_cast<int64_t>(h_in.size()) == cols * cols, kInvalidArgument,
                 "gptq: H has {} values for {} columns", h_in.size(), cols);
   TESSERA_CHECK(opt.damp >= 0.0 && opt.batch > 0, kInvalidArgument, "gptq: damp {} / batch {}", opt.damp,
                 opt.batch);
   const int64_t n = cols, nb = cols / g.block;
-  // Whole blocks per batch, so a block's scale sees every earlier error.
-  const int64_t batch = (opt.batch + g.block - 1) / g.block * g.block;
+  // Whole units per batch, so a unit's parameters see every earlier error.
+  const int64_t batch = (opt.batch + unit - 1) / unit * unit;
   std::vector<double> h(h_in.begin(), h_in.end());
   std::vector<bool> dead(static_cast<size_t>(n), false);
   double mean_diag = 0.0;
@@ -52,10 +54,18 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
   }
   TESSERA_CHECK(ok, kInvalidArgument, "gptq: the calibration Hessian is not positive definite even with dampening");
 
-  // A block's scale: its own, or searched against H's diagonal block.
-  const auto scale_of = [&](const float* blk, int64_t first_col) {
-    if (opt.scale_steps <= 0) return block_scale(g, blk, g.block);
-    return search_block_scale(g, blk, g.block, h.data() + first_col * n + first_col, n, opt.scale_steps);
+  // The parameters of the unit of values blk starting at first_col: a
+  // block's scale, its own or searched against H's diagonal block; or an
+  // affine super-block's scales and mins (quant/grid.h super_params).
+  const auto params_of = [&](const float* blk, int64_t first_col, float* sr, float* mr) {
+    const int64_t b = first_col / g.block;
+    if (g.affine) {
+      super_params(g, blk, sr + b, mr + b);
+    } else if (opt.scale_steps <= 0) {
+      sr[b] = block_scale(g, blk, g.block);
+    } else {
+      sr[b] = search_block_scale(g, blk, g.block, h.data() + first_col * n + first_col, n, opt.scale_steps);
+    }
   };
   // Rows in groups of kGroup: each row of U is read once for the group
   // (U of an 8192-wide input is 537 MB: per row, the batch updates would
@@ -64,17 +74,18 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
   constexpr int64_t kGroup = 8;
   const auto row_fn = [&](int64_t r0, int64_t r1) {
     std::vector<double> xs(static_cast<size_t>(kGroup * n)), errs(static_cast<size_t>(kGroup * batch));
-    std::vector<float> blk(static_cast<size_t>(g.block));
+    std::vector<float> blk(static_cast<size_t>(unit));
     for (int64_t rg = r0; rg < r1; rg += kGroup) {
       const int64_t m = std::min(kGroup, r1 - rg);
       for (int64_t k = 0; k < m; ++k) {
         const int64_t r = rg + k;
         const float* wr = w + r * cols;
         float* sr = scales + r * nb;
+        float* mr = g.affine ? mins + r * nb : nullptr;
         if (opt.act_order) {  // static groups, from the original weights (dead inputs zeroed)
-          for (int64_t b = 0; b < nb; ++b) {
-            for (int j = 0; j < g.block; ++j) blk[j] = dead[static_cast<size_t>(b * g.block + j)] ? 0.0f : wr[b * g.block + j];
-            sr[b] = scale_of(blk.data(), b * g.block);
+          for (int64_t c0 = 0; c0 < n; c0 += unit) {
+            for (int64_t j = 0; j < unit; ++j) blk[j] = dead[static_cast<size_t>(c0 + j)] ? 0.0f : wr[c0 + j];
+            params_of(blk.data(), c0, sr, mr);
           }
         }
         double* x = xs.data() + k * n;
@@ -88,14 +99,15 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
           for (int64_t k = 0; k < m; ++k) {
             double* x = xs.data() + k * n;
             float* sr = scales + (rg + k) * nb;
-            if (!opt.act_order && col % g.block == 0) {
-              for (int j = 0; j < g.block; ++j) blk[j] = static_cast<float>(x[i + j]);
-              sr[col / g.block] = scale_of(blk.data(), col);
+            float* mr = g.affine ? mins + (rg + k) * nb : nullptr;
+            if (!opt.act_order && col % unit == 0) {
+              for (int64_t j = 0; j < unit; ++j) blk[j] = static_cast<float>(x[i + j]);
+              params_of(blk.data(), col, sr, mr);
             }
-            const float d = sr[col / g.block];
-            const int q = level(g, static_cast<float>(x[i]), d);
+            const float d = sr[col / g.block], mn = g.affine ? mr[col / g.block] : 0.0f;
+            const int q = level(g, static_cast<float>(x[i]), d, mn);
             levels[(rg + k) * cols + col] = static_cast<int8_t>(q);
-            const double e = (x[i] - static_cast<double>(d) * q) / ui[i];
+            const double e = (x[i] - (static_cast<double>(d) * q - mn)) / ui[i];
             errs[static_cast<size_t>(k * batch + i - b0)] = e;
             for (int64_t j = i + 1; j < b1; ++j) x[j] -= e * ui[j];
           }

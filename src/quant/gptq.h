@@ -34,12 +34,15 @@ struct GptqOptions {
   int scale_steps = 10;
 };
 
-// w: [rows, cols] row-major (cols a multiple of g.block); h: [cols, cols]
-// symmetric. Writes levels [rows, cols] and scales [rows, cols / g.block].
-// Throws Error(kInvalidArgument) if H stays not positive definite after
-// raising the dampening.
+// w: [rows, cols] row-major (cols a multiple of g.unit()); h: [cols, cols]
+// symmetric. Writes levels [rows, cols], scales [rows, cols / g.block] and,
+// for an affine grid (Q4_K), mins of the same shape: a super-block's
+// scales and mins are fitted to its current values when its first column
+// is reached (super_params; scale_steps does not apply). Throws
+// Error(kInvalidArgument) if H stays not positive definite after raising
+// the dampening.
 void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h,
-          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool);
+          const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool, float* mins = nullptr);
 
 // sum_r (a_r - b_r)^T H (a_r - b_r): the squared output error over the
 // calibration tokens of using b instead of a. a, b: [rows, cols].

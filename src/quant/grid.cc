@@ -1,5 +1,6 @@
 #include "quant/grid.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -9,7 +10,7 @@
 
 namespace tessera::quant {
 
-bool is_grid_type(DType type) { return type == DType::kQ4_0 || type == DType::kQ8_0; }
+bool is_grid_type(DType type) { return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K; }
 
 Grid make_grid(DType type, int bits) {
   Grid g;
@@ -29,13 +30,22 @@ Grid make_grid(DType type, int bits) {
       g.qmax = 127;
       g.signed_max = false;
       return g;
+    case DType::kQ4_K:
+      TESSERA_CHECK(bits == 0 || bits == 4, kInvalidArgument, "Q4_K holds 4-bit values, not {}-bit", bits);
+      g.bits = 4;
+      g.qmin = 0;
+      g.qmax = 15;
+      g.affine = true;
+      g.super = 256;
+      return g;
     default:
-      fail(ErrorCode::kInvalidArgument, "tessera quantize cannot write {} blocks yet (it writes Q4_0, Q8_0, F16, BF16, F32)",
-           dtype_name(type));
+      fail(ErrorCode::kInvalidArgument,
+           "tessera quantize cannot write {} blocks yet (it writes Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(type));
   }
 }
 
 float block_scale(const Grid& g, const float* w, int64_t n, float clip) {
+  TESSERA_CHECK(!g.affine, kInternal, "block_scale: {} blocks have a scale and a min", dtype_name(g.type));
   float amax = 0.0f, max = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     if (std::fabs(w[j]) > amax) {
@@ -79,7 +89,96 @@ float search_block_scale(const Grid& g, const float* w, int64_t n, const double*
   return best_scale;
 }
 
-void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales) {
+namespace {
+
+// Squared error of one affine block at (d, m).
+double affine_error(const Grid& g, const float* w, int n, float d, float m) {
+  double e = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const double r = w[j] - (static_cast<double>(d) * level(g, w[j], d, m) - m);
+    e += r * r;
+  }
+  return e;
+}
+
+// One affine block's (d, m >= 0), unquantized: the range [min(0, lo), hi]
+// over the grid's steps, then a few rounds of least squares of w on the
+// levels (w = d q - m), keeping the best.
+void fit_affine(const Grid& g, const float* w, int n, float* d_out, float* m_out) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    lo = std::min(lo, w[j]);
+    hi = std::max(hi, w[j]);
+  }
+  float d = (hi - lo) / static_cast<float>(g.qmax), m = -lo;
+  double best = affine_error(g, w, n, d, m);
+  *d_out = d;
+  *m_out = m;
+  for (int it = 0; it < 4 && d > 0.0f; ++it) {
+    double sq = 0, sq2 = 0, sw = 0, swq = 0;
+    for (int j = 0; j < n; ++j) {
+      const double q = level(g, w[j], d, m);
+      sq += q;
+      sq2 += q * q;
+      sw += w[j];
+      swq += w[j] * q;
+    }
+    const double det = n * sq2 - sq * sq;
+    if (det <= 0.0) break;
+    double nd = (n * swq - sw * sq) / det, c = (sw - nd * sq) / n;  // w = nd q + c
+    if (c > 0.0) {  // a min must be >= 0: w = nd q
+      c = 0.0;
+      nd = sq2 > 0.0 ? swq / sq2 : 0.0;
+    }
+    if (!(nd > 0.0)) break;
+    d = static_cast<float>(nd);
+    m = static_cast<float>(-c);
+    const double e = affine_error(g, w, n, d, m);
+    if (e < best) {
+      best = e;
+      *d_out = d;
+      *m_out = m;
+    }
+  }
+}
+
+// v / unit rounded to an integer in 0..63 (unit == 0: 0).
+int six_bits(float v, float unit) {
+  if (unit == 0.0f) return 0;
+  const float q = std::nearbyint(v / unit);
+  return static_cast<int>(std::clamp(q, 0.0f, 63.0f));
+}
+
+}  // namespace
+
+void super_params(const Grid& g, const float* w, float* scales, float* mins) {
+  const int nb = g.super / g.block;
+  float dmax = 0.0f, mmax = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    fit_affine(g, w + b * g.block, g.block, &scales[b], &mins[b]);
+    dmax = std::max(dmax, scales[b]);
+    mmax = std::max(mmax, mins[b]);
+  }
+  // The largest d (m) is stored as 63 units: D = fp16(dmax / 63).
+  const float D = fp16_to_f32(f32_to_fp16(dmax / 63.0f)), Dm = fp16_to_f32(f32_to_fp16(mmax / 63.0f));
+  for (int b = 0; b < nb; ++b) {
+    scales[b] = D * static_cast<float>(scales[b] == dmax ? (D == 0.0f ? 0 : 63) : six_bits(scales[b], D));
+    mins[b] = Dm * static_cast<float>(mins[b] == mmax ? (Dm == 0.0f ? 0 : 63) : six_bits(mins[b], Dm));
+  }
+}
+
+void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
+             float* mins) {
+  if (g.affine) {
+    TESSERA_CHECK(chosen.empty() && mins != nullptr, kInternal, "rtn_row: {} takes mins, not chosen scales",
+                  dtype_name(g.type));
+    const int64_t per = g.super / g.block;
+    for (int64_t s = 0; s < n / g.super; ++s) super_params(g, w + s * g.super, scales + s * per, mins + s * per);
+    for (int64_t i = 0; i < n; ++i) {
+      levels[i] = static_cast<int8_t>(level(g, w[i], scales[i / g.block], mins[i / g.block]));
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / g.block; ++b) {
     const float* x = w + b * g.block;
     const float d = chosen.empty() ? block_scale(g, x, g.block) : chosen[static_cast<size_t>(b)];
@@ -88,11 +187,44 @@ void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> ch
   }
 }
 
-void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out) {
+void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out, const float* mins) {
+  if (g.affine) {
+    for (int64_t i = 0; i < n; ++i) out[i] = scales[i / g.block] * static_cast<float>(levels[i]) - mins[i / g.block];
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) out[i] = scales[i / g.block] * static_cast<float>(levels[i]);
 }
 
-void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst) {
+void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst, const float* mins) {
+  if (g.type == DType::kQ4_K) {
+    for (int64_t s = 0; s < n / 256; ++s) {
+      const float* sc = scales + s * 8;
+      const float* mn = mins + s * 8;
+      const int8_t* q = levels + s * 256;
+      // D and Dmin: the largest of each is 63 units (super_params), exactly.
+      const float D = *std::max_element(sc, sc + 8) / 63.0f, Dm = *std::max_element(mn, mn + 8) / 63.0f;
+      uint8_t is[8], im[8];
+      for (int j = 0; j < 8; ++j) {
+        is[j] = static_cast<uint8_t>(six_bits(sc[j], D));
+        im[j] = static_cast<uint8_t>(six_bits(mn[j], Dm));
+      }
+      const fp16_t d16 = f32_to_fp16(D), m16 = f32_to_fp16(Dm);
+      std::memcpy(dst, &d16, 2);
+      std::memcpy(dst + 2, &m16, 2);
+      uint8_t* k = dst + 4;  // 12 bytes of 6-bit scales and mins (llama.cpp's get_scale_min_k4)
+      for (int j = 0; j < 4; ++j) {
+        k[j] = static_cast<uint8_t>(is[j] | ((is[j + 4] >> 4) << 6));
+        k[j + 4] = static_cast<uint8_t>(im[j] | ((im[j + 4] >> 4) << 6));
+        k[j + 8] = static_cast<uint8_t>((is[j + 4] & 0x0f) | ((im[j + 4] & 0x0f) << 4));
+      }
+      uint8_t* qs = dst + 16;
+      for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+      }
+      dst += 144;
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / g.block; ++b) {
     const fp16_t d = f32_to_fp16(scales[b]);
     const int8_t* q = levels + b * g.block;

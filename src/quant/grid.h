@@ -6,7 +6,13 @@
 //   Q4_0 (3 bits): the same block with q in -4..3, d = (signed max) / -4
 //                  (3-bit values in 4-bit storage: 4.5 bits per weight)
 //   Q8_0:          q in -127..127, d = max|w| / 127
-// d is stored as fp16; levels are chosen against the stored d.
+//   Q4_K (4 bits): super-blocks of 256 values, 8 sub-blocks of 32 each with
+//                  w = d_j q - m_j, q in 0..15, m_j >= 0; d_j = D sc_j and
+//                  m_j = Dmin mn_j with 6-bit sc_j, mn_j and fp16 D, Dmin
+//                  per super-block (llama.cpp's layout and dequantization)
+// d is stored as fp16; levels are chosen against the stored d. Functions
+// take the blocks' scales and, for an affine grid (Q4_K), their mins (one
+// per block of g.block values; null for the other grids).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,11 @@ struct Grid {
   int qmin = -8, qmax = 7;
   int block = 32;      // elements sharing a scale
   bool signed_max = true;  // d from the signed value of largest magnitude (Q4_0) or max|w| (Q8_0)
+  bool affine = false;     // w = d q - m (Q4_K), not w = d q
+  int super = 0;           // > 0: blocks' scales and mins are stored per super-block of this many values
+
+  // Values that share stored parameters: what a row's width must be a multiple of.
+  int unit() const { return super > 0 ? super : block; }
 };
 
 // The grid of `type` at `bits` (0: the type's own). Throws
@@ -43,25 +54,40 @@ float block_scale(const Grid& g, const float* w, int64_t n, float clip = 1.0f);
 // Ties go to the earlier candidate.
 float search_block_scale(const Grid& g, const float* w, int64_t n, const double* h, int64_t h_stride, int steps);
 
-// The level nearest w / d, clamped to the grid (d == 0: 0).
-inline int level(const Grid& g, float w, float d) {
+// The level nearest (w + m) / d, clamped to the grid (d == 0: 0); m = 0
+// but for affine grids.
+inline int level(const Grid& g, float w, float d, float m = 0.0f) {
   if (d == 0.0f) return 0;
-  float q = w / d;
+  float q = (m == 0.0f ? w : w + m) / d;
   if (q != q) return 0;  // NaN (callers refuse non-finite weights; this keeps the cast defined)
   q = q < static_cast<float>(g.qmin) ? static_cast<float>(g.qmin) : q;
   q = q > static_cast<float>(g.qmax) ? static_cast<float>(g.qmax) : q;
   return static_cast<int>(__builtin_nearbyintf(q));
 }
 
-// Rounds a row of n (a multiple of g.block) values to nearest with each
-// block's own scale, or with the scales in `chosen` (one per block) when
-// it is not empty.
-void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales);
+// Affine grids: the scales and mins of the g.super / g.block blocks of
+// one super-block of g.super values, as stored. Each block's (d, m) is
+// fitted to its values (range, then alternating least squares of w on the
+// levels), then both are stored in 6 bits against the super-block's fp16
+// D = max d / 63 and Dmin = max m / 63, and returned as llama.cpp
+// dequantizes them: D sc_j and Dmin mn_j.
+void super_params(const Grid& g, const float* w, float* scales, float* mins);
 
-// Dequantized values of a row given its levels and scales.
-void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out);
+// Rounds a row of n (a multiple of g.unit()) values to nearest with each
+// block's own scale, or with the scales in `chosen` (one per block, not for
+// affine grids) when it is not empty. mins: affine grids only.
+void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
+             float* mins = nullptr);
 
-// Packs a row of levels and scales as row_bytes(g.type, n) bytes at dst.
-void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst);
+// Dequantized values of a row given its levels, scales (and mins).
+void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out,
+                 const float* mins = nullptr);
+
+// Packs a row of levels and scales (and mins) as row_bytes(g.type, n)
+// bytes at dst. For affine grids the scales and mins must be those of
+// super_params (each super-block's largest sc and mn is 63, or all are 0,
+// so D and Dmin are recovered exactly).
+void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst,
+              const float* mins = nullptr);
 
 }  // namespace tessera::quant

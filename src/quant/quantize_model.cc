@@ -118,7 +118,7 @@ void plan_awq(const gguf::File& in, const Grid& g, StatsSource& stats, const Awq
       continue;
     }
     const int64_t cols = in.tensor(grp.linears[0]).ne[0];
-    const int64_t cols_p = round_up(cols, g.block);
+    const int64_t cols_p = round_up(cols, g.unit());
     std::vector<std::vector<float>> ws;
     std::vector<LinearRef> refs;
     for (const std::string& n : grp.linears) {
@@ -167,7 +167,8 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
   const int64_t cols_p = p.cols_p, nb = cols_p / g.block;
   w = pad_columns(w, rows, cols, cols_p);
   std::vector<int8_t> levels(static_cast<size_t>(rows * cols_p));
-  std::vector<float> scales(static_cast<size_t>(rows * nb));
+  std::vector<float> scales(static_cast<size_t>(rows * nb)), mins(g.affine ? scales.size() : 0);
+  float* const mins_at = g.affine ? mins.data() : nullptr;  // row r's: mins_at + r * nb
   const bool gptq_method = opt.method == Method::kGptq || opt.method == Method::kAwqGptq;
   const bool awq_method = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
   // H as gathered, or a padded / AWQ-scaled copy (no copy otherwise: a 1B
@@ -184,12 +185,14 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     h = h_own.empty() ? std::span<const double>(stats->h) : std::span<const double>(h_own);
   }
   if (gptq_method && !h.empty()) {
-    gptq(g, w.data(), rows, cols_p, h, opt.gptq, levels.data(), scales.data(), &pool);
+    gptq(g, w.data(), rows, cols_p, h, opt.gptq, levels.data(), scales.data(), &pool, mins_at);
     *how += opt.gptq.act_order ? "gptq act-order" : "gptq";
   } else {
     std::vector<float> clip;
-    if (awq_method && opt.awq.clip && !h.empty()) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
-    if (opt.method != Method::kRtn && h.empty()) {
+    // Affine grids (Q4_K) fit each block's scale and min to its values
+    // instead of searching a clipped scale.
+    if (awq_method && opt.awq.clip && !h.empty() && !g.affine) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
+    if (opt.method != Method::kRtn && h.empty() && !g.affine) {
       // No statistics (token_embd): scales searched by plain squared error.
       clip.resize(static_cast<size_t>(rows * nb));
       for (int64_t b = 0; b < rows * nb; ++b) {
@@ -198,12 +201,16 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     }
     for (int64_t r = 0; r < rows; ++r) {
       const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
-      rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb);
+      rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
+              g.affine ? mins_at + r * nb : nullptr);
     }
     *how += clip.empty() ? "rtn" : h.empty() ? "rtn+mse scales" : "rtn+clip";
   }
   const size_t rb = row_bytes(p.type, cols_p);
-  for (int64_t r = 0; r < rows; ++r) pack_row(g, levels.data() + r * cols_p, scales.data() + r * nb, cols_p, out + r * rb);
+  for (int64_t r = 0; r < rows; ++r) {
+    pack_row(g, levels.data() + r * cols_p, scales.data() + r * nb, cols_p, out + r * rb,
+             g.affine ? mins_at + r * nb : nullptr);
+  }
 }
 
 }  // namespace
@@ -234,7 +241,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
   const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
   TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
-                "tessera quantize cannot write {} (it writes Q4_0, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+                "tessera quantize cannot write {} (it writes Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
   const Grid g = is_grid_type(opt.type) ? make_grid(opt.type, opt.bits) : Grid{};
   TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
   TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
@@ -247,7 +254,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   for (const auto& [name, type] : opt.keep) {
     TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
     TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
-                  kInvalidArgument, "--keep {}={}: Tessera writes Q4_0, Q8_0, F16, BF16, F32", name, dtype_name(type));
+                  kInvalidArgument, "--keep {}={}: Tessera writes Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
   }
 
   std::map<std::string, Plan> plans;

@@ -23,6 +23,8 @@ import struct
 
 import numpy as np
 
+import dequant_ref
+
 GGUF_MAGIC = b"GGUF"
 
 # Metadata value types.
@@ -34,12 +36,13 @@ _SCALAR_FORMATS = {
 
 # Tensor types (ggml_type numbering) this reader can turn into numbers:
 # name, elements per block, bytes per block.
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_BF16 = 0, 1, 2, 8, 12, 30
 TENSOR_TYPES = {
     GGML_F32: ("F32", 1, 4),
     GGML_F16: ("F16", 1, 2),
     GGML_Q4_0: ("Q4_0", 32, 18),
     GGML_Q8_0: ("Q8_0", 32, 34),
+    GGML_Q4_K: ("Q4_K", 256, 144),
     GGML_BF16: ("BF16", 1, 2),
 }
 
@@ -169,9 +172,14 @@ class GGUFFile:
         out = flat.reshape(t.shape)
         # Tessera's any-shape storage: rows padded with zero columns to a
         # whole block, the true width in tessera.padded_cols.<name>.
+        # Q4_K stores w = d q - m: a padding column in a sub-block that also
+        # holds real columns is 0 rounded to that sub-block's grid, not
+        # exactly 0 (it meets a zero activation); wholly padded sub-blocks are 0.
         width = self.get("tessera.padded_cols." + name, None)
         if width is not None:
-            if not 0 < int(width) < t.ne[0] or np.any(out[..., int(width):] != 0):
+            w = int(width)
+            first_zero = w if t.ggml_type != GGML_Q4_K else -(-w // 32) * 32
+            if not 0 < w < t.ne[0] or np.any(out[..., first_zero:] != 0):
                 raise GGUFError(f"{name}: bad padding to {t.ne[0]} columns from {width}")
             out = out[..., : int(width)]
         return out
@@ -197,6 +205,10 @@ def dequantize(ggml_type, raw, n):
         d = _f16(blocks[:, 0:2].copy().view("<u2")).reshape(-1, 1)
         q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
         return (d * q).reshape(n)
+    if ggml_type == GGML_Q4_K:
+        # The block format's own numpy reference (float32 steps in
+        # llama.cpp's order), exact in float64 from there.
+        return dequant_ref.dequant("q4_k", raw.tobytes()).astype(np.float64)
     if ggml_type == GGML_Q4_0:
         # block_q4_0: f16 d; u8 qs[16]; element j is the low nibble of qs[j],
         # element j + 16 its high nibble; x = d * (nibble - 8).
