@@ -174,13 +174,94 @@ static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
   pair_frame<T, kBytes>(group, group_bytes, nb, y, nvalid, block);
 }
 
+// ---- 16-row packed Q6_K prompt tile --------------------------------------------
+// q6tile's arithmetic (matmul_impl.h, the int32-dot path for T > 1) on two
+// groups side by side: per sub-block pair the exact dots of the 6-bit q by
+// vpdpbusd (values j = 0, 2 then 1, 3; the fourth assembled from the three
+// bytes' top bits), times the rows' int8 scales (vpmulld) into the
+// super-block's exact sum; the -32 as one vpmaddwd of the scale pairs with
+// the token's sums of 16; then one float step per 256 values. T <= 4.
+
+// The int8 scale of sub-block sb of each of the 16 rows as int32 lanes.
+static inline __m512i q6_scale16(const uint8_t* b0, const uint8_t* b1, int sb) {
+  const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * (sb / 2), b1 + 16 + 16 * (sb / 2)));
+  return sb % 2 == 0 ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16) : _mm512_srai_epi32(w, 16);
+}
+
+static inline __m512i q6_fourth16(__m512i v0, __m512i v1, __m512i v2) {
+  const __m512i a = _mm512_and_si512(_mm512_srli_epi16(v0, 6), _mm512_set1_epi8(0x03));
+  const __m512i b = _mm512_and_si512(_mm512_srli_epi16(v1, 4), _mm512_set1_epi8(0x0c));
+  const __m512i c = _mm512_and_si512(_mm512_srli_epi16(v2, 2), _mm512_set1_epi8(0x30));
+  return _mm512_or_si512(_mm512_or_si512(a, b), c);
+}
+
+template <int T>
+static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                     int nvalid) {
+  const __m512i m6 = _mm512_set1_epi8(0x3f);
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    // Values 128n + 32j + 16 half + l, sub-block 8n + 2j + half.
+    for (int n = 0; n < 2; ++n) {
+      for (int half = 0; half < 2; ++half) {
+        const auto vec = [&](int q, int k) {
+          return join256(b0 + 144 + 768 * n + 96 * q + 32 * k, b1 + 144 + 768 * n + 96 * q + 32 * k);
+        };
+        #pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {  // values j = {0, 2}, then {1, 3}
+          const __m512i sc0 = q6_scale16(b0, b1, 8 * n + 2 * c + half);
+          const __m512i sc1 = q6_scale16(b0, b1, 8 * n + 2 * (c + 2) + half);
+          __m512i part[2][T];
+          for (int t = 0; t < T; ++t) part[0][t] = part[1][t] = _mm512_setzero_si512();
+          #pragma GCC unroll 4
+          for (int q = 4 * half; q < 4 * half + 4; ++q) {
+            __m512i v[2];
+            if (c == 0) {
+              v[0] = _mm512_and_si512(vec(q, 0), m6);
+              v[1] = _mm512_and_si512(vec(q, 2), m6);
+            } else {
+              v[0] = _mm512_and_si512(vec(q, 1), m6);
+              v[1] = q6_fourth16(vec(q, 0), vec(q, 1), vec(q, 2));
+            }
+            #pragma GCC unroll 2
+            for (int k = 0; k < 2; ++k) {
+              #pragma GCC unroll 4
+              for (int t = 0; t < T; ++t) {
+                part[k][t] = dpbusd_bcast(part[k][t], v[k], x[t].q + b * 256 + 128 * n + 32 * (c + 2 * k) + 4 * q);
+              }
+            }
+          }
+          for (int t = 0; t < T; ++t) {
+            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[0][t], sc0));
+            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[1][t], sc1));
+          }
+        }
+      }
+    }
+    const __m512 wd = _mm512_cvtph_ps(join128(b0, b1));
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 16);
+      __m512i corr = _mm512_setzero_si512();  // sum_s sc_s * sum(x_s)
+      for (int i = 0; i < 8; ++i) {
+        const __m512i pairs = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * i, b1 + 16 + 16 * i));
+        corr = _mm512_add_epi32(corr, _mm512_madd_epi16(pairs, bcast4_512(xs + 4 * i)));
+      }
+      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 5));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(x[t].d[b])), acc[t]);
+    }
+  };
+  pair_frame<T, kPackedQ6_KBlock>(group, group_bytes, nb, y, nvalid, block);
+}
+
 struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
-  // Tokens of the 16-row packed prompt tiles above (0: the kind has none;
-  // K types keep twice the partial sums, so half the tokens).
+  // Tokens of the 16-row packed prompt tiles above (K types keep twice the
+  // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : k == Packed::kQ4_K || k == Packed::kQ5_K ? 4 : 0;
+    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
@@ -190,6 +271,8 @@ struct Avx512Cfg {
     }
     if constexpr (K == Packed::kQ8_0 || K == Packed::kQ4_0) {
       ptile16<K == Packed::kQ4_0, T>(group, group_bytes, nb, x, y, nvalid);
+    } else if constexpr (K == Packed::kQ6_K) {
+      q6tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else {
       ktile16<K == Packed::kQ5_K, T>(group, group_bytes, nb, x, y, nvalid);
     }
