@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -207,6 +208,34 @@ TEST(Quantize, Q4_KGridPacksWhatItRounds) {
     }
   }
   EXPECT_LT(err_k, 0.9 * err_0);
+}
+
+// Q4_K's fit weighted by per-input importance (H_ii under AWQ and GPTQ):
+// the importance-weighted error is below the unweighted fit's, summed over
+// many super-blocks of Gaussian values with exponentially spread weights.
+TEST(Quantize, Q4_KImportanceWeightedFitLowersWeightedError) {
+  const Grid g = make_grid(DType::kQ4_K, 0);
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd;
+  std::exponential_distribution<float> ed(1.0f);
+  const int64_t n = 256 * 32;
+  std::vector<float> w(static_cast<size_t>(n)), imp(w.size());
+  for (int64_t i = 0; i < n; ++i) {
+    w[static_cast<size_t>(i)] = nd(rng);
+    imp[static_cast<size_t>(i)] = std::pow(ed(rng), 3.0f);
+  }
+  double err[2] = {0.0, 0.0};
+  for (int weighted = 0; weighted < 2; ++weighted) {
+    std::vector<int8_t> lv(static_cast<size_t>(n));
+    std::vector<float> sc(static_cast<size_t>(n / 32)), mn(sc.size()), deq(w.size());
+    rtn_row(g, w.data(), n, {}, lv.data(), sc.data(), mn.data(), weighted ? imp.data() : nullptr);
+    dequant_row(g, lv.data(), sc.data(), n, deq.data(), mn.data());
+    for (int64_t i = 0; i < n; ++i) {
+      err[weighted] += imp[static_cast<size_t>(i)] * std::pow(w[static_cast<size_t>(i)] - deq[static_cast<size_t>(i)], 2);
+    }
+  }
+  std::printf("importance-weighted error: plain fit %.4g, weighted fit %.4g (%.3f)\n", err[0], err[1], err[1] / err[0]);
+  EXPECT_LT(err[1], 0.8 * err[0]);
 }
 
 // stories260K in Q4_K: every matrix padded to 256 columns (its rows are 64

@@ -91,41 +91,43 @@ float search_block_scale(const Grid& g, const float* w, int64_t n, const double*
 
 namespace {
 
-// Squared error of one affine block at (d, m).
-double affine_error(const Grid& g, const float* w, int n, float d, float m) {
+// Squared error of one affine block at (d, m), each value's weighted by
+// imp (null: 1).
+double affine_error(const Grid& g, const float* w, const float* imp, int n, float d, float m) {
   double e = 0.0;
   for (int j = 0; j < n; ++j) {
     const double r = w[j] - (static_cast<double>(d) * level(g, w[j], d, m) - m);
-    e += r * r;
+    e += (imp != nullptr ? imp[j] : 1.0) * r * r;
   }
   return e;
 }
 
 // One affine block's (d, m >= 0), unquantized: the range [min(0, lo), hi]
-// over the grid's steps, then a few rounds of least squares of w on the
-// levels (w = d q - m), keeping the best.
-void fit_affine(const Grid& g, const float* w, int n, float* d_out, float* m_out) {
+// over the grid's steps, then a few rounds of (weighted) least squares of w
+// on the levels (w = d q - m), keeping the best.
+void fit_affine(const Grid& g, const float* w, const float* imp, int n, float* d_out, float* m_out) {
   float lo = 0.0f, hi = 0.0f;
   for (int j = 0; j < n; ++j) {
     lo = std::min(lo, w[j]);
     hi = std::max(hi, w[j]);
   }
   float d = (hi - lo) / static_cast<float>(g.qmax), m = -lo;
-  double best = affine_error(g, w, n, d, m);
+  double best = affine_error(g, w, imp, n, d, m);
   *d_out = d;
   *m_out = m;
   for (int it = 0; it < 4 && d > 0.0f; ++it) {
-    double sq = 0, sq2 = 0, sw = 0, swq = 0;
+    double s = 0, sq = 0, sq2 = 0, sw = 0, swq = 0;
     for (int j = 0; j < n; ++j) {
-      const double q = level(g, w[j], d, m);
-      sq += q;
-      sq2 += q * q;
-      sw += w[j];
-      swq += w[j] * q;
+      const double q = level(g, w[j], d, m), k = imp != nullptr ? imp[j] : 1.0;
+      s += k;
+      sq += k * q;
+      sq2 += k * q * q;
+      sw += k * w[j];
+      swq += k * w[j] * q;
     }
-    const double det = n * sq2 - sq * sq;
-    if (det <= 0.0) break;
-    double nd = (n * swq - sw * sq) / det, c = (sw - nd * sq) / n;  // w = nd q + c
+    const double det = s * sq2 - sq * sq;
+    if (!(det > 0.0)) break;
+    double nd = (s * swq - sw * sq) / det, c = (sw - nd * sq) / s;  // w = nd q + c
     if (c > 0.0) {  // a min must be >= 0: w = nd q
       c = 0.0;
       nd = sq2 > 0.0 ? swq / sq2 : 0.0;
@@ -133,7 +135,7 @@ void fit_affine(const Grid& g, const float* w, int n, float* d_out, float* m_out
     if (!(nd > 0.0)) break;
     d = static_cast<float>(nd);
     m = static_cast<float>(-c);
-    const double e = affine_error(g, w, n, d, m);
+    const double e = affine_error(g, w, imp, n, d, m);
     if (e < best) {
       best = e;
       *d_out = d;
@@ -151,11 +153,12 @@ int six_bits(float v, float unit) {
 
 }  // namespace
 
-void super_params(const Grid& g, const float* w, float* scales, float* mins) {
+void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance) {
   const int nb = g.super / g.block;
   float dmax = 0.0f, mmax = 0.0f;
   for (int b = 0; b < nb; ++b) {
-    fit_affine(g, w + b * g.block, g.block, &scales[b], &mins[b]);
+    fit_affine(g, w + b * g.block, importance != nullptr ? importance + b * g.block : nullptr, g.block, &scales[b],
+               &mins[b]);
     dmax = std::max(dmax, scales[b]);
     mmax = std::max(mmax, mins[b]);
   }
@@ -168,12 +171,15 @@ void super_params(const Grid& g, const float* w, float* scales, float* mins) {
 }
 
 void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
-             float* mins) {
+             float* mins, const float* importance) {
   if (g.affine) {
     TESSERA_CHECK(chosen.empty() && mins != nullptr, kInternal, "rtn_row: {} takes mins, not chosen scales",
                   dtype_name(g.type));
     const int64_t per = g.super / g.block;
-    for (int64_t s = 0; s < n / g.super; ++s) super_params(g, w + s * g.super, scales + s * per, mins + s * per);
+    for (int64_t s = 0; s < n / g.super; ++s) {
+      super_params(g, w + s * g.super, scales + s * per, mins + s * per,
+                   importance != nullptr ? importance + s * g.super : nullptr);
+    }
     for (int64_t i = 0; i < n; ++i) {
       levels[i] = static_cast<int8_t>(level(g, w[i], scales[i / g.block], mins[i / g.block]));
     }

@@ -68,16 +68,18 @@ inline int level(const Grid& g, float w, float d, float m = 0.0f) {
 // Affine grids: the scales and mins of the g.super / g.block blocks of
 // one super-block of g.super values, as stored. Each block's (d, m) is
 // fitted to its values (range, then alternating least squares of w on the
-// levels), then both are stored in 6 bits against the super-block's fp16
-// D = max d / 63 and Dmin = max m / 63, and returned as llama.cpp
-// dequantizes them: D sc_j and Dmin mn_j.
-void super_params(const Grid& g, const float* w, float* scales, float* mins);
+// levels, each value's squared error weighted by importance[i] when given,
+// e.g. H_ii: how much input i moves the output), then both are stored in 6
+// bits against the super-block's fp16 D = max d / 63 and Dmin = max m / 63,
+// and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
+void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance = nullptr);
 
 // Rounds a row of n (a multiple of g.unit()) values to nearest with each
 // block's own scale, or with the scales in `chosen` (one per block, not for
-// affine grids) when it is not empty. mins: affine grids only.
+// affine grids) when it is not empty. mins, importance (super_params):
+// affine grids only.
 void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
-             float* mins = nullptr);
+             float* mins = nullptr, const float* importance = nullptr);
 
 // Dequantized values of a row given its levels, scales (and mins).
 void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, float* out,

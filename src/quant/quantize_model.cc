@@ -199,12 +199,15 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
         clip[static_cast<size_t>(b)] = search_block_scale(g, w.data() + b * g.block, g.block, nullptr, 0, opt.awq.clip_steps);
       }
     }
+    // Affine grids fit each value weighted by H_ii when there are statistics.
+    std::vector<float> importance(g.affine && !h.empty() ? static_cast<size_t>(cols_p) : 0);
+    for (size_t i = 0; i < importance.size(); ++i) importance[i] = static_cast<float>(h[i * static_cast<size_t>(cols_p) + i]);
     for (int64_t r = 0; r < rows; ++r) {
       const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
       rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
-              g.affine ? mins_at + r * nb : nullptr);
+              g.affine ? mins_at + r * nb : nullptr, importance.empty() ? nullptr : importance.data());
     }
-    *how += clip.empty() ? "rtn" : h.empty() ? "rtn+mse scales" : "rtn+clip";
+    *how += !importance.empty() ? "rtn+H-weighted fit" : clip.empty() ? "rtn" : h.empty() ? "rtn+mse scales" : "rtn+clip";
   }
   const size_t rb = row_bytes(p.type, cols_p);
   for (int64_t r = 0; r < rows; ++r) {
