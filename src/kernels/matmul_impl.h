@@ -298,20 +298,23 @@ static inline void qtile8(const uint8_t* const* rows, int64_t nb, const ActPtrs*
   }
 }
 
-// Calls tile(rt, nvalid, x, y, n) for every 8-row tile rt of [r0, r1) and
-// every group of n <= Cfg::kMaxT tokens, tokens in chunks whose activations
-// stay in L2 while the row tiles sweep them.
-template <class Cfg, class Tile>
-static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, Tile tile) {
+// Calls tile(rt, nvalid, x, y, n) for every tile of kRows rows rt of [r0,
+// r1) (the last has nvalid rows) and every group of n <= max_tokens(nvalid)
+// <= kMaxTokens tokens, tokens in chunks whose activations stay in L2 while
+// the row tiles sweep them.
+template <class Cfg, int kRows, int kMaxTokens, class MaxTokens, class Tile>
+static inline void sweep(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, MaxTokens max_tokens,
+                         Tile tile) {
   const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
   for (int64_t tc = t0; tc < t1; tc += chunk) {
     const int64_t tc1 = imin(t1, tc + chunk);
-    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-      const int nvalid = static_cast<int>(imin(8, r1 - rt));
+    for (int64_t rt = r0; rt < r1; rt += kRows) {
+      const int nvalid = static_cast<int>(imin(kRows, r1 - rt));
+      const int most = max_tokens(nvalid);
       for (int64_t t = tc; t < tc1;) {
-        const int n = static_cast<int>(imin(Cfg::kMaxT, tc1 - t));
-        ActPtrs x[4];
-        float* y[4];
+        const int n = static_cast<int>(imin(most, tc1 - t));
+        ActPtrs x[kMaxTokens];
+        float* y[kMaxTokens];
         for (int i = 0; i < n; ++i) {
           x[i] = act_ptrs(a, t + i);
           y[i] = a.y + (t + i) * a.y_stride + rt;
@@ -321,6 +324,12 @@ static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int6
       }
     }
   }
+}
+
+// The 8-row tiles: up to Cfg::kMaxT tokens each.
+template <class Cfg, class Tile>
+static inline void sweep_tiles(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, Tile tile) {
+  sweep<Cfg, kRowTile, Cfg::kMaxT>(a, r0, r1, t0, t1, [](int) { return Cfg::kMaxT; }, tile);
 }
 
 template <class Fmt, class Cfg>
@@ -751,45 +760,15 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
   }
 }
 
-// Prompt processing over pairs of packed row groups (16 rows), for an ISA
-// whose Cfg supplies a 16-row tile of kind K for up to Cfg::pair_tokens(K)
-// tokens (Cfg::pair_tile<K>, matmul_avx512.cc); a lone last group takes the
-// 8-row tile. Tokens in chunks whose activations stay in L2, as in
-// sweep_tiles. Every lane does the 8-row tile's arithmetic, so the bits do
-// not depend on which tile a row lands in.
-template <class D, Packed K, class Cfg>
-static inline void sweep_pairs(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
-                               size_t group_bytes, int64_t nb) {
-  constexpr int kPairT = Cfg::pair_tokens(K);
-  constexpr int kMaxT = kPairT > Cfg::kMaxT ? kPairT : Cfg::kMaxT;
-  const int64_t chunk = imin(t1 - t0, static_cast<int64_t>(Cfg::kActChunkBytes / a.act_layout.row_bytes) + 1);
-  for (int64_t tc = t0; tc < t1; tc += chunk) {
-    const int64_t tc1 = imin(t1, tc + chunk);
-    for (int64_t rt = r0; rt < r1; rt += 2 * kRowTile) {
-      const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
-      const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
-      const bool pair = nvalid > kRowTile;
-      for (int64_t t = tc; t < tc1;) {
-        const int n = static_cast<int>(imin(pair ? kPairT : Cfg::kMaxT, tc1 - t));
-        ActPtrs x[kMaxT];
-        float* y[kMaxT];
-        for (int i = 0; i < n; ++i) {
-          x[i] = act_ptrs(a, t + i);
-          y[i] = a.y + (t + i) * a.y_stride + rt;
-        }
-        if (pair) {
-          Cfg::template pair_tile<K>(n, group, group_bytes, nb, x, y, nvalid);
-        } else {
-          switch (n) {
-            case 1: packed_tile<D, K, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-            case 2: packed_tile<D, K, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-            case 3: packed_tile<D, K, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-            default: packed_tile<D, K, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-          }
-        }
-        t += n;
-      }
-    }
+// One 8-row packed tile of kind K for n <= 4 tokens.
+template <class D, Packed K>
+static inline void packed_tile_n(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
+                                 float* const* y, int nvalid) {
+  switch (n) {
+    case 1: packed_tile<D, K, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+    case 2: packed_tile<D, K, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+    case 3: packed_tile<D, K, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
+    default: packed_tile<D, K, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
   }
 }
 
@@ -816,18 +795,27 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     }
     return;
   }
-  if constexpr (Cfg::pair_tokens(K) > 0) {
-    sweep_pairs<D, K, Cfg>(a, r0, r1, t0, t1, group_bytes, nb);
+  constexpr int kPairT = Cfg::pair_tokens(K);
+  if constexpr (kPairT > 0) {
+    // Pairs of packed row groups (16 rows) through the ISA's 16-row tile
+    // (Cfg::pair_tile, matmul_avx512.cc); a lone last group takes the 8-row
+    // tile. Every lane does the 8-row tile's arithmetic, so the bits do not
+    // depend on which tile a row lands in.
+    constexpr int kMaxTokens = kPairT > Cfg::kMaxT ? kPairT : Cfg::kMaxT;
+    sweep<Cfg, 2 * kRowTile, kMaxTokens>(
+        a, r0, r1, t0, t1, [](int nvalid) { return nvalid > kRowTile ? kPairT : Cfg::kMaxT; },
+        [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
+          const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+          if (nvalid > kRowTile) {
+            Cfg::template pair_tile<K>(n, group, group_bytes, nb, x, y, nvalid);
+          } else {
+            packed_tile_n<D, K>(n, group, group_bytes, nb, x, y, nvalid);
+          }
+        });
     return;
   }
   sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
-    const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
-    switch (n) {
-      case 1: packed_tile<D, K, 1, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      case 2: packed_tile<D, K, 2, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      case 3: packed_tile<D, K, 3, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-      default: packed_tile<D, K, 4, 1, 0>(group, group_bytes, nb, x, y, nvalid); break;
-    }
+    packed_tile_n<D, K>(n, a.w + static_cast<size_t>(rt / kRowTile) * group_bytes, group_bytes, nb, x, y, nvalid);
   });
 }
 
