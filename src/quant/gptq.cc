@@ -58,8 +58,7 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
   // block's scale, its own or searched against H's diagonal block; or an
   // affine super-block's scales and mins (quant/grid.h super_params).
   // Affine grids weight each value's fit by H_ii (dead inputs: 0).
-  std::vector<float> diag(g.affine ? static_cast<size_t>(n) : 0);
-  for (size_t i = 0; i < diag.size(); ++i) diag[i] = dead[i] ? 0.0f : static_cast<float>(h[i * static_cast<size_t>(n) + i]);
+  const std::vector<float> diag = g.affine ? hessian_diagonal(h_in, n) : std::vector<float>();
   const auto params_of = [&](const float* blk, int64_t first_col, float* sr, float* mr) {
     const int64_t b = first_col / g.block;
     if (g.affine) {

@@ -170,6 +170,13 @@ void super_params(const Grid& g, const float* w, float* scales, float* mins, con
   }
 }
 
+std::vector<float> hessian_diagonal(std::span<const double> h, int64_t n) {
+  TESSERA_CHECK(static_cast<int64_t>(h.size()) == n * n, kInternal, "hessian_diagonal: H of {} for {} inputs", h.size(), n);
+  std::vector<float> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d[static_cast<size_t>(i)] = static_cast<float>(h[static_cast<size_t>(i * n + i)]);
+  return d;
+}
+
 void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
              float* mins, const float* importance) {
   if (g.affine) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -73,6 +74,9 @@ inline int level(const Grid& g, float w, float d, float m = 0.0f) {
 // bits against the super-block's fp16 D = max d / 63 and Dmin = max m / 63,
 // and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
 void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance = nullptr);
+
+// H_ii of an [n, n] H as float: the importance super_params weights by.
+std::vector<float> hessian_diagonal(std::span<const double> h, int64_t n);
 
 // Rounds a row of n (a multiple of g.unit()) values to nearest with each
 // block's own scale, or with the scales in `chosen` (one per block, not for

@@ -200,8 +200,7 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
       }
     }
     // Affine grids fit each value weighted by H_ii when there are statistics.
-    std::vector<float> importance(g.affine && !h.empty() ? static_cast<size_t>(cols_p) : 0);
-    for (size_t i = 0; i < importance.size(); ++i) importance[i] = static_cast<float>(h[i * static_cast<size_t>(cols_p) + i]);
+    const std::vector<float> importance = g.affine && !h.empty() ? hessian_diagonal(h, cols_p) : std::vector<float>();
     for (int64_t r = 0; r < rows; ++r) {
       const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
       rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
