@@ -48,8 +48,8 @@ std::vector<Table> all_tables() {
   };
 }
 
-const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                        DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                        DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -103,6 +103,7 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng, 
           put(2, random_scale_f16(rng, false));
           break;
         case DType::kQ6_K: put(208, random_scale_f16(rng, true)); break;
+        case DType::kQ3_K: put(108, random_scale_f16(rng, true)); break;
         default: break;
       }
     }
@@ -339,11 +340,12 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
 // every q = -128 / 127 checks the sign-trick path at its limit too; Q4_K
 // with every 6-bit scale and min at 63 (fill 0xff) the packed kernel's
 // int16 pairs and int32 super-block sums at theirs, and Q6_K with every q
-// at 63 or 0 and every int8 scale at -1, -128 or 127 (fills 0xff, 0x80, 0x7f).
+// at 63 or 0 and every int8 scale at -1, -128 or 127 (fills 0xff, 0x80, 0x7f),
+// and Q3_K with every q at 3 or -4 and every scale at 31 or -32.
 TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
   const int64_t rows = 16, cols = 256;
   ThreadPool pool2(2);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (uint8_t fill : {uint8_t{0xff}, uint8_t{0x00}, uint8_t{0x80}, uint8_t{0x7f}, uint8_t{0xf0}}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + " fill " + std::to_string(fill));
       Matrix m{type, rows, cols, row_bytes(type, cols), {}, 0};
@@ -352,7 +354,7 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < cols / tr.block_size; ++b) {
           const uint16_t d = f32_to_fp16(0.01f * static_cast<float>(1 + (r + b) % 3));
-          const size_t d_at = type == DType::kQ6_K ? 208 : 0;  // Q6_K keeps d last
+          const size_t d_at = type == DType::kQ6_K ? 208 : type == DType::kQ3_K ? 108 : 0;  // Q6_K, Q3_K keep d last
           std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size + d_at, &d, 2);
           if (type == DType::kQ4_K || type == DType::kQ5_K) {  // dmin beside d
             const uint16_t dmin = f32_to_fp16(0.003f * static_cast<float>(1 + (r + 2 * b) % 5));
@@ -373,7 +375,7 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
         matmul_with(*tab_.kernels, pw, x.data(), cols, n, got_packed.data(), rows, ctx);
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
         ASSERT_EQ(0, std::memcmp(want.data(), got_packed.data(), want.size() * sizeof(float)));
-        if (type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) continue;  // (K types: the kernels' bounds, above)
+        if (type == DType::kQ3_K || type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) continue;  // (K types: the kernels' bounds, above)
         // And the scalar table itself against the float64 value: each block's
         // integer sum is exactly 32 * q * 127 (x quantizes to +-127).
         const double q = type == DType::kQ4_0 ? static_cast<double>(fill & 0x0f) - 8.0 +
@@ -452,7 +454,8 @@ TEST(MatmulApi, RejectsBadArguments) {
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
-  EXPECT_FALSE(matmul_supports(DType::kQ3_K));
+  EXPECT_FALSE(matmul_supports(DType::kQ2_K));
+  EXPECT_TRUE(matmul_supports(DType::kQ3_K));
   EXPECT_TRUE(matmul_supports(DType::kQ6_K));
   EXPECT_TRUE(matmul_supports(DType::kQ5_K));
 }

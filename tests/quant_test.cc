@@ -57,7 +57,8 @@ bool same_value(float a, float b) {
 
 TEST(Quant, DequantizeMatchesNumpyBitForBit) {
   std::mt19937 rng(42);
-  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (DType t : types) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const DTypeTraits tr = dtype_traits(t);
@@ -71,8 +72,8 @@ TEST(Quant, DequantizeMatchesNumpyBitForBit) {
         const uint16_t h = random_finite_f16(rng);
         std::memcpy(blk + off, &h, 2);
       };
-      if (t == DType::kQ6_K) {
-        put(208);
+      if (t == DType::kQ6_K || t == DType::kQ3_K) {
+        put(t == DType::kQ6_K ? 208 : 108);
       } else {
         put(0);
         if (t == DType::kQ4_K || t == DType::kQ5_K) put(2);

@@ -53,6 +53,19 @@ struct BlockQ5_K {
 };
 static_assert(sizeof(BlockQ5_K) == 176);
 
+// 256 weights in 16 sub-blocks of 16: w = d * (sc[s] - 32) * (q - 4), q 3-bit
+// and sc 6-bit. Value 128 n + 32 j + l (l < 32): low 2 bits in bits 2j of
+// qs[32 n + l], the third bit in bit 4 n + j of hmask[l]. sc[s]: low 4 bits
+// in the low (s < 8) or high (s >= 8) nibble of scales[s % 8], top 2 bits
+// in bits 2 (s / 4) of scales[8 + s % 4].
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  fp16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
 // 256 weights in 16 sub-blocks of 16: w = d * scales[s] * (q - 32), q 6-bit:
 // low 4 bits in ql, high 2 bits in qh.
 struct BlockQ6_K {

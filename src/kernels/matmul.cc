@@ -30,6 +30,7 @@ bool type_info(DType t, TypeInfo* out) {
     case DType::kQ4_K: *out = {WType::kQ4_K, 256, 32}; return true;
     case DType::kQ5_K: *out = {WType::kQ5_K, 256, 32}; return true;
     case DType::kQ6_K: *out = {WType::kQ6_K, 256, 16}; return true;
+    case DType::kQ3_K: *out = {WType::kQ3_K, 256, 16}; return true;
     default: return false;
   }
 }

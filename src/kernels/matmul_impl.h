@@ -176,10 +176,11 @@ struct FmtQ6_K {
     __m256i sc16;      // the 16 scales as int16
     __m256i scv[8];    // for value vector v: [sc[2v] x 8 | sc[2v+1] x 8]
   };
-  static Prep prep(const uint8_t* blk) {
+  static Prep prep(const uint8_t* blk) { return prep_scales(blk, loadu128(blk + 192)); }
+  // p.q = blk and the vectors of the 16 int8 scales s8.
+  static Prep prep_scales(const uint8_t* blk, __m128i s8) {
     Prep p;
     p.q = blk;
-    const __m128i s8 = loadu128(blk + 192);
     p.sc16 = _mm256_cvtepi8_epi16(s8);
     // Word 2j of the low lane / word 2j+1 of the high lane, broadcast.
     const __m256i lo_words = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(p.sc16));
@@ -217,6 +218,49 @@ struct FmtQ6_K {
     }
     const __m256i corr = _mm256_madd_epi16(p.sc16, loadu256(xs));  // sum_s sc[s] * sum(x_s)
     out[0] = _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));
+  }
+  static __m256i post(__m256i s, const int16_t*) { return s; }
+};
+
+// Q3_K: w = d * sc[s] * (q - 4) per sub-block s of 16 (sc signed, q 3-bit as
+// its 2 low bits and a third bit: blocks.h). Sum 0 is sum_s sc[s] *
+// (dot(q_s, x_s) - 4 * sum(x_s)), like Q6_K's with the offset 4.
+struct FmtQ3_K {
+  static constexpr int kBlock = 256, kBytes = 110, kSums = 1;
+  static constexpr size_t kScaleOffset[1] = {108};
+  using Prep = FmtQ6_K::Prep;  // q: block start (hmask[32], qs[64])
+  static Prep prep(const uint8_t* blk) {
+    // The 16 scales from 12 bytes s: the nibbles of s[0..7] (low: scales
+    // 0-7, high: 8-15) and, as their top two bits, bit pairs of s[8..11].
+    uint32_t a[3], sc[4];
+    std::memcpy(a, blk + 96, 12);
+    sc[0] = (a[0] & 0x0f0f0f0f) | (a[2] & 0x03030303) << 4;
+    sc[1] = (a[1] & 0x0f0f0f0f) | ((a[2] >> 2) & 0x03030303) << 4;
+    sc[2] = ((a[0] >> 4) & 0x0f0f0f0f) | ((a[2] >> 4) & 0x03030303) << 4;
+    sc[3] = ((a[1] >> 4) & 0x0f0f0f0f) | ((a[2] >> 6) & 0x03030303) << 4;
+    const __m128i s8 = _mm_sub_epi8(loadu128(sc), _mm_set1_epi8(32));
+    return FmtQ6_K::prep_scales(blk, s8);
+  }
+  static void dot(const Prep& p, const int8_t* xq, const int16_t* xs, __m256i* out) {
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    const __m256i hm = loadu256(p.q);
+    __m256i acc = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      const __m256i qs = loadu256(p.q + 32 + 32 * n);
+      for (int j = 0; j < 4; ++j) {
+        // Value 128 n + 32 j + l: bits 2j of qs[32 n + l], bit 4 n + j of
+        // hm[l] moved to bit 2 (a 16-bit shift of at most 5 keeps each
+        // byte's bit 2 inside its byte).
+        const int b = 4 * n + j;
+        const __m256i third = b >= 2 ? _mm256_and_si256(_mm256_srli_epi16(hm, b - 2), m4)
+                                     : _mm256_and_si256(_mm256_slli_epi16(hm, 2 - b), m4);
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3), third);
+        const __m256i pr = _mm256_maddubs_epi16(q, loadu256(xq + 128 * n + 32 * j));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, p.scv[b]));
+      }
+    }
+    const __m256i corr = _mm256_madd_epi16(p.sc16, loadu256(xs));  // sum_s sc[s] * sum(x_s)
+    out[0] = _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 2));
   }
   static __m256i post(__m256i s, const int16_t*) { return s; }
 };
@@ -984,6 +1028,7 @@ struct KernelSet {
           qrange<FmtQ4_K, Cfg>,
           qrange<FmtQ6_K, Cfg>,
           qrange<FmtQ5_K, Cfg>,
+          qrange<FmtQ3_K, Cfg>,
       },
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,

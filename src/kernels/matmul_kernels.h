@@ -8,9 +8,9 @@
 // bit-identical across ISAs for the quantized types and identical across
 // batch sizes and thread counts for all types:
 //
-//  * Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) multiply int8 activations.
-//    Each token's row is quantized per block of `act.block` values
-//    (32 for Q8_0/Q4_0, 256 for the K types): d = amax / 127,
+//  * Quantized weights (Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K) multiply int8
+//    activations. Each token's row is quantized per block of `act.block`
+//    values (32 for Q8_0/Q4_0, 256 for the K types): d = amax / 127,
 //    q = round_half_even(clamp(x * (1 / d), -127, 127)) (NaN -> -127), and
 //    the sum of q over each group of `act.group` values is stored beside it.
 //    For each weight block b the exact integer dot product isum_b (and for
@@ -33,8 +33,8 @@
 namespace tessera::kernels {
 
 // Weight types with kernels, in table order.
-enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K, kQ5_K };
-constexpr int kNumWTypes = 8;
+enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K };
+constexpr int kNumWTypes = 9;
 
 // Quantized activations for one call, one row of `row_bytes` per token:
 //   int8_t  q[k]                at offset 0

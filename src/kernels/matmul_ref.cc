@@ -91,6 +91,18 @@ int q6_k_value(const BlockQ6_K& b, int i) {
   return (lo | (hi << 4)) - 32;
 }
 
+// Q3_K (blocks.h): value i (0..255) in -4..3 and sub-block s's scale in
+// -32..31.
+int q3_k_value(const BlockQ3_K& b, int i) {
+  const int n = i / 128, j = (i % 128) / 32, l = i % 32;
+  const int low = (b.qs[32 * n + l] >> (2 * j)) & 3;
+  return ((b.hmask[l] >> (4 * n + j)) & 1) != 0 ? low : low - 4;
+}
+int q3_k_scale(const BlockQ3_K& b, int s) {
+  const int nibble = s < 8 ? b.scales[s] & 15 : b.scales[s - 8] >> 4;
+  return (nibble | ((b.scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
+}
+
 // ---- quantized matmul -------------------------------------------------------
 
 struct ActRow {
@@ -158,6 +170,16 @@ float step_q6_k(const BlockQ6_K& blk, const int8_t* xq, float dx, float acc) {
   return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
 }
 
+float step_q3_k(const BlockQ3_K& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int s = 0; s < 16; ++s) {
+    int dot = 0;
+    for (int i = 16 * s; i < 16 * s + 16; ++i) dot += q3_k_value(blk, i) * xq[i];
+    isum += q3_k_scale(blk, s) * dot;
+  }
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
 // ---- float weights ----------------------------------------------------------
 
 float load_f32(const uint8_t* p) {
@@ -203,6 +225,7 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockQ4_K, kQK_K, step_k_min<BlockQ4_K, q4_k_value>>,
         range_blocks<BlockQ6_K, kQK_K, step_q6_k>,
         range_blocks<BlockQ5_K, kQK_K, step_k_min<BlockQ5_K, q5_k_value>>,
+        range_blocks<BlockQ3_K, kQK_K, step_q3_k>,
     },
     quantize_act_ref,
     {nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows

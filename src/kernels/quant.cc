@@ -76,6 +76,26 @@ void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
   }
 }
 
+void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_f32(b[i].d);
+    const uint8_t* s = b[i].scales;
+    for (int n = 0; n < 2; ++n) {
+      for (int j = 0; j < 4; ++j) {
+        for (int half = 0; half < 2; ++half) {
+          const int sb = 8 * n + 2 * j + half;  // sub-block
+          const int sc = ((sb < 8 ? s[sb] & 15 : s[sb - 8] >> 4) | ((s[8 + sb % 4] >> (2 * (sb / 4))) & 3) << 4) - 32;
+          const float dl = d * static_cast<float>(sc);
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int q = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) - ((b[i].hmask[l] >> (4 * n + j)) & 1 ? 0 : 4);
+            *y++ = dl * static_cast<float>(q);
+          }
+        }
+      }
+    }
+  }
+}
+
 void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_f32(b[i].d);
@@ -143,7 +163,7 @@ void quant_q4_0(const float* x, BlockQ4_0* b, int64_t nb) {
 bool can_dequantize(DType t) {
   switch (t) {
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0:
-    case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kQ3_K:
       return true;
     default:
       return false;
@@ -180,6 +200,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return;
     case DType::kQ5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case DType::kQ6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
+    case DType::kQ3_K: dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb); return;
     default: fail(ErrorCode::kInvalidArgument, "cannot dequantize type {}", dtype_name(t));
   }
 }

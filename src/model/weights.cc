@@ -26,7 +26,7 @@ kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, in
   const gguf::TensorInfo& t = checked(f, name, 2, ne);
   if (!kernels::matmul_supports(t.type)) {
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has type {}, which Tessera cannot multiply "
-         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", f.path(), name, dtype_name(t.type));
+         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K)", f.path(), name, dtype_name(t.type));
   }
   kernels::WeightView w;
   w.type = t.type;

@@ -6,7 +6,7 @@ Usage:
   dequant_ref.py dequant TYPE IN OUT     raw blocks of TYPE -> float32 values
   dequant_ref.py quant TYPE IN OUT       float32 values -> raw blocks (q8_0, q4_0, f16, bf16)
 
-TYPE: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k. Every arithmetic step is done in
+TYPE: f32 f16 bf16 q8_0 q4_0 q3_k q4_k q5_k q6_k. Every arithmetic step is done in
 float32 in the order the format's reference dequantizer uses, so results
 are comparable bit for bit.
 """
@@ -65,6 +65,27 @@ def dequant(t, raw):
         d1 = d * sc[:, :, None].astype(F32)
         m1 = dmin * mn[:, :, None].astype(F32)
         return (d1 * q - m1).ravel()
+    if t == "q3_k":
+        # 32 bytes of third bits (hmask), 64 bytes of 2-bit lows (qs), 12
+        # bytes of 6-bit scales for 16 sub-blocks of 16, half d. Value
+        # 128 h + 32 j + l: low bits j of qs[32 h + l], third bit 4 h + j of
+        # hmask[l]; q = low - 4 where the third bit is clear, else low.
+        # Scale s: its nibble is byte s % 8's low (s < 8) or high nibble, its
+        # top two bits are bits 2 (s // 4) of byte 8 + s % 4;
+        # x = (d * (scale - 32)) * q.
+        b = np.frombuffer(raw, [("hm", "u1", 32), ("qs", "u1", 64), ("s", "u1", 12), ("d", "<f2")])
+        s = b["s"].astype(np.int32)
+        k = np.arange(16)
+        nib = np.where(k < 8, s[:, k % 8] & 15, s[:, k % 8] >> 4)
+        top = (s[:, 8 + k % 4] >> (2 * (k // 4))) & 3
+        sc = (nib | (top << 4)) - 32
+        i = np.arange(256)
+        h, j, l = i // 128, (i % 128) // 32, i % 32
+        low = (b["qs"][:, 32 * h + l].astype(np.int32) >> (2 * j)) & 3
+        third = (b["hm"][:, l].astype(np.int32) >> (4 * h + j)) & 1
+        q = (low - 4 * (1 - third)).astype(F32)
+        dl = b["d"].astype(F32)[:, None] * sc[:, i // 16].astype(F32)
+        return (dl * q).ravel()
     if t == "q6_k":
         # 128 bytes low nibbles (ql), 64 bytes 2-bit highs (qh), 16 signed
         # scales (one per 16 values), half d. Per half of 128 values: value

@@ -18,7 +18,7 @@ What is injected (u = 2^-24, the unit roundoff of float32):
   product for K <= 4096 (SIAM J. Sci. Comput. 41(5), 2019). The bound itself is injected, with a random sign per
   output: a real rounding error is typically ~sqrt(K) times smaller, so this
   part of the allowance is generous, yet still ~1e-4 of the logits' spread.
-* int8 activations (Q8_0 / Q4_0 weights: blocks of 32 inputs; Q4_K / Q5_K /
+* int8 activations (Q8_0 / Q4_0 weights: blocks of 32 inputs; Q3_K / Q4_K / Q5_K /
   Q6_K: blocks of 256; kernels/matmul_kernels.h): each
   block of inputs becomes x^ = d q, d = max|x_block| / 127, q = round(x/d),
   so |x_i - x^_i| <= d / 2, and we allow e = d (1/2 + 127 * 2^-11), which also
@@ -69,7 +69,7 @@ import numpy as np
 U32 = 2.0 ** -24
 LAMBDA = 6.0
 # GGUF types whose matmuls quantize activations to int8, and the block size.
-INT8_ACTIVATION_BLOCK = {2: 32, 8: 32, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0; Q4_K, Q5_K, Q6_K
+INT8_ACTIVATION_BLOCK = {2: 32, 8: 32, 11: 256, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0; Q3_K, Q4_K, Q5_K, Q6_K
 INT8_SCALE_SLACK = 0.5 + 127.0 * 2.0 ** -11
 
 

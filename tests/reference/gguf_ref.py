@@ -36,12 +36,13 @@ _SCALAR_FORMATS = {
 
 # Tensor types (ggml_type numbering) this reader can turn into numbers:
 # name, elements per block, bytes per block.
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_BF16 = 0, 1, 2, 8, 12, 30
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q3_K, GGML_Q4_K, GGML_BF16 = 0, 1, 2, 8, 11, 12, 30
 TENSOR_TYPES = {
     GGML_F32: ("F32", 1, 4),
     GGML_F16: ("F16", 1, 2),
     GGML_Q4_0: ("Q4_0", 32, 18),
     GGML_Q8_0: ("Q8_0", 32, 34),
+    GGML_Q3_K: ("Q3_K", 256, 110),
     GGML_Q4_K: ("Q4_K", 256, 144),
     GGML_BF16: ("BF16", 1, 2),
 }
@@ -205,10 +206,11 @@ def dequantize(ggml_type, raw, n):
         d = _f16(blocks[:, 0:2].copy().view("<u2")).reshape(-1, 1)
         q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
         return (d * q).reshape(n)
-    if ggml_type == GGML_Q4_K:
-        # The block format's own numpy reference (float32 steps in
+    if ggml_type in (GGML_Q3_K, GGML_Q4_K):
+        # The block formats' own numpy reference (float32 steps in
         # llama.cpp's order), exact in float64 from there.
-        return dequant_ref.dequant("q4_k", raw.tobytes()).astype(np.float64)
+        kind = "q3_k" if ggml_type == GGML_Q3_K else "q4_k"
+        return dequant_ref.dequant(kind, raw.tobytes()).astype(np.float64)
     if ggml_type == GGML_Q4_0:
         # block_q4_0: f16 d; u8 qs[16]; element j is the low nibble of qs[j],
         # element j + 16 its high nibble; x = d * (nibble - 8).
