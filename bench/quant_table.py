@@ -106,6 +106,8 @@ def main():
         for method in ("rtn", "awq", "gptq", "awq+gptq"):
             # Q4_K rows must be 256 wide: these models' matrices are padded (the cost is in bpw).
             configs.append((f"{method} Q4_K, every matrix", method, ["--type", "q4_k"]))
+        for method in ("rtn", "awq", "gptq", "awq+gptq"):
+            configs.append((f"{method} Q3_K, every matrix", method, ["--type", "q3_k"]))
         configs.append(("rtn 8-bit", "rtn", ["--type", "q8_0"]))
         for what, method, extra in ([] if a.skip_tessera else configs):
             qf = os.path.join(tmp, f"{key}-{method}-{len(results)}.gguf")

@@ -133,46 +133,51 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order, int scal
   EXPECT_EQ(0, std::memcmp(out.data() + lv.size(), sc.data(), sc.size() * 4)) << name;
 }
 
-// GPTQ on Q4_K's affine super-blocks (each super-block's scales and mins
-// fitted to its current values when its first column is reached) against
-// Q4_K's own rounding, on every linear (inputs padded to 256 with dead
-// channels), in storage order and act-order.
-TEST(Gptq, OnQ4_KBeatsRoundingOnEveryLinear) {
+// GPTQ on the super-block grids (each super-block's scales, and Q4_K's
+// mins, fitted to its current values when its first column is reached)
+// against the grid's own rounding, on every linear (inputs padded to 256
+// with dead channels), in storage order and act-order: Q4_K's affine blocks
+// of 32 and Q3_K's symmetric blocks of 16.
+void expect_super_gptq_beats_rounding(DType type) {
   const Calibration& cal = stories_calibration();
-  const Grid g = make_grid(DType::kQ4_K, 0);
+  const Grid g = make_grid(type, 0);
   ThreadPool pool(2);
   const std::vector<Linear> linears = stories_linears(cal, 256);
   for (bool act_order : {false, true}) {
     double total_rtn = 0, total_gptq = 0;
     for (const Linear& lin : linears) {
       const std::string& name = lin.name;
-      const int64_t rows = lin.rows, cols = lin.cols;
+      const int64_t rows = lin.rows, cols = lin.cols, nb = cols / g.block;
       const std::vector<float>& w = lin.w;
       const std::vector<double>& h = lin.h;
       std::vector<int8_t> lv(w.size());
-      std::vector<float> sc(w.size() / 32), mn(sc.size()), deq(w.size());
+      std::vector<float> sc(w.size() / static_cast<size_t>(g.block)), mn(g.affine ? sc.size() : 0), deq(w.size());
+      const auto mins = [&](int64_t r) { return g.affine ? mn.data() + r * nb : nullptr; };
       for (int64_t r = 0; r < rows; ++r) {
-        rtn_row(g, w.data() + r * cols, cols, {}, lv.data() + r * cols, sc.data() + r * cols / 32, mn.data() + r * cols / 32);
-        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols, mn.data() + r * cols / 32);
+        rtn_row(g, w.data() + r * cols, cols, {}, lv.data() + r * cols, sc.data() + r * nb, mins(r));
+        dequant_row(g, lv.data() + r * cols, sc.data() + r * nb, cols, deq.data() + r * cols, mins(r));
       }
       const double rtn = output_error(w.data(), deq.data(), rows, cols, h);
       GptqOptions o;
       o.act_order = act_order;
-      gptq(g, w.data(), rows, cols, h, o, lv.data(), sc.data(), &pool, mn.data());
-      for (int8_t q : lv) ASSERT_TRUE(q >= 0 && q <= 15);
+      gptq(g, w.data(), rows, cols, h, o, lv.data(), sc.data(), &pool, mins(0));
+      for (int8_t q : lv) ASSERT_TRUE(q >= g.qmin && q <= g.qmax);
       for (int64_t r = 0; r < rows; ++r) {
-        dequant_row(g, lv.data() + r * cols, sc.data() + r * cols / 32, cols, deq.data() + r * cols, mn.data() + r * cols / 32);
+        dequant_row(g, lv.data() + r * cols, sc.data() + r * nb, cols, deq.data() + r * cols, mins(r));
       }
       const double gq = output_error(w.data(), deq.data(), rows, cols, h);
       EXPECT_LT(gq, rtn) << name << (act_order ? " act-order" : "");
       total_rtn += rtn;
       total_gptq += gq;
     }
-    std::printf("Q4_K output error, %s: rtn %.4g gptq %.4g (%.3f)\n", act_order ? "act-order" : "storage order",
-                total_rtn, total_gptq, total_gptq / total_rtn);
+    std::printf("%s output error, %s: rtn %.4g gptq %.4g (%.3f)\n", std::string(dtype_name(type)).c_str(),
+                act_order ? "act-order" : "storage order", total_rtn, total_gptq, total_gptq / total_rtn);
     EXPECT_LT(total_gptq, 0.8 * total_rtn);
   }
 }
+
+TEST(Gptq, OnQ4_KBeatsRoundingOnEveryLinear) { expect_super_gptq_beats_rounding(DType::kQ4_K); }
+TEST(Gptq, OnQ3_KBeatsRoundingOnEveryLinear) { expect_super_gptq_beats_rounding(DType::kQ3_K); }
 
 TEST(Gptq, MatchesNumpyInStorageOrder) {
   expect_gptq_matches_numpy("blk.1.attn_q.weight", false);

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -36,8 +37,8 @@ TEST(AnyShape, PaddedMatmulEqualsZeroPaddedInput) {
   const int64_t rows = 37, cols = 172;
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kF16}) {
-    const int64_t block = dtype_traits(type).block_size;  // 172 -> 192 (Q4_0, Q8_0), 256 (Q4_K)
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ3_K, DType::kF16}) {
+    const int64_t block = dtype_traits(type).block_size;  // 172 -> 192 (Q4_0, Q8_0), 256 (Q4_K, Q3_K)
     const int64_t stored = (cols + block - 1) / block * block;  // F16 needs no padding: check plain use too
     std::vector<float> w(static_cast<size_t>(rows * stored), 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
@@ -46,12 +47,14 @@ TEST(AnyShape, PaddedMatmulEqualsZeroPaddedInput) {
     const size_t rb = row_bytes(type, stored);
     std::vector<uint8_t> data(rb * rows);
     for (int64_t r = 0; r < rows; ++r) {
-      if (type == DType::kQ4_K) {  // written by the grid (its padding columns are 0 on its grid, not exactly 0)
+      if (type == DType::kQ4_K || type == DType::kQ3_K) {  // written by the grid (Q4_K's padding columns are 0
+                                                          // on its grid, not exactly 0)
         const Grid g = make_grid(type, 0);
         std::vector<int8_t> lv(static_cast<size_t>(stored));
-        std::vector<float> sc(static_cast<size_t>(stored / 32)), mn(sc.size());
-        rtn_row(g, w.data() + r * stored, stored, {}, lv.data(), sc.data(), mn.data());
-        pack_row(g, lv.data(), sc.data(), stored, data.data() + r * rb, mn.data());
+        std::vector<float> sc(static_cast<size_t>(stored / g.block)), mn(sc.size());
+        float* mins = g.affine ? mn.data() : nullptr;
+        rtn_row(g, w.data() + r * stored, stored, {}, lv.data(), sc.data(), mins);
+        pack_row(g, lv.data(), sc.data(), stored, data.data() + r * rb, mins);
       } else {
         kernels::quantize_row(type, w.data() + r * stored, data.data() + r * rb, stored);
       }
@@ -163,97 +166,123 @@ TEST(Quantize, Stories260KQ4_0RoundTripsAndMatchesNumpy) {
   expect_logits_match_numpy(q, path, "q4_0-padded", pool);
 }
 
-// Q4_K (llama.cpp's super-block layout) as the grid writes it: what the
-// loader's dequantization reads back is bit for bit what the grid says it
-// stored, for rows of every kind (Gaussian, all positive, zero sub-blocks,
-// an outlier, tiny values); levels stay in 0..15 and mins >= 0; and on
-// Gaussian rows its error is below Q4_0's at the same 4.5 bits per weight.
-TEST(Quantize, Q4_KGridPacksWhatItRounds) {
-  const Grid g = make_grid(DType::kQ4_K, 0);
-  const Grid g0 = make_grid(DType::kQ4_0, 0);
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd;
-  const int64_t n = 1024;
-  double err_k = 0.0, err_0 = 0.0;
-  for (int kind = 0; kind < 5; ++kind) {
-    for (int rep = 0; rep < 8; ++rep) {
-      std::vector<float> w(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        float v = nd(rng);
-        if (kind == 1) v = std::fabs(v) + 0.5f;                    // all positive: min 0
-        if (kind == 2 && (i / 32) % 3 == 0) v = 0.0f;              // zero sub-blocks
-        if (kind == 3 && i == 77) v = 40.0f;                       // one outlier
-        if (kind == 4) v *= 1e-6f;                                  // fp16 subnormal scales
-        w[static_cast<size_t>(i)] = v;
-      }
-      std::vector<int8_t> lv(static_cast<size_t>(n));
-      std::vector<float> sc(static_cast<size_t>(n / 32)), mn(sc.size()), deq(static_cast<size_t>(n)), back(deq.size());
-      rtn_row(g, w.data(), n, {}, lv.data(), sc.data(), mn.data());
-      for (int8_t q : lv) ASSERT_TRUE(q >= 0 && q <= 15);
-      for (float m : mn) ASSERT_GE(m, 0.0f);
-      dequant_row(g, lv.data(), sc.data(), n, deq.data(), mn.data());
-      std::vector<uint8_t> packed(row_bytes(DType::kQ4_K, n));
-      pack_row(g, lv.data(), sc.data(), n, packed.data(), mn.data());
-      kernels::dequantize_row(DType::kQ4_K, packed.data(), back.data(), n);
-      ASSERT_EQ(0, std::memcmp(deq.data(), back.data(), deq.size() * sizeof(float))) << "kind " << kind;
-      if (kind == 0) {
-        std::vector<float> sc0(static_cast<size_t>(n / 32)), deq0(deq.size());
-        rtn_row(g0, w.data(), n, {}, lv.data(), sc0.data());
-        dequant_row(g0, lv.data(), sc0.data(), n, deq0.data());
+// Rounds w to grid g's nearest levels, checks they are on the grid (and
+// Q4_K's mins >= 0) and that the loader's dequantization of the packed row
+// is bit for bit the grid's own dequantized row, which it returns.
+std::vector<float> round_and_check_packing(const Grid& g, const std::vector<float>& w) {
+  const int64_t n = static_cast<int64_t>(w.size());
+  std::vector<int8_t> lv(w.size());
+  std::vector<float> sc(w.size() / static_cast<size_t>(g.block)), mn(g.affine ? sc.size() : 0), deq(w.size()), back(w.size());
+  float* mins = g.affine ? mn.data() : nullptr;
+  rtn_row(g, w.data(), n, {}, lv.data(), sc.data(), mins);
+  for (int8_t q : lv) EXPECT_TRUE(q >= g.qmin && q <= g.qmax) << int{q};
+  for (float m : mn) EXPECT_GE(m, 0.0f);
+  dequant_row(g, lv.data(), sc.data(), n, deq.data(), mins);
+  std::vector<uint8_t> packed(row_bytes(g.type, n));
+  pack_row(g, lv.data(), sc.data(), n, packed.data(), mins);
+  kernels::dequantize_row(g.type, packed.data(), back.data(), n);
+  EXPECT_EQ(0, std::memcmp(deq.data(), back.data(), deq.size() * sizeof(float))) << dtype_name(g.type);
+  return deq;
+}
+
+double squared_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) e += std::pow(static_cast<double>(a[i]) - b[i], 2);
+  return e;
+}
+
+// The super-block types as the grid writes them (llama.cpp's layouts), on
+// rows of every kind: Gaussian, zero sub-blocks, an outlier, tiny values
+// (fp16 subnormal scales), all of one sign (round_and_check_packing). On
+// Gaussian rows Q4_K's error is below Q4_0's at the same 4.5 bits per
+// weight, and Q3_K's (3.4375 bits) below that of 3-bit values in Q4_0
+// blocks (4.5 bits).
+TEST(Quantize, SuperBlockGridsPackWhatTheyRound) {
+  for (const auto& [type, other_type, other_bits] :
+       {std::tuple{DType::kQ4_K, DType::kQ4_0, 4}, std::tuple{DType::kQ3_K, DType::kQ4_0, 3}}) {
+    SCOPED_TRACE(dtype_name(type));
+    const Grid g = make_grid(type, 0), other = make_grid(other_type, other_bits);
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd;
+    const int64_t n = 1024;
+    double err = 0.0, err_other = 0.0;
+    for (int kind = 0; kind < 5; ++kind) {
+      for (int rep = 0; rep < 8; ++rep) {
+        std::vector<float> w(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) {
-          err_k += std::pow(w[static_cast<size_t>(i)] - deq[static_cast<size_t>(i)], 2);
-          err_0 += std::pow(w[static_cast<size_t>(i)] - deq0[static_cast<size_t>(i)], 2);
+          float v = nd(rng);
+          if (kind == 1 && (i / 32) % 3 == 0) v = 0.0f;                // zero sub-blocks
+          if (kind == 2 && i == 77 + 256 * rep % 1024) v = -40.0f;     // one outlier
+          if (kind == 3) v *= 1e-6f;                                    // fp16 subnormal scales
+          if (kind == 4) v = std::fabs(v) * (rep % 2 ? 1.0f : -1.0f);   // one sign
+          w[static_cast<size_t>(i)] = v;
+        }
+        const std::vector<float> deq = round_and_check_packing(g, w);
+        if (kind == 0) {
+          err += squared_error(w, deq);
+          err_other += squared_error(w, round_and_check_packing(other, w));
         }
       }
     }
+    std::printf("Gaussian rows: %s error %.4g, %d-bit %s %.4g (%.3f)\n", std::string(dtype_name(type)).c_str(), err,
+                other_bits, std::string(dtype_name(other_type)).c_str(), err_other, err / err_other);
+    EXPECT_LT(err, 0.9 * err_other);
   }
-  EXPECT_LT(err_k, 0.9 * err_0);
 }
 
-// Q4_K's fit weighted by per-input importance (H_ii under AWQ and GPTQ):
-// the importance-weighted error is below the unweighted fit's, summed over
-// many super-blocks of Gaussian values with exponentially spread weights.
-TEST(Quantize, Q4_KImportanceWeightedFitLowersWeightedError) {
-  const Grid g = make_grid(DType::kQ4_K, 0);
-  std::mt19937 rng(23);
-  std::normal_distribution<float> nd;
-  std::exponential_distribution<float> ed(1.0f);
-  const int64_t n = 256 * 32;
-  std::vector<float> w(static_cast<size_t>(n)), imp(w.size());
-  for (int64_t i = 0; i < n; ++i) {
-    w[static_cast<size_t>(i)] = nd(rng);
-    imp[static_cast<size_t>(i)] = std::pow(ed(rng), 3.0f);
-  }
-  double err[2] = {0.0, 0.0};
-  for (int weighted = 0; weighted < 2; ++weighted) {
-    std::vector<int8_t> lv(static_cast<size_t>(n));
-    std::vector<float> sc(static_cast<size_t>(n / 32)), mn(sc.size()), deq(w.size());
-    rtn_row(g, w.data(), n, {}, lv.data(), sc.data(), mn.data(), weighted ? imp.data() : nullptr);
-    dequant_row(g, lv.data(), sc.data(), n, deq.data(), mn.data());
+// The super-block grids' fit weighted by per-input importance (H_ii under
+// AWQ and GPTQ): the importance-weighted error is below the unweighted
+// fit's, summed over many super-blocks of Gaussian values with
+// exponentially spread weights.
+TEST(Quantize, ImportanceWeightedFitLowersWeightedError) {
+  for (DType type : {DType::kQ4_K, DType::kQ3_K}) {
+    const Grid g = make_grid(type, 0);
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd;
+    std::exponential_distribution<float> ed(1.0f);
+    const int64_t n = 256 * 32;
+    std::vector<float> w(static_cast<size_t>(n)), imp(w.size());
     for (int64_t i = 0; i < n; ++i) {
-      err[weighted] += imp[static_cast<size_t>(i)] * std::pow(w[static_cast<size_t>(i)] - deq[static_cast<size_t>(i)], 2);
+      w[static_cast<size_t>(i)] = nd(rng);
+      imp[static_cast<size_t>(i)] = std::pow(ed(rng), 3.0f);
     }
+    double err[2] = {0.0, 0.0};
+    for (int weighted = 0; weighted < 2; ++weighted) {
+      std::vector<int8_t> lv(static_cast<size_t>(n));
+      std::vector<float> sc(static_cast<size_t>(n / g.block)), mn(sc.size()), deq(w.size());
+      float* mins = g.affine ? mn.data() : nullptr;
+      rtn_row(g, w.data(), n, {}, lv.data(), sc.data(), mins, weighted ? imp.data() : nullptr);
+      dequant_row(g, lv.data(), sc.data(), n, deq.data(), mins);
+      for (int64_t i = 0; i < n; ++i) {
+        err[weighted] += imp[static_cast<size_t>(i)] * std::pow(w[static_cast<size_t>(i)] - deq[static_cast<size_t>(i)], 2);
+      }
+    }
+    std::printf("%s importance-weighted error: plain fit %.4g, weighted fit %.4g (%.3f)\n", std::string(dtype_name(type)).c_str(), err[0],
+                err[1], err[1] / err[0]);
+    EXPECT_LT(err[1], 0.8 * err[0]) << dtype_name(type);
   }
-  std::printf("importance-weighted error: plain fit %.4g, weighted fit %.4g (%.3f)\n", err[0], err[1], err[1] / err[0]);
-  EXPECT_LT(err[1], 0.8 * err[0]);
 }
 
-// stories260K in Q4_K: every matrix padded to 256 columns (its rows are 64
-// and 172 wide; token_embd falls back to F16), the file is the in-memory
-// quantization, and the loaded model's logits match the numpy reference
-// reading the same file.
-TEST(Quantize, Stories260KQ4_KRoundTripsAndMatchesNumpy) {
+// stories260K in Q4_K and Q3_K: every matrix padded to 256 columns (its
+// rows are 64 and 172 wide; token_embd falls back to F16), the file is the
+// in-memory quantization, and the loaded model's logits match the numpy
+// reference reading the same file.
+TEST(Quantize, Stories260KSuperBlockTypesRoundTripAndMatchNumpy) {
   const auto& m = testing::stories260k();
   ThreadPool pool(2);
-  const std::string path = testing::temp_path("s260k_q4_k.gguf");
-  QuantizeOptions opt;
-  opt.type = DType::kQ4_K;
-  quantize_model(*m.lm.file, path, opt, nullptr, pool);
-  const LoadedModel q = load_model(path);
-  EXPECT_EQ(q.file->tensor("token_embd.weight").type, DType::kF16);
-  EXPECT_EQ(q.file->tensor("blk.0.attn_q.weight").type, DType::kQ4_K);
-  expect_file_is_in_memory_quantization(*m.lm.file, *q.file, DType::kQ4_K);
-  expect_logits_match_numpy(q, path, "q4_k-padded", pool);
+  for (DType type : {DType::kQ4_K, DType::kQ3_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::string label = type == DType::kQ4_K ? "q4_k-padded" : "q3_k-padded";
+    const std::string path = testing::temp_path("s260k_" + label + ".gguf");
+    QuantizeOptions opt;
+    opt.type = type;
+    quantize_model(*m.lm.file, path, opt, nullptr, pool);
+    const LoadedModel q = load_model(path);
+    EXPECT_EQ(q.file->tensor("token_embd.weight").type, DType::kF16);
+    EXPECT_EQ(q.file->tensor("blk.0.attn_q.weight").type, type);
+    expect_file_is_in_memory_quantization(*m.lm.file, *q.file, type);
+    expect_logits_match_numpy(q, path, label, pool);
+  }
 }
 
 TEST(Quantize, Q8_0AndKeepOverrides) {
@@ -292,11 +321,17 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   ThreadPool pool(1);
   const std::string out = testing::temp_path("bad.gguf");
   QuantizeOptions o;
-  o.type = DType::kQ3_K;
-  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no Q3_K writer yet
+  o.type = DType::kQ2_K;
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no Q2_K writer
   o.type = DType::kQ4_K;
   o.bits = 3;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // Q4_K holds 4-bit values
+  o.type = DType::kQ3_K;
+  o.bits = 4;
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // Q3_K holds 3-bit values
+  o.bits = 0;
+  o.group = 32;
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // Q3_K's blocks are 16
   o = {};
   o.group = 64;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);

@@ -56,13 +56,13 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
 
   // The parameters of the unit of values blk starting at first_col: a
   // block's scale, its own or searched against H's diagonal block; or an
-  // affine super-block's scales and mins (quant/grid.h super_params).
-  // Affine grids weight each value's fit by H_ii (dead inputs: 0).
-  const std::vector<float> diag = g.affine ? hessian_diagonal(h_in, n) : std::vector<float>();
+  // super-block's scales (and mins) (quant/grid.h super_params).
+  // Super-block grids weight each value's fit by H_ii (dead inputs: 0).
+  const std::vector<float> diag = g.super > 0 ? hessian_diagonal(h_in, n) : std::vector<float>();
   const auto params_of = [&](const float* blk, int64_t first_col, float* sr, float* mr) {
     const int64_t b = first_col / g.block;
-    if (g.affine) {
-      super_params(g, blk, sr + b, mr + b, diag.data() + first_col);
+    if (g.super > 0) {
+      super_params(g, blk, sr + b, g.affine ? mr + b : nullptr, diag.data() + first_col);
     } else if (opt.scale_steps <= 0) {
       sr[b] = block_scale(g, blk, g.block);
     } else {

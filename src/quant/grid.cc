@@ -10,7 +10,9 @@
 
 namespace tessera::quant {
 
-bool is_grid_type(DType type) { return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K; }
+bool is_grid_type(DType type) {
+  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ3_K;
+}
 
 Grid make_grid(DType type, int bits) {
   Grid g;
@@ -38,9 +40,18 @@ Grid make_grid(DType type, int bits) {
       g.affine = true;
       g.super = 256;
       return g;
+    case DType::kQ3_K:
+      TESSERA_CHECK(bits == 0 || bits == 3, kInvalidArgument, "Q3_K holds 3-bit values, not {}-bit", bits);
+      g.bits = 3;
+      g.qmin = -4;
+      g.qmax = 3;
+      g.block = 16;
+      g.super = 256;
+      return g;
     default:
       fail(ErrorCode::kInvalidArgument,
-           "tessera quantize cannot write {} blocks yet (it writes Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(type));
+           "tessera quantize cannot write {} blocks yet (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)",
+           dtype_name(type));
   }
 }
 
@@ -144,6 +155,44 @@ void fit_affine(const Grid& g, const float* w, const float* imp, int n, float* d
   }
 }
 
+// Squared error of one block at scale d (levels: level(g, w, d)), each
+// value's weighted by imp (null: 1); the least-squares d for those levels
+// in *refit (0 when every level is 0).
+double scale_error(const Grid& g, const float* w, const float* imp, int n, float d, float* refit) {
+  double e = 0.0, swq = 0.0, sq2 = 0.0;
+  for (int j = 0; j < n; ++j) {
+    const int q = level(g, w[j], d);
+    const double k = imp != nullptr ? imp[j] : 1.0, r = w[j] - static_cast<double>(d) * q;
+    e += k * r * r;
+    swq += k * w[j] * q;
+    sq2 += k * q * q;
+  }
+  *refit = sq2 > 0.0 ? static_cast<float>(swq / sq2) : 0.0f;
+  return e;
+}
+
+// One symmetric block's d, unquantized (super_params, Q3_K).
+float fit_symmetric(const Grid& g, const float* w, const float* imp, int n) {
+  float max = 0.0f;
+  for (int j = 0; j < n; ++j) max = std::fabs(w[j]) > std::fabs(max) ? w[j] : max;
+  if (max == 0.0f) return 0.0f;
+  float best_d = max / static_cast<float>(g.qmin), refit = 0.0f;
+  double best = scale_error(g, w, imp, n, best_d, &refit);
+  for (const int target : {g.qmin, g.qmax}) {
+    for (int t = -9; t <= 9; ++t) {
+      const float d0 = max / (static_cast<float>(target) * (1.0f + 0.1f * static_cast<float>(t)));
+      for (float d = d0, k = 0; k < 2 && d != 0.0f; ++k, d = refit) {  // the candidate, then its refit
+        const double e = scale_error(g, w, imp, n, d, &refit);
+        if (e < best) {
+          best = e;
+          best_d = d;
+        }
+      }
+    }
+  }
+  return best_d;
+}
+
 // v / unit rounded to an integer in 0..63 (unit == 0: 0).
 int six_bits(float v, float unit) {
   if (unit == 0.0f) return 0;
@@ -151,10 +200,38 @@ int six_bits(float v, float unit) {
   return static_cast<int>(std::clamp(q, 0.0f, 63.0f));
 }
 
+// v / unit rounded to an integer in -32..31 (unit == 0: 0).
+int six_bits_signed(float v, float unit) {
+  if (unit == 0.0f) return 0;
+  const float q = std::nearbyint(v / unit);
+  return static_cast<int>(std::clamp(q, -32.0f, 31.0f));
+}
+
+// The super-block's signed 6-bit unit D of scales stored by super_params
+// (Q3_K): the scale of largest magnitude is -32 D.
+float signed_unit(const float* scales, int nb) {
+  float top = 0.0f;
+  for (int b = 0; b < nb; ++b) top = std::fabs(scales[b]) > std::fabs(top) ? scales[b] : top;
+  return top == 0.0f ? 0.0f : top / -32.0f;
+}
+
 }  // namespace
 
 void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance) {
   const int nb = g.super / g.block;
+  if (!g.affine) {
+    for (int b = 0; b < nb; ++b) {
+      scales[b] = fit_symmetric(g, w + b * g.block, importance != nullptr ? importance + b * g.block : nullptr, g.block);
+    }
+    float top = 0.0f;  // the d of largest magnitude: stored as -32 units
+    for (int b = 0; b < nb; ++b) top = std::fabs(scales[b]) > std::fabs(top) ? scales[b] : top;
+    float D = fp16_to_f32(f32_to_fp16(top / -32.0f));
+    D = D == 0.0f ? 0.0f : D;  // +0: all scales then store as +0, as pack_row reads them back
+    for (int b = 0; b < nb; ++b) {
+      scales[b] = D * static_cast<float>(scales[b] == top ? (D == 0.0f ? 0 : -32) : six_bits_signed(scales[b], D));
+    }
+    return;
+  }
   float dmax = 0.0f, mmax = 0.0f;
   for (int b = 0; b < nb; ++b) {
     fit_affine(g, w + b * g.block, importance != nullptr ? importance + b * g.block : nullptr, g.block, &scales[b],
@@ -179,16 +256,16 @@ std::vector<float> hessian_diagonal(std::span<const double> h, int64_t n) {
 
 void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
              float* mins, const float* importance) {
-  if (g.affine) {
-    TESSERA_CHECK(chosen.empty() && mins != nullptr, kInternal, "rtn_row: {} takes mins, not chosen scales",
-                  dtype_name(g.type));
+  if (g.super > 0) {
+    TESSERA_CHECK(chosen.empty() && (mins != nullptr) == g.affine, kInternal,
+                  "rtn_row: {} fits its own scales{}", dtype_name(g.type), g.affine ? " and needs mins" : "");
     const int64_t per = g.super / g.block;
     for (int64_t s = 0; s < n / g.super; ++s) {
-      super_params(g, w + s * g.super, scales + s * per, mins + s * per,
+      super_params(g, w + s * g.super, scales + s * per, g.affine ? mins + s * per : nullptr,
                    importance != nullptr ? importance + s * g.super : nullptr);
     }
     for (int64_t i = 0; i < n; ++i) {
-      levels[i] = static_cast<int8_t>(level(g, w[i], scales[i / g.block], mins[i / g.block]));
+      levels[i] = static_cast<int8_t>(level(g, w[i], scales[i / g.block], g.affine ? mins[i / g.block] : 0.0f));
     }
     return;
   }
@@ -235,6 +312,28 @@ void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t 
         for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
       }
       dst += 144;
+    }
+    return;
+  }
+  if (g.type == DType::kQ3_K) {
+    for (int64_t s = 0; s < n / 256; ++s, dst += 110) {
+      const float* sc = scales + s * 16;
+      const int8_t* q = levels + s * 256;
+      const float D = signed_unit(sc, 16);  // exact: the largest |scale| is -32 D (super_params)
+      std::memset(dst, 0, 110);
+      uint8_t *hmask = dst, *qs = dst + 32, *k = dst + 96;  // layout: kernels/blocks.h BlockQ3_K
+      for (int j = 0; j < 16; ++j) {
+        const int u = six_bits_signed(sc[j], D) + 32;
+        k[j % 8] = static_cast<uint8_t>(k[j % 8] | (u & 15) << (j < 8 ? 0 : 4));
+        k[8 + j % 4] = static_cast<uint8_t>(k[8 + j % 4] | (u >> 4) << (2 * (j / 4)));
+      }
+      for (int i = 0; i < 256; ++i) {
+        const int u = q[i] + 4, h = i / 128, j = (i % 128) / 32, l = i % 32;  // u in 0..7
+        qs[32 * h + l] = static_cast<uint8_t>(qs[32 * h + l] | (u & 3) << (2 * j));
+        if (u > 3) hmask[l] = static_cast<uint8_t>(hmask[l] | 1 << (4 * h + j));
+      }
+      const fp16_t d16 = f32_to_fp16(D);
+      std::memcpy(dst + 108, &d16, 2);
     }
     return;
   }

@@ -10,9 +10,13 @@
 //                  w = d_j q - m_j, q in 0..15, m_j >= 0; d_j = D sc_j and
 //                  m_j = Dmin mn_j with 6-bit sc_j, mn_j and fp16 D, Dmin
 //                  per super-block (llama.cpp's layout and dequantization)
+//   Q3_K (3 bits): super-blocks of 256 values, 16 blocks of 16 each with
+//                  w = d_j q, q in -4..3; d_j = D sc_j with 6-bit signed
+//                  sc_j in -32..31 and fp16 D per super-block
 // d is stored as fp16; levels are chosen against the stored d. Functions
 // take the blocks' scales and, for an affine grid (Q4_K), their mins (one
-// per block of g.block values; null for the other grids).
+// per block of g.block values; null for the other grids). Super-block grids
+// (Q4_K, Q3_K) fit all of a super-block's parameters at once (super_params).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,7 @@ struct Grid {
   int block = 32;      // elements sharing a scale
   bool signed_max = true;  // d from the signed value of largest magnitude (Q4_0) or max|w| (Q8_0)
   bool affine = false;     // w = d q - m (Q4_K), not w = d q
-  int super = 0;           // > 0: blocks' scales and mins are stored per super-block of this many values
+  int super = 0;           // > 0: blocks' scales (and mins) are stored per super-block of this many values
 
   // Values that share stored parameters: what a row's width must be a multiple of.
   int unit() const { return super > 0 ? super : block; }
@@ -66,13 +70,19 @@ inline int level(const Grid& g, float w, float d, float m = 0.0f) {
   return static_cast<int>(__builtin_nearbyintf(q));
 }
 
-// Affine grids: the scales and mins of the g.super / g.block blocks of
-// one super-block of g.super values, as stored. Each block's (d, m) is
-// fitted to its values (range, then alternating least squares of w on the
-// levels, each value's squared error weighted by importance[i] when given,
-// e.g. H_ii: how much input i moves the output), then both are stored in 6
-// bits against the super-block's fp16 D = max d / 63 and Dmin = max m / 63,
-// and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
+// Super-block grids: the scales (and, affine, mins) of the g.super /
+// g.block blocks of one super-block of g.super values, as stored, each
+// value's squared error weighted by importance[i] when given (e.g. H_ii:
+// how much input i moves the output).
+//   Q4_K: each block's (d, m) is fitted to its values (range, then
+//     alternating least squares of w on the levels), then both are stored in
+//     6 bits against the super-block's fp16 D = max d / 63 and Dmin = max m /
+//     63, and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
+//   Q3_K: each block's d is the best (least error) of the scales mapping its
+//     value of largest magnitude to qmin or qmax, each scaled by 1 + 0.1 t
+//     for t in -9..9 and then refitted by least squares on its levels; then
+//     stored in 6 bits against fp16 D = (the d of largest |d|) / -32, which
+//     stores as -32 exactly: D sc_j, sc_j in -32..31.
 void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance = nullptr);
 
 // H_ii of an [n, n] H as float: the importance super_params weights by.
@@ -80,8 +90,8 @@ std::vector<float> hessian_diagonal(std::span<const double> h, int64_t n);
 
 // Rounds a row of n (a multiple of g.unit()) values to nearest with each
 // block's own scale, or with the scales in `chosen` (one per block, not for
-// affine grids) when it is not empty. mins, importance (super_params):
-// affine grids only.
+// super-block grids) when it is not empty. importance (super_params):
+// super-block grids only; mins: affine grids only.
 void rtn_row(const Grid& g, const float* w, int64_t n, std::span<const float> chosen, int8_t* levels, float* scales,
              float* mins = nullptr, const float* importance = nullptr);
 
@@ -90,9 +100,10 @@ void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64
                  const float* mins = nullptr);
 
 // Packs a row of levels and scales (and mins) as row_bytes(g.type, n)
-// bytes at dst. For affine grids the scales and mins must be those of
-// super_params (each super-block's largest sc and mn is 63, or all are 0,
-// so D and Dmin are recovered exactly).
+// bytes at dst. For super-block grids the scales and mins must be those of
+// super_params (each super-block's largest sc and mn is 63 (Q4_K), its
+// scale of largest magnitude -32 (Q3_K), or all are 0, so D and Dmin are
+// recovered exactly).
 void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst,
               const float* mins = nullptr);
 

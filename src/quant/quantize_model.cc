@@ -189,18 +189,19 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     *how += opt.gptq.act_order ? "gptq act-order" : "gptq";
   } else {
     std::vector<float> clip;
-    // Affine grids (Q4_K) fit each block's scale and min to its values
-    // instead of searching a clipped scale.
-    if (awq_method && opt.awq.clip && !h.empty() && !g.affine) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
-    if (opt.method != Method::kRtn && h.empty() && !g.affine) {
+    // Super-block grids (Q4_K, Q3_K) fit each block's scale (and min) to
+    // its values instead of searching a clipped scale.
+    const bool fitted = g.super > 0;
+    if (awq_method && opt.awq.clip && !h.empty() && !fitted) clip = awq_search_clip(g, w.data(), rows, cols_p, h, opt.awq);
+    if (opt.method != Method::kRtn && h.empty() && !fitted) {
       // No statistics (token_embd): scales searched by plain squared error.
       clip.resize(static_cast<size_t>(rows * nb));
       for (int64_t b = 0; b < rows * nb; ++b) {
         clip[static_cast<size_t>(b)] = search_block_scale(g, w.data() + b * g.block, g.block, nullptr, 0, opt.awq.clip_steps);
       }
     }
-    // Affine grids fit each value weighted by H_ii when there are statistics.
-    const std::vector<float> importance = g.affine && !h.empty() ? hessian_diagonal(h, cols_p) : std::vector<float>();
+    // Super-block grids fit each value weighted by H_ii when there are statistics.
+    const std::vector<float> importance = fitted && !h.empty() ? hessian_diagonal(h, cols_p) : std::vector<float>();
     for (int64_t r = 0; r < rows; ++r) {
       const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
       rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
@@ -243,7 +244,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
   const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
   TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
-                "tessera quantize cannot write {} (it writes Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+                "tessera quantize cannot write {} (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
   const Grid g = is_grid_type(opt.type) ? make_grid(opt.type, opt.bits) : Grid{};
   TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
   TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
@@ -256,7 +257,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   for (const auto& [name, type] : opt.keep) {
     TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
     TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
-                  kInvalidArgument, "--keep {}={}: Tessera writes Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
+                  kInvalidArgument, "--keep {}={}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
   }
 
   std::map<std::string, Plan> plans;

@@ -23,9 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const gguf::File f = gguf::File::parse(data + 1, size - 1, "fuzz.gguf");
     quant::QuantizeOptions o;
-    const DType types[] = {DType::kQ4_0, DType::kQ4_0, DType::kQ8_0, DType::kF16};
-    o.type = types[pick & 3];
-    o.bits = (pick & 3) == 1 ? 3 : 0;
+    // Bits 0, 1 and 6 of the first byte: the storage (index 1: 3-bit values
+    // in Q4_0 blocks); bit 2 GPTQ, bit 3 act-order.
+    const DType types[] = {DType::kQ4_0, DType::kQ4_0, DType::kQ8_0, DType::kF16,
+                           DType::kQ4_K, DType::kQ3_K, DType::kQ4_K, DType::kQ3_K};
+    const int kind = (pick & 3) | ((pick >> 4) & 4);
+    o.type = types[kind];
+    o.bits = kind == 1 ? 3 : 0;
     o.gptq.act_order = (pick & 8) != 0;
     quant::Calibration cal;
     if (pick & 4) {
