@@ -202,11 +202,13 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     }
     // Super-block grids fit each value weighted by H_ii when there are statistics.
     const std::vector<float> importance = fitted && !h.empty() ? hessian_diagonal(h, cols_p) : std::vector<float>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
-      rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
-              g.affine ? mins_at + r * nb : nullptr, importance.empty() ? nullptr : importance.data());
-    }
+    pool.parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {  // each row alone: the same bytes for any thread count
+      for (int64_t r = r0; r < r1; ++r) {
+        const std::span<const float> c = clip.empty() ? std::span<const float>() : std::span<const float>(clip).subspan(static_cast<size_t>(r * nb), static_cast<size_t>(nb));
+        rtn_row(g, w.data() + r * cols_p, cols_p, c, levels.data() + r * cols_p, scales.data() + r * nb,
+                g.affine ? mins_at + r * nb : nullptr, importance.empty() ? nullptr : importance.data());
+      }
+    });
     *how += !importance.empty() ? "rtn+H-weighted fit" : clip.empty() ? "rtn" : h.empty() ? "rtn+mse scales" : "rtn+clip";
   }
   const size_t rb = row_bytes(p.type, cols_p);
