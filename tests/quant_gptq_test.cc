@@ -357,10 +357,12 @@ namespace tessera::quant {
 namespace {
 
 // Calibrating a window of layers at a time (bounded memory) gives the same
-// statistics as one pass over all of them, so the same file, byte for byte;
-// quantizing in file order runs each window once, and the output's
-// statistics once.
-TEST(Quantize, LayerWindowsGiveTheFileOfOnePass) {
+// statistics as one pass over all of them, so the same file, byte for byte,
+// whether each window runs from the embeddings or resumes the residual
+// stream the previous one left; quantizing in file order runs each window
+// once, and the output's statistics once, and with the stream each layer
+// runs once after the output's pass.
+void expect_windows_give_the_file_of_one_pass(bool resume) {
   const auto& m = testing::stories260k();
   ThreadPool pool(2);
   const std::vector<int32_t> tokens = m.tok->encode(std::string(default_calibration_text()), false);
@@ -370,14 +372,18 @@ TEST(Quantize, LayerWindowsGiveTheFileOfOnePass) {
   const Calibration whole = calibrate(*m.lm.model, tokens, co, pool);
   const int64_t n_layer = m.lm.model->config().n_layer;
   ASSERT_EQ(n_layer, 5);
-  std::vector<std::pair<int64_t, int64_t>> windows;
+  std::vector<std::pair<int64_t, int64_t>> windows, ran;  // asked for; layers run
+  ResidualStream stream;
   const LayerWindows::Run run = [&](int64_t b, int64_t e, bool result_norm) {
     windows.emplace_back(result_norm ? -1 : b, e);
     CalibrationOptions o = co;
     o.layer_begin = b;
     o.layer_end = e;
     o.result_norm = result_norm;
-    return calibrate(*m.lm.model, tokens, o, pool);
+    o.resume = resume ? &stream : nullptr;
+    Calibration c = calibrate(*m.lm.model, tokens, o, pool);
+    ran.emplace_back(c.first_layer, c.end_layer);
+    return c;
   };
   const std::vector<int64_t> dims = {64, 64, 64, 172};  // attn_norm, attn_out, ffn_norm, ffn_act
   const size_t layer_bytes = input_stats_bytes(dims);
@@ -410,6 +416,21 @@ TEST(Quantize, LayerWindowsGiveTheFileOfOnePass) {
     // windows [0, 2), [2, 4), [4, 5).
     const std::vector<std::pair<int64_t, int64_t>> want = {{-1, 0}, {0, 2}, {2, 4}, {4, 5}};
     EXPECT_EQ(windows, want) << method_name(method);
+    // Layers run: from the embeddings, all 5 for the output's pass and up to
+    // each window's end after it; resuming, none for the output's pass (the
+    // stream the window [4, 5) above left is the final one), then each
+    // window's own layers.
+    const std::vector<std::pair<int64_t, int64_t>> want_ran =
+        resume ? std::vector<std::pair<int64_t, int64_t>>{{5, 5}, {0, 2}, {2, 4}, {4, 5}}
+               : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {0, 2}, {0, 4}, {0, 5}};
+    EXPECT_EQ(std::vector(ran.end() - 4, ran.end()), want_ran) << method_name(method);
+  }
+}
+
+TEST(Quantize, LayerWindowsGiveTheFileOfOnePass) {
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "resuming" : "from the embeddings");
+    expect_windows_give_the_file_of_one_pass(resume);
   }
 }
 

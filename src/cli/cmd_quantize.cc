@@ -94,10 +94,13 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       std::vector<int64_t> dims;
       for (const auto& [tap, d] : widths) dims.push_back(d);
       const int64_t n_layer = lm.model->config().n_layer;
-      auto run = [&lm, &pool, tokens, co, path, n_layer](int64_t begin, int64_t end, bool result_norm) {
+      // Windows in layer order resume from the stream the previous one left.
+      auto stream = std::make_shared<quant::ResidualStream>();
+      auto run = [&lm, &pool, tokens, co, path, n_layer, stream](int64_t begin, int64_t end, bool result_norm) {
         quant::CalibrationOptions o = co;
         o.layer_begin = begin;
         o.layer_end = end;
+        o.resume = stream.get();
         o.result_norm = result_norm;
         ProgressBar bar(result_norm ? std::string("calibration (output)")
                                     : fmt::format("calibration (layers {}-{} of {})", begin, end - 1, n_layer));

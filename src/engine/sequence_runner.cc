@@ -66,12 +66,16 @@ void SequenceRunner::load(const DenseKv& kv) {
 }
 
 std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits,
-                                              std::span<const int32_t> positions) {
+                                              std::span<const int32_t> positions,
+                                              std::span<const float* const> embd_rows) {
   TESSERA_CHECK(positions.empty() || positions.size() == tokens.size(), kInvalidArgument,
                 "append: {} positions for {} tokens", positions.size(), tokens.size());
+  TESSERA_CHECK(embd_rows.empty() || embd_rows.size() == tokens.size(), kInvalidArgument,
+                "append: {} embedding rows for {} tokens", embd_rows.size(), tokens.size());
   const kv::KvPolicy& policy = opt_.kv_policy;
-  TESSERA_CHECK(positions.empty() || !policy.bounded(), kInvalidArgument,
-                "append: explicit positions with a bounded KV policy (it places tokens itself)");
+  TESSERA_CHECK((positions.empty() && embd_rows.empty()) || !policy.bounded(), kInvalidArgument,
+                "append: explicit positions or embeddings with a bounded KV policy (it places and recomputes "
+                "tokens itself)");
   const int64_t V = model_.config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(n > 0, kInvalidArgument, "append: no tokens");
@@ -83,8 +87,8 @@ std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, b
     const int64_t chunk = std::min(step, n - done);
     const std::span<const int32_t> part = tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk));
     if (policy.kind == kv::KvPolicyKind::kRecompute) recompute_window(chunk);
-    run_chunk(part, positions.empty() ? positions : positions.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk)),
-              all_logits, done + chunk == n, done);
+    const auto sub = [&](auto span) { return span.empty() ? span : span.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk)); };
+    run_chunk(part, sub(positions), sub(embd_rows), all_logits, done + chunk == n, done);
     if (policy.kind == kv::KvPolicyKind::kRecompute) {
       recent_.insert(recent_.end(), part.begin(), part.end());
       const int64_t excess = static_cast<int64_t>(recent_.size()) - policy.budget;
@@ -105,11 +109,11 @@ void SequenceRunner::recompute_window(int64_t n_new) {
   const int64_t keep = std::min<int64_t>(std::max<int64_t>(0, p.budget - n_new), static_cast<int64_t>(recent_.size()));
   const std::vector<int32_t> kept(recent_.end() - keep, recent_.end());
   kv_manager_.free(table_);
-  if (!kept.empty()) run_chunk(kept, {}, false, false, 0);
+  if (!kept.empty()) run_chunk(kept, {}, {}, false, false, 0);
 }
 
-void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions, bool all_logits,
-                               bool want_last, int64_t row0) {
+void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                               std::span<const float* const> embd_rows, bool all_logits, bool want_last, int64_t row0) {
   const int64_t V = model_.config().n_vocab;
   const int64_t chunk = static_cast<int64_t>(tokens.size());
   const int32_t bs = kv_manager_.block_size();
@@ -134,6 +138,7 @@ void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const 
     batch_.positions.push_back(positions.empty() ? table_.position(start + i, bs) : positions[i]);
     batch_.slots.push_back(table_.slot(start + i, bs));
   }
+  batch_.embd_rows.assign(embd_rows.begin(), embd_rows.end());
   batch_.seqs.push_back(attention_seq(table_, 0, start, chunk, bs));
   if (opt_.kv_policy.kind == kv::KvPolicyKind::kSpAtten) batch_.key_depth.push_back(table_.key_depth.data());
   if (opt_.lora != nullptr) batch_.seq_lora.push_back(opt_.lora);

@@ -47,9 +47,16 @@ class SequenceRunner {
   // Appends tokens and computes them. Returns the logits of the last token
   // ([n_vocab]), or of every appended token ([n, n_vocab]) when all_logits.
   // `positions` (RoPE positions, one per token) defaults to their indices.
-  // Throws Error(kOutOfRange) if the context would overflow.
+  // `embd_rows` (one per token, or empty) replaces tokens' input embeddings
+  // (ForwardBatch::embd_rows). Throws Error(kOutOfRange) if the context
+  // would overflow.
   std::span<const float> append(std::span<const int32_t> tokens, bool all_logits = false,
-                                std::span<const int32_t> positions = {});
+                                std::span<const int32_t> positions = {},
+                                std::span<const float* const> embd_rows = {});
+
+  // Layers every later forward pass leaves out ([n_layer] 0/1; empty: none),
+  // as ForwardBatch::skip_layers.
+  void set_skip_layers(std::vector<uint8_t> skip) { batch_.skip_layers = std::move(skip); }
 
   // K/V of tokens [from, to) of the sequence, out of the paged cache.
   DenseKv export_kv(int64_t from, int64_t to) const;
@@ -64,8 +71,8 @@ class SequenceRunner {
   // One forward pass over tokens (all reserved in table_ at its end),
   // after the evictions a bounded policy asks for. Logits of every token
   // into all_logits_ at row `row0` when all_logits, else of the last.
-  void run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions, bool all_logits,
-                 bool want_last, int64_t row0);
+  void run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                 std::span<const float* const> embd_rows, bool all_logits, bool want_last, int64_t row0);
   // kRecompute: the cache is emptied and the kept tokens computed again.
   void recompute_window(int64_t n_new);
 

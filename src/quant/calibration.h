@@ -2,7 +2,9 @@
 // calibration text, gathered in a forward pass of the unquantized model
 // (debug taps, model/model.h), for AWQ (per-channel mean |x|) and GPTQ
 // (H = sum x x^T). A pass may keep a window of layers only (LayerWindows:
-// memory bounded by a budget, one pass per window). Linears that share an
+// memory bounded by a budget, one pass per window); a ResidualStream lets
+// each window start where the previous one stopped, so that windows in
+// layer order run each layer once in all. Linears that share an
 // input share one entry: attn_q/k/v ("attn_norm"), ffn_gate/up
 // ("ffn_norm"); attn_output reads "attn_out", ffn_down "ffn_act", output
 // "result_norm".
@@ -47,6 +49,7 @@ class Calibration {
   // Mirrors each H's upper triangle (which add() fills) into the lower.
   void finish();
   int64_t n_tokens = 0;
+  int64_t first_layer = 0, end_layer = 0;  // the layers the pass ran: [first_layer, end_layer)
 
   // The tap names whose statistics are kept.
   static bool wanted(std::string_view tap);
@@ -124,6 +127,13 @@ size_t input_stats_bytes(std::span<const int64_t> dims);
 // TinyStories but not taken from it, so no evaluation text is ever seen.
 std::string_view default_calibration_text();
 
+// The residual stream of every calibration token as it enters layer
+// `layer` ([tokens, n_embd]; empty: none kept yet).
+struct ResidualStream {
+  int64_t layer = 0;
+  std::vector<float> x;
+};
+
 struct CalibrationOptions {
   int64_t n_ctx = 128;        // tokens per chunk (each from an empty cache, BOS first)
   int64_t max_tokens = 16384; // calibration tokens at most
@@ -131,6 +141,13 @@ struct CalibrationOptions {
   // Statistics kept: layers [layer_begin, layer_end) and result_norm's.
   int64_t layer_begin = 0, layer_end = INT64_MAX;
   bool result_norm = true;
+  // When set: a pass whose first wanted layer (layer_begin; the last layer
+  // for result_norm alone) is at or after resume->layer starts there from
+  // resume->x instead of at the embeddings, and runs only up to the last
+  // layer it needs; either way resume then holds the stream after the last
+  // layer run. Its statistics are those of a pass from the embeddings, bit
+  // for bit. n_tokens x n_embd floats (a 2048-wide model: 8 KiB a token).
+  ResidualStream* resume = nullptr;
 };
 
 // Runs `model` over `tokens` in chunks and gathers every linear's input
