@@ -57,7 +57,7 @@ AlignedBuffer<uint8_t> make_weights(DType type, int64_t rows, int64_t cols, int 
       std::memcpy(blk, &d, 2);
       std::memcpy(blk + 2, &d, 2);
     } else {
-      std::memcpy(blk + 208, &d, 2);  // Q6_K
+      std::memcpy(blk + (type == DType::kQ3_K ? 108 : 208), &d, 2);  // Q3_K, Q6_K
     }
   }
   return buf;
@@ -199,8 +199,8 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                         DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                         DType::kQ4_0, DType::kQ3_K, DType::kQ4_K, DType::kQ6_K};
   const Isa isas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
   // 110m-like and 1b-like projections; 32000 x 768 is the 110m output matrix.
   const Shape gemv_shapes[] = {{768, 768},   {2048, 768},  {768, 2048}, {32000, 768},
@@ -210,7 +210,8 @@ void register_all() {
     const std::string tn = std::string(dtype_name(type));
     for (Isa isa : isas) {
       const std::string in = std::string(isa_name(isa));
-      const bool can_pack = type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_K || type == DType::kQ6_K;
+      const bool can_pack = type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ3_K || type == DType::kQ4_K ||
+                            type == DType::kQ6_K;
       for (bool packed : {false, true}) {
         if (packed && !can_pack) continue;
         const std::string tp = tn + (packed ? "_packed" : "");

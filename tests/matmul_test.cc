@@ -299,7 +299,7 @@ TEST_P(MatmulTest, ActivationQuantizationMatchesScalar) {
   }
 }
 
-// prepare_weight(): the packed Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K kernels give exactly the bits of
+// prepare_weight(): the packed Q8_0 / Q4_0 / Q3_K / Q4_K / Q5_K / Q6_K kernels give exactly the bits of
 // the plain-layout kernels (hence of the scalar reference), for any batch
 // and thread count, with rows not a multiple of the 8-row group; other types
 // are left unpacked and still work; the original data is untouched.
@@ -314,7 +314,7 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
       const std::vector<uint8_t> before = m.storage;
       const PreparedWeight pw = prepare_weight(m.view());
       EXPECT_EQ(pw.packed.empty(), type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_K &&
-                                       type != DType::kQ5_K && type != DType::kQ6_K);
+                                       type != DType::kQ5_K && type != DType::kQ6_K && type != DType::kQ3_K);
       EXPECT_EQ(pw.view.data, m.view().data);
       const int64_t n_max = 23;
       std::vector<float> x = random_activations(n_max, cols, rng);

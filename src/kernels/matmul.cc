@@ -90,6 +90,7 @@ bool packed_kind(DType t, Packed* out) {
     case DType::kQ4_K: *out = Packed::kQ4_K; return true;
     case DType::kQ5_K: *out = Packed::kQ5_K; return true;
     case DType::kQ6_K: *out = Packed::kQ6_K; return true;
+    case DType::kQ3_K: *out = Packed::kQ3_K; return true;
     default: return false;
   }
 }
@@ -171,6 +172,40 @@ void pack_q6_k(const WeightView& w, uint8_t* out) {
   });
 }
 
+// Q3_K: the 6-bit scales decoded (minus 32) into Q6_K's pairs; each value
+// as u = q + 4 (low 2 bits in qs[32 n + l] bits 2 j, the third in bit 4 n +
+// j of hmask[l], for value 128 n + 32 j + l), re-laid out as in
+// matmul_kernels.h.
+void pack_q3_k(const WeightView& w, uint8_t* out) {
+  pack_groups(w, 256, sizeof(BlockQ3_K), kPackedQ3_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
+    const uint8_t *hm = blk, *qs = blk + 32, *s = blk + 96;
+    std::memcpy(o + 2 * r, blk + 108, 2);  // d
+    for (int sb = 0; sb < 16; ++sb) {
+      const int sc = ((sb < 8 ? s[sb] & 15 : s[sb - 8] >> 4) | ((s[8 + sb % 4] >> (2 * (sb / 4))) & 3) << 4) - 32;
+      o[16 + 16 * (sb / 2) + 2 * r + sb % 2] = static_cast<uint8_t>(sc);
+    }
+    const auto u = [&](int v) {
+      const int n = v / 128, j = (v % 128) / 32, l = v % 32;
+      return ((qs[32 * n + l] >> (2 * j)) & 3) | ((hm[l] >> (4 * n + j)) & 1) << 2;
+    };
+    for (int n = 0; n < 2; ++n) {
+      for (int g = 0; g < 8; ++g) {
+        uint8_t* at = o + 144 + 384 * n + 96 * (g / 2);
+        for (int i = 0; i < 4; ++i) {
+          int low = 0, third = 0;
+          for (int j = 0; j < 4; ++j) {
+            const int v = u(128 * n + 32 * j + 4 * g + i);
+            low |= (v & 3) << (2 * j);
+            third |= (v >> 2) << (j + 4 * (g % 2));
+          }
+          at[32 * (g % 2) + 4 * r + i] = static_cast<uint8_t>(low);
+          at[64 + 4 * r + i] = static_cast<uint8_t>(g % 2 == 0 ? third : at[64 + 4 * r + i] | third);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 PreparedWeight prepare_weight(const WeightView& w) {
@@ -189,6 +224,8 @@ PreparedWeight prepare_weight(const WeightView& w) {
     pack_q4_k(w, p.packed.data());
   } else if (w.type == DType::kQ6_K) {
     pack_q6_k(w, p.packed.data());
+  } else if (w.type == DType::kQ3_K) {
+    pack_q3_k(w, p.packed.data());
   } else {
     pack_q8_0_q4_0(w, p.packed.data());
   }

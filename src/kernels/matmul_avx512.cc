@@ -261,7 +261,7 @@ struct Avx512Cfg {
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;
+    return k == Packed::kQ3_K ? 0 : k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;  // Q3_K: 8-row tiles only
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,

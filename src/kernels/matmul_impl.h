@@ -654,6 +654,92 @@ static inline __m256i q6_fourth(__m256i v0, __m256i v1, __m256i v2) {
   return _mm256_or_si256(_mm256_or_si256(a, b), c);
 }
 
+// The int8-scaled sub-blocks of a Q6_K-like packed block (Q6_K, Q3_K):
+// sub-blocks 8n + 2j + half (j < 4), whose values 128n + 32j + 4q + i
+// (q = 4 half .. 4 half + 3) are the unsigned bytes value(g, q, j) of row
+// group g. Each sub-block's exact dot with the token, times the row's
+// scale, is added to isum (vpdpbusd then vpmulld; on plain AVX2 each
+// vpmaddubsw pair goes through vpmaddwd with the scale). Two values j at a
+// time ({0, 2}, then {1, 3}) keep the tile's partial sums in registers.
+template <class D, int T, int G, class Value>
+static inline __attribute__((always_inline)) void sub_block_dots(const uint8_t* const* blk, const ActPtrs* x, int64_t b,
+                                                                 int n, int half, __m256i (&isum)[G][T], Value value) {
+  constexpr bool kPairs = D::kU4PairsInInt16;
+  #pragma GCC unroll 8
+  for (int c = 0; c < 2; ++c) {
+    __m256i sc[G][2], part[G][2][T];
+    #pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      #pragma GCC unroll 8
+      for (int k = 0; k < 2; ++k) {
+        sc[g][k] = q6_scale(blk[g], 8 * n + 2 * (c + 2 * k) + half, kPairs);
+        #pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) part[g][k][t] = _mm256_setzero_si256();
+      }
+    }
+    #pragma GCC unroll 8
+    for (int q = 4 * half; q < 4 * half + 4; ++q) {
+      __m256i v[G][2];
+      #pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        #pragma GCC unroll 8
+        for (int k = 0; k < 2; ++k) v[g][k] = value(g, q, c + 2 * k);
+      }
+      #pragma GCC unroll 8
+      for (int k = 0; k < 2; ++k) {
+        #pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const __m256i xb = bcast4(x[t].q + b * 256 + 128 * n + 32 * (c + 2 * k) + 4 * q);
+          #pragma GCC unroll 8
+          for (int g = 0; g < G; ++g) {
+            if constexpr (kPairs) {
+              part[g][k][t] =
+                  _mm256_add_epi32(part[g][k][t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g][k], xb), sc[g][k]));
+            } else {
+              part[g][k][t] = D::u4_dot_acc(part[g][k][t], v[g][k], xb);
+            }
+          }
+        }
+      }
+    }
+    #pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      #pragma GCC unroll 8
+      for (int k = 0; k < 2; ++k) {
+        #pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          isum[g][t] = _mm256_add_epi32(isum[g][t], kPairs ? part[g][k][t] : _mm256_mullo_epi32(part[g][k][t], sc[g][k]));
+        }
+      }
+    }
+  }
+}
+
+// The end of a Q6_K-like block: the values' offset (2^kShift: 32 for Q6_K,
+// 4 for Q3_K) taken out as sum_s sc_s * sum(x_s) (one vpmaddwd of the
+// scale pairs with the token's group sums per pair), then acc += isum * d *
+// dx.
+template <int T, int G, int kShift>
+static inline __attribute__((always_inline)) void add_sub_block_sums(const uint8_t* const* blk, const ActPtrs* x,
+                                                                     int64_t b, const __m256i (&isum)[G][T],
+                                                                     __m256 (&acc)[G][T]) {
+  #pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g]));
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 16);
+      __m256i corr = _mm256_setzero_si256();  // sum_s sc_s * sum(x_s)
+      for (int i = 0; i < 8; ++i) {
+        const __m256i pairs = _mm256_cvtepi8_epi16(loadu128(blk[g] + 16 + 16 * i));
+        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs, bcast4(xs + 4 * i)));
+      }
+      const __m256i v = _mm256_sub_epi32(isum[g][t], _mm256_slli_epi32(corr, kShift));
+      acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(wd, _mm256_set1_ps(x[t].d[b])), acc[g][t]);
+    }
+  }
+}
+
 template <class D, int T, int G, int kPrefetch>
 static inline void q6tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                           int nvalid) {
@@ -708,87 +794,53 @@ static inline void q6tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
             }
           }
         } else {
-          // Two values j at a time ({0, 2}, then {1, 3}) keep the tile's
-          // partial sums in registers.
-          #pragma GCC unroll 8
-          for (int c = 0; c < 2; ++c) {
-            __m256i sc[G][2];
-            #pragma GCC unroll 8
-            for (int g = 0; g < G; ++g) {
-              #pragma GCC unroll 8
-              for (int k = 0; k < 2; ++k) sc[g][k] = q6_scale(blk[g], 8 * n + 2 * (c + 2 * k) + half, kPairs);
-            }
-            __m256i part[G][2][T];
-            #pragma GCC unroll 8
-            for (int g = 0; g < G; ++g) {
-              #pragma GCC unroll 8
-              for (int k = 0; k < 2; ++k) {
-                #pragma GCC unroll 8
-                for (int t = 0; t < T; ++t) part[g][k][t] = _mm256_setzero_si256();
-              }
-            }
-            #pragma GCC unroll 8
-            for (int q = 4 * half; q < 4 * half + 4; ++q) {
-              __m256i v[G][2];
-              #pragma GCC unroll 8
-              for (int g = 0; g < G; ++g) {
-                if (c == 0) {
-                  v[g][0] = _mm256_and_si256(vec(g, q, 0), m6);
-                  v[g][1] = _mm256_and_si256(vec(g, q, 2), m6);
-                } else {
-                  v[g][0] = _mm256_and_si256(vec(g, q, 1), m6);
-                  v[g][1] = q6_fourth(vec(g, q, 0), vec(g, q, 1), vec(g, q, 2));
-                }
-              }
-              #pragma GCC unroll 8
-              for (int k = 0; k < 2; ++k) {
-                #pragma GCC unroll 8
-                for (int t = 0; t < T; ++t) {
-                  const __m256i xb = xat(t, c + 2 * k, q);
-                  #pragma GCC unroll 8
-                  for (int g = 0; g < G; ++g) {
-                    if constexpr (kPairs) {
-                      part[g][k][t] = _mm256_add_epi32(
-                          part[g][k][t], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g][k], xb), sc[g][k]));
-                    } else {
-                      part[g][k][t] = D::u4_dot_acc(part[g][k][t], v[g][k], xb);
-                    }
-                  }
-                }
-              }
-            }
-            #pragma GCC unroll 8
-            for (int g = 0; g < G; ++g) {
-              #pragma GCC unroll 8
-              for (int k = 0; k < 2; ++k) {
-                #pragma GCC unroll 8
-                for (int t = 0; t < T; ++t) {
-                  isum[g][t] = _mm256_add_epi32(
-                      isum[g][t], kPairs ? part[g][k][t] : _mm256_mullo_epi32(part[g][k][t], sc[g][k]));
-                }
-              }
-            }
-          }
+          sub_block_dots<D, T, G>(blk, x, b, n, half, isum, [&](int g, int q, int j) {
+            return j < 3 ? _mm256_and_si256(vec(g, q, j), m6) : q6_fourth(vec(g, q, 0), vec(g, q, 1), vec(g, q, 2));
+          });
         }
       }
     }
-    #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g]));
-      #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const int8_t* xs = reinterpret_cast<const int8_t*>(x[t].sum + b * 16);
-        __m256i corr = _mm256_setzero_si256();  // sum_s sc_s * sum(x_s)
-        for (int i = 0; i < 8; ++i) {
-          const __m256i pairs = _mm256_cvtepi8_epi16(loadu128(blk[g] + 16 + 16 * i));
-          corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs, bcast4(xs + 4 * i)));
-        }
-        const __m256i v = _mm256_sub_epi32(isum[g][t], _mm256_slli_epi32(corr, 5));
-        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(wd, _mm256_set1_ps(x[t].d[b])), acc[g][t]);
-      }
-    }
+    add_sub_block_sums<T, G, 5>(blk, x, b, isum, acc);
   };
   packed_frame<T, G, kBytes, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
+}
+
+// ---- packed Q3_K tile: 8 rows x T tokens, lane r = row r -----------------------
+// Layout in matmul_kernels.h: Q6_K's scales and value order, each value u =
+// q + 4 in 0..7 rebuilt from its two low bits (a 2j-bit 16-bit shift and an
+// and) and its third bit (one 16-bit shift moving bit j + 4e to bit 2: at
+// most 5 right or 2 left, so each byte's bit 2 comes from its own byte).
+// Then as Q6_K: per sub-block the exact dot in int32 lanes times the int8
+// scale (vpdpbusd then vpmulld; on plain AVX2 vpmaddubsw pairs, at most 2 *
+// 7 * 127, through vpmaddwd with the scale), and the -4 one vpmaddwd of the
+// scale pairs with the token's group sums, times 4.
+static inline __m256i q3_value(__m256i low, __m256i third, int j, int bit) {
+  const __m256i lo = _mm256_and_si256(j == 0 ? low : _mm256_srli_epi16(low, 2 * j), _mm256_set1_epi8(3));
+  const __m256i hi = bit >= 2 ? _mm256_srli_epi16(third, bit - 2) : _mm256_slli_epi16(third, 2 - bit);
+  return _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(4)));
+}
+
+template <class D, int T, int G, int kPrefetch>
+static inline void q3tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                          int nvalid) {
+  const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
+    __m256i isum[G][T];
+    #pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      #pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+    }
+    for (int n = 0; n < 2; ++n) {
+      for (int half = 0; half < 2; ++half) {
+        sub_block_dots<D, T, G>(blk, x, b, n, half, isum, [&](int g, int q, int j) {
+          const uint8_t* at = blk[g] + 144 + 384 * n + 96 * (q / 2);
+          return q3_value(loadu256(at + 32 * (q % 2)), loadu256(at + 64), j, j + 4 * (q % 2));
+        });
+      }
+    }
+    add_sub_block_sums<T, G, 2>(blk, x, b, isum, acc);
+  };
+  packed_frame<T, G, kPackedQ3_KBlock, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
 }
 
 // One packed tile of kind K.
@@ -799,6 +851,8 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
     ktile<D, K == Packed::kQ5_K, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else if constexpr (K == Packed::kQ6_K) {
     q6tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else if constexpr (K == Packed::kQ3_K) {
+    q3tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
     ptile<D, K == Packed::kQ4_0, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
@@ -1032,7 +1086,7 @@ struct KernelSet {
       },
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
-       prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>},
+       prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>},
   };
 };
 

@@ -74,7 +74,7 @@ using QuantizeActFn = void (*)(const float* x, int64_t x_stride, int64_t t0, int
 // Rows per tile of the quantized kernels (one output lane per row).
 constexpr int64_t kRowTile = 8;
 
-// Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights repacked by prepare_weight(): rows in groups of 8
+// Q8_0 / Q4_0 / Q3_K / Q4_K / Q5_K / Q6_K weights repacked by prepare_weight(): rows in groups of 8
 // (the last group padded with copies of the last row); per group, for each
 // block of 32 in order: the 8 rows' fp16 scales (16 bytes), then the values
 // with the 8 rows interleaved in 4-value groups, so that one 32-byte load
@@ -112,12 +112,26 @@ constexpr size_t kPackedQ5_KBlock = kPackedQ4_KBlock + 256;
 // ands give the first three values, and the fourth is the top bits of the
 // three bytes: no nibble shuffling of Q6_K's ql / qh at run time.
 constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4 };
-constexpr int kNumPacked = 5;
+// Q3_K (w = d * sc[s] * (q - 4), 16 sub-blocks of 16, sc = the 6-bit
+// scale - 32), Q6_K's scales and value order with 3-bit values u = q + 4
+// (0..7), per group and super-block:
+//   bytes    0..15   the 8 rows' fp16 d
+//   bytes   16..143  int8 scales in pairs, as Q6_K's
+//   bytes  144..911  for n < 2 and p < 4, 96 bytes at 144 + 384 n + 96 p:
+//                    for e < 2 (value vector g = 2 p + e), 32 bytes at
+//                    + 32 e with byte 4 r + i holding in bits 2 j, 2 j + 1
+//                    (j < 4) the low 2 bits of u_r[128 n + 32 j + 4 g + i],
+//                    and 32 bytes at + 64 whose byte 4 r + i holds the
+//                    third bit of that value in bit j + 4 e.
+// Each load of low bits gives four value vectors, each load of third bits
+// eight: 3 bits a value in the kernel's own order.
+constexpr size_t kPackedQ3_KBlock = 16 + 128 + 768;
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4, kQ3_K = 5 };
+constexpr int kNumPacked = 6;
 // Per packed kind (table order): values and bytes of one block of 8 rows.
-constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256};
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256};
 constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock,
-                                             kPackedQ6_KBlock, kPackedQ5_KBlock};
+                                             kPackedQ6_KBlock, kPackedQ5_KBlock, kPackedQ3_KBlock};
 
 struct MatmulKernels {
   const char* name;

@@ -228,7 +228,7 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockQ3_K, kQK_K, step_q3_k>,
     },
     quantize_act_ref,
-    {nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
+    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
 };
 
 }  // namespace
