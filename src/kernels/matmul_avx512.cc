@@ -195,10 +195,14 @@ static inline __m512i q6_fourth16(__m512i v0, __m512i v1, __m512i v2) {
   return _mm512_or_si512(_mm512_or_si512(a, b), c);
 }
 
-template <int T>
-static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
-                     int nvalid) {
-  const __m512i m6 = _mm512_set1_epi8(0x3f);
+// The 16-row tile of the Q6_K-like packed blocks (Q6_K, Q3_K: int8 scales
+// per sub-block of 16, values in the order of matmul_kernels.h): value(b0,
+// b1, n, q, j) is the zmm of unsigned value bytes of the two row groups for
+// values 128n + 32j + 4q + i; 2^kShift their offset (32, 4).
+template <int T, size_t kBytes, int kShift, class Value>
+static inline __attribute__((always_inline)) void sub_block_tile16(const uint8_t* group, size_t group_bytes,
+                                                                   int64_t nb, const ActPtrs* x, float* const* y,
+                                                                   int nvalid, Value value) {
   const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
                          __attribute__((always_inline)) {
     __m512i isum[T];
@@ -206,9 +210,6 @@ static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const
     // Values 128n + 32j + 16 half + l, sub-block 8n + 2j + half.
     for (int n = 0; n < 2; ++n) {
       for (int half = 0; half < 2; ++half) {
-        const auto vec = [&](int q, int k) {
-          return join256(b0 + 144 + 768 * n + 96 * q + 32 * k, b1 + 144 + 768 * n + 96 * q + 32 * k);
-        };
         #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {  // values j = {0, 2}, then {1, 3}
           const __m512i sc0 = q6_scale16(b0, b1, 8 * n + 2 * c + half);
@@ -217,14 +218,7 @@ static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const
           for (int t = 0; t < T; ++t) part[0][t] = part[1][t] = _mm512_setzero_si512();
           #pragma GCC unroll 4
           for (int q = 4 * half; q < 4 * half + 4; ++q) {
-            __m512i v[2];
-            if (c == 0) {
-              v[0] = _mm512_and_si512(vec(q, 0), m6);
-              v[1] = _mm512_and_si512(vec(q, 2), m6);
-            } else {
-              v[0] = _mm512_and_si512(vec(q, 1), m6);
-              v[1] = q6_fourth16(vec(q, 0), vec(q, 1), vec(q, 2));
-            }
+            const __m512i v[2] = {value(b0, b1, n, q, c), value(b0, b1, n, q, c + 2)};
             #pragma GCC unroll 2
             for (int k = 0; k < 2; ++k) {
               #pragma GCC unroll 4
@@ -248,11 +242,41 @@ static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const
         const __m512i pairs = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * i, b1 + 16 + 16 * i));
         corr = _mm512_add_epi32(corr, _mm512_madd_epi16(pairs, bcast4_512(xs + 4 * i)));
       }
-      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 5));
+      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, kShift));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(x[t].d[b])), acc[t]);
     }
   };
-  pair_frame<T, kPackedQ6_KBlock>(group, group_bytes, nb, y, nvalid, block);
+  pair_frame<T, kBytes>(group, group_bytes, nb, y, nvalid, block);
+}
+
+template <int T>
+static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                     int nvalid) {
+  const __m512i m6 = _mm512_set1_epi8(0x3f);
+  sub_block_tile16<T, kPackedQ6_KBlock, 5>(
+      group, group_bytes, nb, x, y, nvalid, [&](const uint8_t* b0, const uint8_t* b1, int n, int q, int j) {
+        const auto vec = [&](int k) {
+          return join256(b0 + 144 + 768 * n + 96 * q + 32 * k, b1 + 144 + 768 * n + 96 * q + 32 * k);
+        };
+        return j < 3 ? _mm512_and_si512(vec(j), m6) : q6_fourth16(vec(0), vec(1), vec(2));
+      });
+}
+
+// Q3_K: the value's two low bits and its third bit (matmul_impl.h q3_value).
+template <int T>
+static void q3tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                     int nvalid) {
+  const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+  sub_block_tile16<T, kPackedQ3_KBlock, 2>(
+      group, group_bytes, nb, x, y, nvalid, [&](const uint8_t* b0, const uint8_t* b1, int n, int q, int j) {
+        const size_t at = 144 + 384 * n + 96 * (q / 2);
+        const __m512i low = join256(b0 + at + 32 * (q % 2), b1 + at + 32 * (q % 2));
+        const __m512i third = join256(b0 + at + 64, b1 + at + 64);
+        const int bit = j + 4 * (q % 2);
+        const __m512i lo = _mm512_and_si512(j == 0 ? low : _mm512_srli_epi16(low, 2 * j), m3);
+        const __m512i hi = bit >= 2 ? _mm512_srli_epi16(third, bit - 2) : _mm512_slli_epi16(third, 2 - bit);
+        return _mm512_or_si512(lo, _mm512_and_si512(hi, m4));
+      });
 }
 
 struct Avx512Cfg {
@@ -261,7 +285,7 @@ struct Avx512Cfg {
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return k == Packed::kQ3_K ? 0 : k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;  // Q3_K: 8-row tiles only
+    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
@@ -273,6 +297,8 @@ struct Avx512Cfg {
       ptile16<K == Packed::kQ4_0, T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ6_K) {
       q6tile16<T>(group, group_bytes, nb, x, y, nvalid);
+    } else if constexpr (K == Packed::kQ3_K) {
+      q3tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else {
       ktile16<K == Packed::kQ5_K, T>(group, group_bytes, nb, x, y, nvalid);
     }
