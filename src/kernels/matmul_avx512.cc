@@ -207,8 +207,11 @@ static inline __attribute__((always_inline)) void sub_block_tile16(const uint8_t
                          __attribute__((always_inline)) {
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    // Values 128n + 32j + 16 half + l, sub-block 8n + 2j + half.
+    // Values 128n + 32j + 16 half + l, sub-block 8n + 2j + half. Unrolled
+    // whole: the value decoding's shifts are then constants.
+    #pragma GCC unroll 2
     for (int n = 0; n < 2; ++n) {
+      #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
         #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {  // values j = {0, 2}, then {1, 3}

@@ -830,7 +830,9 @@ static inline void q3tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
       #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
     }
-    for (int n = 0; n < 2; ++n) {
+    #pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {  // unrolled whole: the value decoding's shifts are then constants
+      #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
         sub_block_dots<D, T, G>(blk, x, b, n, half, isum, [&](int g, int q, int j) {
           const uint8_t* at = blk[g] + 144 + 384 * n + 96 * (q / 2);
