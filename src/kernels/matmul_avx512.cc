@@ -198,8 +198,10 @@ static inline __m512i q6_fourth16(__m512i v0, __m512i v1, __m512i v2) {
 // The 16-row tile of the Q6_K-like packed blocks (Q6_K, Q3_K: int8 scales
 // per sub-block of 16, values in the order of matmul_kernels.h): value(b0,
 // b1, n, q, j) is the zmm of unsigned value bytes of the two row groups for
-// values 128n + 32j + 4q + i; 2^kShift their offset (32, 4).
-template <int T, size_t kBytes, int kShift, class Value>
+// values 128n + 32j + 4q + i; 2^kShift their offset (32, 4). kJ values j per
+// pass ({c, c + 2}, or {c}): Q6_K's two share loads; Q3_K takes one at a
+// time to hold twice the tokens, each decoded vector serving all of them.
+template <int T, int kJ, size_t kBytes, int kShift, class Value>
 static inline __attribute__((always_inline)) void sub_block_tile16(const uint8_t* group, size_t group_bytes,
                                                                    int64_t nb, const ActPtrs* x, float* const* y,
                                                                    int nvalid, Value value) {
@@ -213,26 +215,32 @@ static inline __attribute__((always_inline)) void sub_block_tile16(const uint8_t
     for (int n = 0; n < 2; ++n) {
       #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {
-        #pragma GCC unroll 2
-        for (int c = 0; c < 2; ++c) {  // values j = {0, 2}, then {1, 3}
-          const __m512i sc0 = q6_scale16(b0, b1, 8 * n + 2 * c + half);
-          const __m512i sc1 = q6_scale16(b0, b1, 8 * n + 2 * (c + 2) + half);
-          __m512i part[2][T];
-          for (int t = 0; t < T; ++t) part[0][t] = part[1][t] = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4 / kJ; ++c) {  // values j = c + 2k, k < kJ
+          __m512i sc[kJ], part[kJ][T];
+          #pragma GCC unroll 2
+          for (int k = 0; k < kJ; ++k) {
+            sc[k] = q6_scale16(b0, b1, 8 * n + 2 * (c + 2 * k) + half);
+            #pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) part[k][t] = _mm512_setzero_si512();
+          }
           #pragma GCC unroll 4
           for (int q = 4 * half; q < 4 * half + 4; ++q) {
-            const __m512i v[2] = {value(b0, b1, n, q, c), value(b0, b1, n, q, c + 2)};
+            __m512i v[kJ];
             #pragma GCC unroll 2
-            for (int k = 0; k < 2; ++k) {
-              #pragma GCC unroll 4
+            for (int k = 0; k < kJ; ++k) v[k] = value(b0, b1, n, q, c + 2 * k);
+            #pragma GCC unroll 2
+            for (int k = 0; k < kJ; ++k) {
+              #pragma GCC unroll 8
               for (int t = 0; t < T; ++t) {
                 part[k][t] = dpbusd_bcast(part[k][t], v[k], x[t].q + b * 256 + 128 * n + 32 * (c + 2 * k) + 4 * q);
               }
             }
           }
+          #pragma GCC unroll 8
           for (int t = 0; t < T; ++t) {
-            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[0][t], sc0));
-            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[1][t], sc1));
+            #pragma GCC unroll 2
+            for (int k = 0; k < kJ; ++k) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[k][t], sc[k]));
           }
         }
       }
@@ -256,7 +264,7 @@ template <int T>
 static void q6tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                      int nvalid) {
   const __m512i m6 = _mm512_set1_epi8(0x3f);
-  sub_block_tile16<T, kPackedQ6_KBlock, 5>(
+  sub_block_tile16<T, 2, kPackedQ6_KBlock, 5>(
       group, group_bytes, nb, x, y, nvalid, [&](const uint8_t* b0, const uint8_t* b1, int n, int q, int j) {
         const auto vec = [&](int k) {
           return join256(b0 + 144 + 768 * n + 96 * q + 32 * k, b1 + 144 + 768 * n + 96 * q + 32 * k);
@@ -270,7 +278,7 @@ template <int T>
 static void q3tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                      int nvalid) {
   const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
-  sub_block_tile16<T, kPackedQ3_KBlock, 2>(
+  sub_block_tile16<T, 1, kPackedQ3_KBlock, 2>(
       group, group_bytes, nb, x, y, nvalid, [&](const uint8_t* b0, const uint8_t* b1, int n, int q, int j) {
         const size_t at = 144 + 384 * n + 96 * (q / 2);
         const __m512i low = join256(b0 + at + 32 * (q % 2), b1 + at + 32 * (q % 2));
@@ -288,7 +296,7 @@ struct Avx512Cfg {
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return k == Packed::kQ8_0 || k == Packed::kQ4_0 ? 8 : 4;
+    return k == Packed::kQ8_0 || k == Packed::kQ4_0 || k == Packed::kQ3_K ? 8 : 4;  // Q3_K: one j per pass
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,

@@ -180,8 +180,8 @@ float fit_symmetric(const Grid& g, const float* w, const float* imp, int n) {
   double best = scale_error(g, w, imp, n, best_d, &refit);
   for (const int target : {g.qmin, g.qmax}) {
     for (int t = -9; t <= 9; ++t) {
-      const float d0 = max / (static_cast<float>(target) * (1.0f + 0.1f * static_cast<float>(t)));
-      for (float d = d0, k = 0; k < 2 && d != 0.0f; ++k, d = refit) {  // the candidate, then its refit
+      float d = max / (static_cast<float>(target) * (1.0f + 0.1f * static_cast<float>(t)));
+      for (int step = 0; step < 2 && d != 0.0f; ++step, d = refit) {  // the candidate, then its refit
         const double e = scale_error(g, w, imp, n, d, &refit);
         if (e < best) {
           best = e;
