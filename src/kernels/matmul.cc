@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
 
@@ -173,21 +174,14 @@ void pack_q6_k(const WeightView& w, uint8_t* out) {
 }
 
 // Q3_K: the 6-bit scales decoded (minus 32) into Q6_K's pairs; each value
-// as u = q + 4 (low 2 bits in qs[32 n + l] bits 2 j, the third in bit 4 n +
-// j of hmask[l], for value 128 n + 32 j + l), re-laid out as in
-// matmul_kernels.h.
+// as u = q + 4, re-laid out as in matmul_kernels.h.
 void pack_q3_k(const WeightView& w, uint8_t* out) {
-  pack_groups(w, 256, sizeof(BlockQ3_K), kPackedQ3_KBlock, out, [](uint8_t* o, const uint8_t* blk, int r) {
-    const uint8_t *hm = blk, *qs = blk + 32, *s = blk + 96;
-    std::memcpy(o + 2 * r, blk + 108, 2);  // d
-    for (int sb = 0; sb < 16; ++sb) {
-      const int sc = ((sb < 8 ? s[sb] & 15 : s[sb - 8] >> 4) | ((s[8 + sb % 4] >> (2 * (sb / 4))) & 3) << 4) - 32;
-      o[16 + 16 * (sb / 2) + 2 * r + sb % 2] = static_cast<uint8_t>(sc);
-    }
-    const auto u = [&](int v) {
-      const int n = v / 128, j = (v % 128) / 32, l = v % 32;
-      return ((qs[32 * n + l] >> (2 * j)) & 3) | ((hm[l] >> (4 * n + j)) & 1) << 2;
-    };
+  pack_groups(w, 256, sizeof(BlockQ3_K), kPackedQ3_KBlock, out, [](uint8_t* o, const uint8_t* bytes, int r) {
+    BlockQ3_K blk;
+    std::memcpy(&blk, bytes, sizeof blk);  // rows need not be aligned
+    std::memcpy(o + 2 * r, &blk.d, 2);
+    for (int sb = 0; sb < 16; ++sb) o[16 + 16 * (sb / 2) + 2 * r + sb % 2] = static_cast<uint8_t>(q3_k_scale(blk, sb));
+    const auto u = [&](int v) { return q3_k_value(blk, v) + 4; };
     for (int n = 0; n < 2; ++n) {
       for (int g = 0; g < 8; ++g) {
         uint8_t* at = o + 144 + 384 * n + 96 * (g / 2);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
 
@@ -89,18 +90,6 @@ int q6_k_value(const BlockQ6_K& b, int i) {
   const int lo = j < 64 ? (l & 0x0f) : (l >> 4);
   const int hi = (b.qh[half * 32 + j % 32] >> (2 * (j / 32))) & 3;
   return (lo | (hi << 4)) - 32;
-}
-
-// Q3_K (blocks.h): value i (0..255) in -4..3 and sub-block s's scale in
-// -32..31.
-int q3_k_value(const BlockQ3_K& b, int i) {
-  const int n = i / 128, j = (i % 128) / 32, l = i % 32;
-  const int low = (b.qs[32 * n + l] >> (2 * j)) & 3;
-  return ((b.hmask[l] >> (4 * n + j)) & 1) != 0 ? low : low - 4;
-}
-int q3_k_scale(const BlockQ3_K& b, int s) {
-  const int nibble = s < 8 ? b.scales[s] & 15 : b.scales[s - 8] >> 4;
-  return (nibble | ((b.scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4) - 32;
 }
 
 // ---- quantized matmul -------------------------------------------------------

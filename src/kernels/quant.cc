@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "kernels/block_values.h"
 #include "kernels/blocks.h"
 
 namespace tessera::kernels {
@@ -79,19 +80,9 @@ void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
 void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_f32(b[i].d);
-    const uint8_t* s = b[i].scales;
-    for (int n = 0; n < 2; ++n) {
-      for (int j = 0; j < 4; ++j) {
-        for (int half = 0; half < 2; ++half) {
-          const int sb = 8 * n + 2 * j + half;  // sub-block
-          const int sc = ((sb < 8 ? s[sb] & 15 : s[sb - 8] >> 4) | ((s[8 + sb % 4] >> (2 * (sb / 4))) & 3) << 4) - 32;
-          const float dl = d * static_cast<float>(sc);
-          for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int q = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) - ((b[i].hmask[l] >> (4 * n + j)) & 1 ? 0 : 4);
-            *y++ = dl * static_cast<float>(q);
-          }
-        }
-      }
+    for (int s = 0; s < 16; ++s) {
+      const float dl = d * static_cast<float>(q3_k_scale(b[i], s));
+      for (int v = 16 * s; v < 16 * s + 16; ++v) *y++ = dl * static_cast<float>(q3_k_value(b[i], v));
     }
   }
 }

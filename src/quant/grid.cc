@@ -207,11 +207,17 @@ int six_bits_signed(float v, float unit) {
   return static_cast<int>(std::clamp(q, -32.0f, 31.0f));
 }
 
+// The scale of largest magnitude, sign kept (the first of equal ones).
+float largest(const float* scales, int nb) {
+  float top = 0.0f;
+  for (int b = 0; b < nb; ++b) top = std::fabs(scales[b]) > std::fabs(top) ? scales[b] : top;
+  return top;
+}
+
 // The super-block's signed 6-bit unit D of scales stored by super_params
 // (Q3_K): the scale of largest magnitude is -32 D.
 float signed_unit(const float* scales, int nb) {
-  float top = 0.0f;
-  for (int b = 0; b < nb; ++b) top = std::fabs(scales[b]) > std::fabs(top) ? scales[b] : top;
+  const float top = largest(scales, nb);
   return top == 0.0f ? 0.0f : top / -32.0f;
 }
 
@@ -223,8 +229,7 @@ void super_params(const Grid& g, const float* w, float* scales, float* mins, con
     for (int b = 0; b < nb; ++b) {
       scales[b] = fit_symmetric(g, w + b * g.block, importance != nullptr ? importance + b * g.block : nullptr, g.block);
     }
-    float top = 0.0f;  // the d of largest magnitude: stored as -32 units
-    for (int b = 0; b < nb; ++b) top = std::fabs(scales[b]) > std::fabs(top) ? scales[b] : top;
+    const float top = largest(scales, nb);  // stored as -32 units
     float D = fp16_to_f32(f32_to_fp16(top / -32.0f));
     D = D == 0.0f ? 0.0f : D;  // +0: all scales then store as +0, as pack_row reads them back
     for (int b = 0; b < nb; ++b) {
