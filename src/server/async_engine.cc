@@ -12,6 +12,32 @@ void RequestChannel::wait(std::vector<ChannelItem>& out, std::chrono::millisecon
   items_.clear();
 }
 
+void RequestChannel::take(std::vector<ChannelItem>& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (ChannelItem& it : items_) out.push_back(std::move(it));
+  items_.clear();
+}
+
+void RequestChannel::set_listener(std::function<void()> fn) {
+  bool ready = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = std::move(fn);
+    ready = listener_ && (!items_.empty() || unfinished_ == 0);
+  }
+  if (ready) notify();
+}
+
+void RequestChannel::notify() {
+  cv_.notify_all();
+  std::function<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn = listener_;
+  }
+  if (fn) fn();
+}
+
 bool RequestChannel::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return unfinished_ == 0;
@@ -160,8 +186,8 @@ void AsyncEngine::on_output(const std::shared_ptr<RequestChannel>& ch, int32_t p
       all_done = --ch->unfinished_ == 0;
     }
   }
-  ch->cv_.notify_all();
   if (all_done) live_.erase(ch.get());
+  ch->notify();
 }
 
 void AsyncEngine::fail_all(const std::string& message) {
@@ -175,7 +201,7 @@ void AsyncEngine::fail_all(const std::string& message) {
         in_flight_ -= ch->unfinished_ * ch->group_size_;
         ch->unfinished_ = 0;
       }
-      ch->cv_.notify_all();
+      ch->notify();
     }
   }
   live_.clear();

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,8 +50,17 @@ class RequestChannel {
   std::string failure() const;
   // The request was aborted because the server is shutting down.
   bool shutting_down() const;
+  // Moves pending outputs into `out` (appending) without waiting.
+  void take(std::vector<ChannelItem>& out);
+  // `fn` is called whenever outputs arrive or the channel finishes (on the
+  // engine thread, or the thread that fails or shuts the engine down), and
+  // once at once if there is something to take already: an event loop's
+  // wake-up (it must not block and must not call back into the channel
+  // under its own locks). Replaces any earlier listener; empty: none.
+  void set_listener(std::function<void()> fn);
 
  private:
+  void notify();  // wakes waiters and calls the listener (no lock held)
   friend class AsyncEngine;
   struct SampleTiming {
     double last_elapsed = 0.0;
@@ -63,6 +73,7 @@ class RequestChannel {
   int64_t group_size_ = 1;  // n: in-flight count each group holds
   std::string failure_;
   bool shutting_down_ = false;
+  std::function<void()> listener_;
   std::vector<engine::RequestId> groups_;  // one per prompt; guarded by AsyncEngine::mu_
   std::unordered_map<engine::RequestId, SampleTiming> timing_;  // engine thread only
 };
