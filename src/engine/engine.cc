@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -38,16 +39,8 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
                 "block size {} must be in 1..1024", config_.block_size);
   pool_ = std::make_unique<ThreadPool>(config_.threads);
   const int32_t n_blocks = choose_num_blocks(model, config_, config_.max_model_len);
-  kv_manager_ = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, n_blocks});
   kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type});
-  SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
-  sc.max_model_len = config_.max_model_len;
-  sc.enable_prefix_caching = config_.enable_prefix_caching;
-  sc.block_hash = config_.prefix_block_hash;
-  sc.sliding_window = model.config().sliding_window;  // every layer's window (0: none)
-  scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
+  make_scheduler();
   if (scheduler_->config().max_model_len < config_.max_model_len) {
     // As vLLM says it: the cache cannot hold one full-context sequence, so
     // that is the longest a request may be (and the default length of one
@@ -57,7 +50,6 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
                      n_blocks - 1, config_.block_size, config_.max_model_len, scheduler_->config().max_model_len);
     config_.max_model_len = scheduler_->config().max_model_len;
   }
-  runner_ = std::make_unique<ModelRunner>(model, *kv_cache_, *pool_);
   TESSERA_CHECK(config_.spec_k >= 1 && config_.spec_k <= 64, kInvalidArgument, "--spec-k {} must be in 1..64",
                 config_.spec_k);
   switch (config_.spec_method) {
@@ -69,11 +61,26 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   }
   if (config_.spec_drafter) drafter_ = config_.spec_drafter;
   if (drafter_) calibrate_step_cost();
+  init_vocab_mask();
   seed_source_ = Rng(config_.seed != 0 ? config_.seed : std::random_device{}());
   update_stats();
 }
 
 Engine::~Engine() = default;
+
+void Engine::make_scheduler() {
+  scheduler_.reset();
+  kv_manager_ = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, kv_cache_->shape().num_blocks});
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.max_model_len = config_.max_model_len;
+  sc.enable_prefix_caching = config_.enable_prefix_caching;
+  sc.block_hash = config_.prefix_block_hash;
+  sc.sliding_window = model_.config().sliding_window;  // every layer's window (0: none)
+  scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
+  runner_ = std::make_unique<ModelRunner>(model_, *kv_cache_, *pool_);
+}
 
 std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
   spec::ModelDrafterOptions o;
@@ -144,15 +151,24 @@ RequestId Engine::add_request(std::string_view prompt, const SamplingParams& par
 
 RequestId Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params, OutputCallback cb,
                               RequestAdapters adapters) {
-  auto r = std::make_unique<Request>();
-  r->tokens = std::move(prompt);
-  r->params = params;
-  const int64_t n = r->num_tokens();
-  return submit(std::move(r), n, std::move(cb), std::move(adapters));
+  return enqueue(prepare(std::move(prompt), params, std::move(adapters)), std::move(cb));
 }
 
 RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb,
                               RequestAdapters adapters) {
+  return enqueue(prepare(std::move(layout), params, std::move(adapters)), std::move(cb));
+}
+
+PreparedRequest Engine::prepare(std::vector<int32_t> prompt, const SamplingParams& params, RequestAdapters adapters) {
+  auto r = std::make_unique<Request>();
+  r->tokens = std::move(prompt);
+  r->params = params;
+  const int64_t n = r->num_tokens();
+  validate_request(*r, n, std::move(adapters));
+  return {std::move(r)};
+}
+
+PreparedRequest Engine::prepare(PromptLayout layout, const SamplingParams& params, RequestAdapters adapters) {
   TESSERA_CHECK(layout.positions.size() == layout.tokens.size() && layout.preloaded &&
                     layout.preloaded->n_tokens < static_cast<int64_t>(layout.tokens.size()),
                 kInvalidArgument, "malformed Prompt Cache layout");
@@ -163,11 +179,12 @@ RequestId Engine::add_request(PromptLayout layout, const SamplingParams& params,
   r->preloaded = std::move(layout.preloaded);
   r->cache_salt = layout.cache_salt;
   r->params = params;
-  return submit(std::move(r), max_position, std::move(cb), std::move(adapters));
+  validate_request(*r, max_position, std::move(adapters));
+  return {std::move(r)};
 }
 
-RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb,
-                         RequestAdapters adapters) {
+void Engine::validate_request(Request& req, int64_t max_position, RequestAdapters adapters) {
+  Request* r = &req;
   const int64_t V = model_.config().n_vocab;
   // Its own adapter, else the engine's (--lora), else none. The adapter is
   // part of the prefix-cache key: two adapters never share KV.
@@ -228,10 +245,15 @@ RequestId Engine::submit(std::unique_ptr<Request> r, int64_t max_position, Outpu
     r->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
     r->decoder->skip(std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(r->num_virtual_tokens())));
   }
+}
+
+RequestId Engine::enqueue(PreparedRequest p, OutputCallback cb) {
+  TESSERA_CHECK(p.req != nullptr, kInvalidArgument, "an empty or already queued request");
+  std::unique_ptr<Request> r = std::move(p.req);
   r->arrival = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   r->id = r->group = next_id_++;
-  r->seed = params.seed ? *params.seed : seed_source_.next();
+  r->seed = r->params.seed ? *r->params.seed : seed_source_.next();
   r->rng = sample_rng(r->seed, 0);
   const RequestId id = r->id;
   inbox_.push_back({std::move(r), std::move(cb)});
@@ -259,8 +281,20 @@ void Engine::drain_inbox(std::vector<RequestOutput>& outputs) {
     prompt_tokens_total_ += p.req->num_prompt_tokens;
     if (p.cb) callbacks_[id] = std::move(p.cb);
     groups_[id] = {id};
-    scheduler_->add(std::move(p.req));
+    Request* r = scheduler_->add(std::move(p.req));
+    guarded(r, outputs, [&] { fault(FaultStage::kAdmit, *r); });
   }
+  for (auto& [group, why] : undelivered_) {
+    auto g = groups_.find(group);
+    if (g == groups_.end()) continue;  // ended meanwhile
+    for (RequestId m : g->second) {
+      if (Request* r = scheduler_->find(m); r != nullptr && !r->finished()) {
+        fail_group(r, why, outputs);
+        break;
+      }
+    }
+  }
+  undelivered_.clear();
   for (RequestId id : aborts) {
     std::vector<RequestId> members;
     if (auto g = groups_.find(id); g != groups_.end()) {
@@ -276,6 +310,19 @@ void Engine::drain_inbox(std::vector<RequestOutput>& outputs) {
       emit(outputs, std::move(out));
     }
   }
+}
+
+const char* fault_stage_name(FaultStage s) {
+  switch (s) {
+    case FaultStage::kAdmit: return "admit";
+    case FaultStage::kDraft: return "draft";
+    case FaultStage::kForward: return "forward";
+    case FaultStage::kSample: return "sample";
+    case FaultStage::kDetokenize: return "detokenize";
+    case FaultStage::kStopCheck: return "stop_check";
+    case FaultStage::kOutput: return "output";
+  }
+  return "?";
 }
 
 RequestOutput Engine::make_output(const Request& r) const {
@@ -344,7 +391,9 @@ void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out)
   const bool eos = !p.ignore_eos && tokenizer_ != nullptr && tokenizer_->is_eog(tok);
   const bool stop_token = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
   std::string delta;
+  fault(FaultStage::kDetokenize, *r);
   if (r->decoder && !eos && !stop_token) delta = r->decoder->push(tok);
+  fault(FaultStage::kStopCheck, *r);
   StopMatch m = check_stop_strings(r->held_text, delta, p.stop);
   out.text += m.emit;
   FinishReason reason = FinishReason::kNone;
@@ -401,6 +450,7 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
 void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_draft,
                             std::vector<RequestOutput>& outputs) {
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
+  fault(FaultStage::kSample, *r);
   if (r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0) fork_samples(r, logits.first(V), outputs);
   RequestOutput out = make_output(*r);
   if (num_draft == 0) {
@@ -433,11 +483,14 @@ void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_dra
 }
 
 void Engine::propose_drafts() {
+  draft_failures_.clear();
   draft_queries_.clear();
   draft_reqs_.clear();
   draft_seconds_ = 0.0;
   int64_t base_tokens = 0, base_outputs = 0;
-  for (Request* r : scheduler_->running()) {
+  const std::vector<Request*> running = scheduler_->running();  // a failed request leaves it
+  for (Request* r : running) {
+    if (r->finished()) continue;
     r->draft.clear();
     const int64_t pending = r->num_tokens() - r->num_computed_tokens;
     base_tokens += pending;
@@ -450,6 +503,10 @@ void Engine::propose_drafts() {
     k = std::min<int64_t>(k, p.max_tokens - r->num_output_tokens() - 1);
     k = std::min<int64_t>(k, config_.max_model_len - r->num_tokens() - 1);
     if (k <= 0) continue;
+    bool ok = true;
+    guarded(r, draft_failures_, [&] { fault(FaultStage::kDraft, *r); });
+    for (const RequestOutput& o : draft_failures_) ok = ok && o.group != r->group;
+    if (!ok) continue;
     draft_queries_.push_back({r->id, r->tokens, r->num_prompt_tokens, static_cast<int32_t>(k), &r->draft});
     draft_reqs_.push_back(r);
   }
@@ -581,11 +638,22 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs;
   drain_inbox(outputs);
   const auto t_step = Clock::now();
-  if (drafter_) propose_drafts();
+  if (drafter_) {
+    propose_drafts();
+    for (RequestOutput& o : draft_failures_) outputs.push_back(std::move(o));
+  }
   const SchedulerOutput sched = scheduler_->schedule();
   if (!sched.empty()) {
     const auto t0 = Clock::now();
-    std::span<float> logits = runner_->execute(sched);
+    std::span<float> logits;
+    try {
+      fault(FaultStage::kForward, *sched.scheduled.front().req);
+      logits = runner_->execute(sched);
+    } catch (const std::exception& e) {
+      recover_step(sched, e.what(), outputs);
+      deliver(outputs);
+      return outputs;
+    }
     const double forward = seconds(Clock::now() - t0);
     if (drafter_) step_cost_.observe(sched.num_tokens, forward);
     scheduler_->on_step_computed(sched);
@@ -594,8 +662,11 @@ std::vector<RequestOutput> Engine::step() {
     for (const ScheduledRequest& s : sched.scheduled) {
       if (!s.sample) continue;
       const size_t rows = static_cast<size_t>(s.num_logit_rows());
-      process_sample(s.req, logits.subspan(row * V, rows * V), s.num_draft, outputs);
+      std::span<float> mine = logits.subspan(row * V, rows * V);
       row += rows;
+      if (s.req->finished()) continue;  // its group failed earlier in this loop
+      mask_logits(mine, rows);
+      guarded(s.req, outputs, [&] { process_sample(s.req, mine, s.num_draft, outputs); });
     }
     // What the step cost outside its forward pass, per logit row.
     if (drafter_) {
@@ -603,11 +674,42 @@ std::vector<RequestOutput> Engine::step() {
     }
     ++steps_total_;
   }
-  // Callbacks run once the stats describe the step: whoever a finished
-  // request's output wakes sees its blocks already given back.
+  deliver(outputs);
+  return outputs;
+}
+
+// Callbacks run once the stats describe the step: whoever a finished
+// request's output wakes sees its blocks already given back. A callback
+// that throws fails its group at the next step (a final output is
+// replaced by an error one, once).
+void Engine::deliver(std::vector<RequestOutput>& outputs) {
   update_stats();
-  for (const RequestOutput& o : outputs) {
-    if (auto it = callbacks_.find(o.id); it != callbacks_.end()) it->second(o);
+  for (RequestOutput& o : outputs) {
+    auto it = callbacks_.find(o.id);
+    if (it == callbacks_.end()) continue;
+    try {
+      fault(FaultStage::kOutput, o);
+      it->second(o);
+    } catch (const std::exception& e) {
+      const std::string why = fmt::format("delivering its output failed: {}", e.what());
+      TESSERA_LOG_ERROR("request {}: {}", o.group, why);
+      if (!o.finished) {
+        undelivered_.emplace_back(o.group, why);
+        continue;
+      }
+      RequestOutput last = o;
+      last.new_tokens.clear();
+      last.text.clear();
+      last.logprobs.clear();
+      last.top_logprobs.clear();
+      last.finish_reason = FinishReason::kError;
+      last.error = why;
+      try {
+        it->second(last);
+      } catch (const std::exception& e2) {
+        TESSERA_LOG_ERROR("request {}: its error could not be delivered either: {}", o.group, e2.what());
+      }
+    }
   }
   // Finished requests are forgotten once their last output is out.
   for (const RequestOutput& o : outputs) {
@@ -624,7 +726,145 @@ std::vector<RequestOutput> Engine::step() {
       if (all_done) groups_.erase(g);
     }
   }
+}
+
+template <class Fn>
+void Engine::guarded(Request* r, std::vector<RequestOutput>& outputs, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    fail_group(r, e.what(), outputs);
+  }
+}
+
+void Engine::fault(FaultStage stage, const Request& r) const {
+  if (config_.fault_hook) config_.fault_hook({stage, r.id, r.group, r.num_output_tokens()});
+}
+
+void Engine::fault(FaultStage stage, const RequestOutput& o) const {
+  if (config_.fault_hook) config_.fault_hook({stage, o.id, o.group, o.num_output_tokens});
+}
+
+void Engine::fail_group(Request* r, const std::string& why, std::vector<RequestOutput>& outputs) {
+  TESSERA_LOG_ERROR("request {} failed: {}", r->group, why);
+  std::vector<RequestId> members = {r->id};
+  if (auto g = groups_.find(r->group); g != groups_.end()) members = g->second;
+  for (RequestId m : members) {
+    Request* q = scheduler_->find(m);
+    if (q == nullptr || q->finished()) continue;
+    RequestOutput out = make_output(*q);
+    q->error = why;
+    out.error = why;
+    finish(q, FinishReason::kError, /*flush=*/false, out);
+    ++failed_total_;
+    emit(outputs, std::move(out));
+  }
+}
+
+void Engine::recover_step(const SchedulerOutput& sched, const std::string& why, std::vector<RequestOutput>& outputs) {
+  TESSERA_LOG_ERROR("the forward pass failed ({}): failing the {} requests of this step and restarting", why,
+                    sched.scheduled.size());
+  for (const ScheduledRequest& s : sched.scheduled) {
+    if (!s.req->finished()) fail_group(s.req, "the forward pass failed: " + why, outputs);
+  }
+  // What the failed pass may have left half-written belongs to the failed
+  // requests, whose blocks are free now; cached blocks are only trusted
+  // again once recomputed, and the runner's scratch starts afresh.
+  kv_manager_->pool().clear_hashes();
+  runner_ = std::make_unique<ModelRunner>(model_, *kv_cache_, *pool_);
+  ++restarts_total_;
+}
+
+std::vector<RequestOutput> Engine::fail_all(const std::string& why) {
+  TESSERA_LOG_ERROR("the engine step failed ({}): failing every request and restarting", why);
+  const std::string msg = "the engine failed: " + why;
+  std::vector<RequestOutput> outputs;
+  std::vector<Pending> adds;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adds.swap(inbox_);
+    aborts_.clear();
+  }
+  for (Pending& p : adds) {  // queued ones end the same way
+    const RequestId id = p.req->id;
+    if (p.cb) callbacks_[id] = std::move(p.cb);
+    groups_[id] = {id};
+    scheduler_->add(std::move(p.req));
+  }
+  // Every request still known: unfinished ones end now; finished ones
+  // whose last output the failed step never delivered get an error one.
+  std::vector<Request*> all = scheduler_->running();
+  for (Request* r : scheduler_->waiting()) all.push_back(r);
+  for (const auto& [id, cb] : callbacks_) {
+    Request* r = scheduler_->find(id);
+    if (r != nullptr && r->finished()) all.push_back(r);
+  }
+  for (Request* r : all) {
+    RequestOutput out = make_output(*r);
+    if (!r->finished()) {
+      finish(r, FinishReason::kError, /*flush=*/false, out);
+      ++failed_total_;
+    }
+    r->error = msg;
+    out.finished = true;
+    out.finish_reason = FinishReason::kError;
+    out.error = msg;
+    out.group_finished = false;
+    emit(outputs, std::move(out));
+  }
+  // One output per group says it is over: its last.
+  std::unordered_map<RequestId, size_t> last;
+  for (size_t i = 0; i < outputs.size(); ++i) last[outputs[i].group] = i;
+  for (const auto& [group, i] : last) outputs[i].group_finished = true;
+  undelivered_.clear();
+  deliver(outputs);
+  if (drafter_) {
+    for (const RequestOutput& o : outputs) drafter_->release(o.id);
+  }
+  // A fresh start of the shared state: pool, scheduler, runner.
+  callbacks_.clear();
+  groups_.clear();
+  make_scheduler();
+  ++restarts_total_;
+  update_stats();
   return outputs;
+}
+
+// Logit rows of ids that must never be sampled are set to -inf, so every
+// sampling mode (and the logprobs, as vLLM reports them) sees the
+// vocabulary the tokenizer can decode.
+void Engine::mask_logits(std::span<float> logits, size_t rows) const {
+  if (masked_ids_.empty()) return;
+  const size_t V = logits.size() / rows;
+  for (size_t i = 0; i < rows; ++i) {
+    float* row = logits.data() + i * V;
+    for (int32_t id : masked_ids_) row[id] = -INFINITY;
+  }
+}
+
+void Engine::init_vocab_mask() {
+  if (tokenizer_ == nullptr) return;
+  const int32_t rows = model_.config().n_vocab;
+  const int32_t ids = tokenizer_->n_vocab();
+  int32_t unused = 0;
+  for (int32_t id = 0; id < std::min(rows, ids); ++id) {
+    if (tokenizer_->is_unused(id)) {
+      masked_ids_.push_back(id);
+      ++unused;
+    }
+  }
+  for (int32_t id = ids; id < rows; ++id) masked_ids_.push_back(id);
+  if (ids > rows) {
+    TESSERA_LOG_WARN("vocabulary: the tokenizer has {} ids but the model only {} embedding rows: prompts holding ids "
+                     ">= {} are refused", ids, rows, rows);
+  }
+  if (!masked_ids_.empty()) {
+    TESSERA_LOG_INFO("vocabulary: {} embedding rows, {} tokenizer ids: {} ids are never sampled ({} past the "
+                     "tokenizer, {} it declares unused)",
+                     rows, ids, masked_ids_.size(), std::max(0, rows - ids), unused);
+  }
+  TESSERA_CHECK(static_cast<int32_t>(masked_ids_.size()) < rows, kInvalidArgument,
+                "every token id of the model is masked: the tokenizer does not match the model");
 }
 
 void Engine::update_stats() {
@@ -647,6 +887,8 @@ void Engine::update_stats() {
   s.spec_drafted_tokens_total = spec_drafted_;
   s.spec_accepted_tokens_total = spec_accepted_;
   s.spec_verify_steps_total = spec_verify_steps_;
+  s.requests_failed_total = failed_total_;
+  s.engine_restarts_total = restarts_total_;
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

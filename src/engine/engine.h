@@ -35,6 +35,24 @@ class Tokenizer;
 
 namespace tessera::engine {
 
+// Fault isolation. A step's work per request (admission, drafting,
+// sampling, detokenization, the stop check, delivering its output) runs
+// guarded: an exception there fails that request's group alone, with
+// FinishReason::kError and the message in RequestOutput::error, and frees
+// its blocks; the others step on. The forward pass is shared: an exception
+// there fails the requests of that step and restarts the engine's shared
+// state (engine.cc, recover_step). A fault hook lets tests throw at each
+// stage; it is empty in production.
+enum class FaultStage { kAdmit, kDraft, kForward, kSample, kDetokenize, kStopCheck, kOutput };
+const char* fault_stage_name(FaultStage s);
+struct FaultSite {
+  FaultStage stage = FaultStage::kAdmit;
+  RequestId id = 0;      // the request (kForward: the step's first)
+  RequestId group = 0;
+  int64_t num_output_tokens = 0;
+};
+using FaultHook = std::function<void(const FaultSite&)>;
+
 struct EngineConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;
@@ -69,9 +87,12 @@ struct EngineConfig {
   // `layers`: the target's layers the draft skips ([n_layer] 0/1); empty:
   // chosen at start from measured acceptance (spec/model_drafter.h).
   std::vector<uint8_t> spec_skip_layers;
+  // Tests: called at each guarded stage; throwing injects a fault there.
+  FaultHook fault_hook;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
+
 
 struct EngineStats {
   int64_t num_running = 0;
@@ -91,6 +112,15 @@ struct EngineStats {
   int64_t spec_drafted_tokens_total = 0;   // draft tokens verified
   int64_t spec_accepted_tokens_total = 0;  // of which accepted
   int64_t spec_verify_steps_total = 0;     // sequence-steps that verified a draft
+  int64_t requests_failed_total = 0;       // ended by a fault in their own work
+  int64_t engine_restarts_total = 0;       // shared-state faults recovered from
+};
+
+// A validated request, ready to be queued: Engine::prepare does the work
+// that grows with the prompt (validation, the decoder's state, the penalty
+// counts) so a caller can do it outside its own locks; enqueue is O(1).
+struct PreparedRequest {
+  std::unique_ptr<Request> req;
 };
 
 class Engine {
@@ -111,6 +141,21 @@ class Engine {
   // K/V are written, not computed.
   RequestId add_request(PromptLayout layout, const SamplingParams& params, OutputCallback cb = {},
                         RequestAdapters adapters = {});
+  // add_request in two halves (any thread): prepare validates and builds
+  // (throws as add_request does), enqueue queues and returns the id.
+  PreparedRequest prepare(std::vector<int32_t> prompt, const SamplingParams& params, RequestAdapters adapters = {});
+  PreparedRequest prepare(PromptLayout layout, const SamplingParams& params, RequestAdapters adapters = {});
+  RequestId enqueue(PreparedRequest p, OutputCallback cb = {});
+
+  // The last resort when step() itself threw: every request (running,
+  // waiting, queued) ends with kError and `why`, through its callback, and
+  // the engine's shared state starts afresh (empty prefix cache, new
+  // runner). Engine thread only.
+  std::vector<RequestOutput> fail_all(const std::string& why);
+
+  // Ids never sampled: past the tokenizer's vocabulary (embedding rows
+  // that are padding) or declared unused by it. Sorted.
+  const std::vector<int32_t>& masked_ids() const { return masked_ids_; }
 
   // Aborts a request (or every sample of a group); its blocks are freed at
   // the start of the next step. Unknown ids are ignored.
@@ -136,7 +181,21 @@ class Engine {
     OutputCallback cb;
   };
   // Validates and queues a built request; returns its id.
-  RequestId submit(std::unique_ptr<Request> r, int64_t max_position, OutputCallback cb, RequestAdapters adapters);
+  void validate_request(Request& r, int64_t max_position, RequestAdapters adapters);
+  // The step's per-request work, guarded (see FaultStage).
+  template <class Fn>
+  void guarded(Request* r, std::vector<RequestOutput>& outputs, Fn&& fn);
+  void fault(FaultStage stage, const Request& r) const;
+  void fault(FaultStage stage, const RequestOutput& o) const;
+  // Ends every unfinished member of r's group with kError.
+  void fail_group(Request* r, const std::string& why, std::vector<RequestOutput>& outputs);
+  // The forward pass threw: fail the step's requests, restart shared state.
+  void recover_step(const SchedulerOutput& sched, const std::string& why, std::vector<RequestOutput>& outputs);
+  void deliver(std::vector<RequestOutput>& outputs);
+  void mask_logits(std::span<float> logits, size_t rows) const;
+  void init_vocab_mask();
+  // The block pool, scheduler and runner, new (at start and on restart).
+  void make_scheduler();
   void drain_inbox(std::vector<RequestOutput>& outputs);
   // Samples the rows of one scheduled request: its next token, or a draft's
   // verification (num_draft + 1 rows).
@@ -178,9 +237,14 @@ class Engine {
   std::vector<spec::DraftQuery> draft_queries_;
   std::vector<spec::DraftCandidate> draft_candidates_;
   std::vector<Request*> draft_reqs_;  // the requests of draft_queries_
+  std::vector<RequestOutput> draft_failures_;  // requests whose drafting failed this step
   std::vector<int64_t> uncomputed_;   // a costly drafter's catch-up per draft_reqs_ entry
   double draft_seconds_ = 0.0;        // this step's time in a costly drafter
   int64_t spec_drafted_ = 0, spec_accepted_ = 0, spec_verify_steps_ = 0;
+  int64_t failed_total_ = 0, restarts_total_ = 0;
+  std::vector<int32_t> masked_ids_;  // see masked_ids()
+  // Groups whose output could not be delivered: failed at the next step.
+  std::vector<std::pair<RequestId, std::string>> undelivered_;
 
   std::unordered_map<RequestId, OutputCallback> callbacks_;      // engine thread only
   std::unordered_map<RequestId, std::vector<RequestId>> groups_; // group -> members

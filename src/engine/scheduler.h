@@ -120,6 +120,7 @@ class Scheduler {
   int64_t num_waiting_tokens() const;
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   const std::vector<Request*>& running() const { return running_; }
+  std::vector<Request*> waiting() const { return {waiting_.begin(), waiting_.end()}; }
   const SchedulerStats& stats() const { return stats_; }
   kv::KvManager& kv() { return kv_; }
 

@@ -283,6 +283,10 @@ bool Tokenizer::is_eog(int32_t id) const {
   return std::binary_search(vocab_->eog.begin(), vocab_->eog.end(), id);
 }
 
+bool Tokenizer::is_unused(int32_t id) const {
+  return id >= 0 && id < vocab_->size() && vocab_->type[id] == TokenType::kUnused;
+}
+
 bool Tokenizer::is_control(int32_t id) const {
   return id >= 0 && id < vocab_->size() && vocab_->type[id] == TokenType::kControl;
 }

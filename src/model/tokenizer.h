@@ -82,6 +82,9 @@ class Tokenizer {
   bool add_eos() const;
   bool is_eog(int32_t id) const;  // end of generation: EOS, EOT, EOM and similar
   bool is_control(int32_t id) const;
+  // An entry the vocabulary declares unused (GGUF token type 5: padding
+  // rows such as "[PAD151670]", reserved slots): never generated.
+  bool is_unused(int32_t id) const;
   const std::string& token_text(int32_t id) const;  // raw vocabulary entry
   std::optional<int32_t> find_token(std::string_view text) const;  // exact lookup
 

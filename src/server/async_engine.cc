@@ -85,44 +85,48 @@ std::shared_ptr<RequestChannel> AsyncEngine::submit(std::vector<engine::PromptLa
                                                     const engine::SamplingParams& params,
                                                     engine::RequestAdapters adapters) {
   auto ch = std::make_shared<RequestChannel>();
-  const int64_t groups = static_cast<int64_t>(prompts.size());
-  const int64_t samples = groups * params.n;
+  const int64_t samples = static_cast<int64_t>(prompts.size()) * params.n;
   ch->group_size_ = params.n;
+  check_admission(samples);  // before the work below, which a refusal would waste
+  // The work that grows with the prompt (validation, the decoder's state)
+  // runs outside mu_: the engine thread takes mu_ to deliver every token.
+  std::vector<engine::PreparedRequest> prepared;
+  prepared.reserve(prompts.size());
+  for (engine::PromptLayout& p : prompts) {
+    prepared.push_back(p.preloaded ? engine_.prepare(std::move(p), params, adapters)
+                                   : engine_.prepare(std::move(p.tokens), params, adapters));
+  }
   {
-    // Held across add_request so that shutdown() sees every group id of a
-    // channel it finds in live_. add_request only validates and queues.
+    // Held across enqueue so that shutdown() sees every group id of a
+    // channel it finds in live_. Outputs cannot arrive before mu_ is
+    // released (on_output takes it first), so the counts below are settled
+    // before any is given back.
     std::lock_guard<std::mutex> lock(mu_);
-    TESSERA_CHECK(broken_.empty(), kInternal, "the engine failed: {}", broken_);
-    TESSERA_CHECK(accepting_, kResourceExhausted, "the server is shutting down");
-    TESSERA_CHECK(in_flight_ + samples <= max_in_flight_, kResourceExhausted,
-                  "the server is at capacity ({} requests in flight); retry later", in_flight_);
-    // Outputs cannot arrive before mu_ is released (on_output takes it
-    // first), so the counts below are settled before any is given back.
-    try {
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        const int32_t idx = static_cast<int32_t>(i);
-        auto cb = [this, ch, idx](const engine::RequestOutput& o) { on_output(ch, idx, o); };
-        engine::PromptLayout& p = prompts[i];
-        const engine::RequestId id = p.preloaded ? engine_.add_request(std::move(p), params, std::move(cb), adapters)
-                                                 : engine_.add_request(std::move(p.tokens), params, std::move(cb), adapters);
-        ch->groups_.push_back(id);
-        ++ch->unfinished_;
-        in_flight_ += params.n;
-      }
-    } catch (...) {
-      // The groups already queued are aborted; each gives back its n when
-      // the engine reports it finished (to no reader).
-      for (engine::RequestId id : ch->groups_) engine_.abort(id);
-      if (!ch->groups_.empty()) live_[ch.get()] = ch;
-      wake_ = true;
-      cv_.notify_one();
-      throw;
+    check_admission_locked(samples);
+    for (size_t i = 0; i < prepared.size(); ++i) {
+      const int32_t idx = static_cast<int32_t>(i);
+      auto cb = [this, ch, idx](const engine::RequestOutput& o) { on_output(ch, idx, o); };
+      ch->groups_.push_back(engine_.enqueue(std::move(prepared[i]), std::move(cb)));
+      ++ch->unfinished_;
+      in_flight_ += params.n;
     }
     live_[ch.get()] = ch;
     wake_ = true;
   }
   cv_.notify_one();
   return ch;
+}
+
+void AsyncEngine::check_admission(int64_t samples) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_admission_locked(samples);
+}
+
+void AsyncEngine::check_admission_locked(int64_t samples) const {
+  TESSERA_CHECK(broken_.empty(), kInternal, "the engine failed: {}", broken_);
+  TESSERA_CHECK(accepting_, kResourceExhausted, "the server is shutting down");
+  TESSERA_CHECK(in_flight_ + samples <= max_in_flight_, kResourceExhausted,
+                "the server is at capacity ({} requests in flight); retry later", in_flight_);
 }
 
 void AsyncEngine::abort(RequestChannel& ch) {
@@ -180,6 +184,8 @@ void AsyncEngine::on_output(const std::shared_ptr<RequestChannel>& ch, int32_t p
   bool all_done = false;
   {
     std::lock_guard<std::mutex> cl(ch->mu_);
+    // A fault in this request's own work: the request fails, nothing else.
+    if (o.finish_reason == engine::FinishReason::kError && ch->failure_.empty()) ch->failure_ = o.error;
     ch->items_.push_back({prompt, o});
     if (o.group_finished && ch->unfinished_ > 0) {
       in_flight_ -= ch->group_size_;
@@ -224,10 +230,16 @@ void AsyncEngine::loop() {
         engine_.step();
       } while (engine_.has_unfinished());
     } catch (const std::exception& e) {
-      // An engine failure is a bug, not a client's fault: fail every request
-      // in flight, report unhealthy, and refuse new work.
-      TESSERA_LOG_ERROR("engine step failed: {}", e.what());
-      fail_all(e.what());
+      // Faults in one request's work and in the forward pass are handled in
+      // the step; one that escapes it fails every request in the engine,
+      // which then starts afresh and serves the next ones. Only if that
+      // fails too is the engine given up (unhealthy, refusing work).
+      try {
+        engine_.fail_all(e.what());
+      } catch (const std::exception& e2) {
+        TESSERA_LOG_ERROR("the engine could not restart: {}", e2.what());
+        fail_all(e.what());
+      }
     }
     lock.lock();
     if (stop_ && !engine_.has_unfinished() && !wake_) break;

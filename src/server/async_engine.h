@@ -46,7 +46,8 @@ class RequestChannel {
   void wait(std::vector<ChannelItem>& out, std::chrono::milliseconds timeout);
   // Every group has reported its final output (some may still be pending).
   bool finished() const;
-  // Non-empty when the engine failed and the request cannot complete.
+  // Non-empty when the request failed (a fault in its own work, or the
+  // engine's) and cannot complete: why.
   std::string failure() const;
   // The request was aborted because the server is shutting down.
   bool shutting_down() const;
@@ -110,6 +111,9 @@ class AsyncEngine {
 
  private:
   void loop();
+  // Throws what submit() throws for a refusal (shutting down, at capacity).
+  void check_admission(int64_t samples) const;
+  void check_admission_locked(int64_t samples) const;
   void on_output(const std::shared_ptr<RequestChannel>& ch, int32_t prompt, const engine::RequestOutput& o);
   void fail_all(const std::string& message);
   void wake();
