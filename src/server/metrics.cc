@@ -120,6 +120,10 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
     scalar(out, "tessera_prefix_cache_evictions_total", "counter", "Cached blocks evicted for reuse.",
            st->prefix_evictions_total);
     scalar(out, "tessera_preemptions_total", "counter", "Sequences preempted (recomputed later).", st->preemptions_total);
+    scalar(out, "tessera_requests_failed_total", "counter",
+           "Sequences ended by a fault in their own work (the others stepped on).", st->requests_failed_total);
+    scalar(out, "tessera_engine_restarts_total", "counter",
+           "Faults in shared work (the forward pass) the engine restarted from.", st->engine_restarts_total);
     scalar(out, "tessera_engine_steps_total", "counter", "Engine iterations run.", st->steps_total);
     scalar(out, "tessera_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
            st->spec_drafted_tokens_total);
