@@ -95,6 +95,7 @@ const median = (xs) => {
 
 async function probe() {
   const ttfts = [];
+  await stream(8, { timeoutMs: 30000 });  // warm-up (first connection, allocations)
   for (let i = 0; i < args.probes; i++) ttfts.push((await stream(8, { timeoutMs: 30000 })).ttft_ms);
   return median(ttfts);
 }
