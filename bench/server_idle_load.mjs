@@ -15,14 +15,14 @@
 //
 //   node bench/server_idle_load.mjs --url http://127.0.0.1:PORT --pid PID [--mode idle|slow|keepalive]
 //     [--connections 2000] [--clients 64] [--slow 8] [--stall] [--requests 10000] [--keepalive 8]
-//     [--max-tokens 32] [--probes 5]
+//     [--max-tokens 32] [--probes 21]
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 
 function parseArgs(argv) {
   const a = { url: '', pid: 0, mode: 'idle', connections: 2000, clients: 64, slow: 8, stall: false, requests: 10000,
-    keepalive: 8, maxTokens: 32, probes: 5 };
+    keepalive: 8, maxTokens: 32, probes: 21 };
   for (let i = 2; i < argv.length; i++) {
     const k = argv[i];
     const v = () => argv[++i];
@@ -169,22 +169,42 @@ function slowReader(stall) {
   return { closeIt: () => { if (timer) clearInterval(timer); s.destroy(); }, socket: s };
 }
 
+// The engine's requests in flight, from /metrics (-1 when unreadable).
+function inFlight() {
+  return new Promise((resolve) => {
+    http.get({ host, port, path: '/metrics', agent: false }, (res) => {
+      let t = '';
+      res.on('data', (d) => { t += d; });
+      res.on('end', () => resolve(Number(t.match(/^tessera_requests_in_flight (\d+)/m)?.[1] ?? -1)));
+    }).on('error', () => resolve(-1));
+  });
+}
+
 async function modeSlow() {
+  const runStreams = async () => {
+    const rs = await Promise.all(Array.from({ length: args.clients }, () => stream(args.maxTokens)));
+    return { completed: rs.filter((r) => r.ok).length, ttft_ms_median: median(rs.map((r) => r.ttft_ms)) };
+  };
   const before = serverStats();
   const alone = await probe();
+  const streamsAlone = await runStreams();
   const readers = Array.from({ length: args.slow }, () => slowReader(args.stall));
-  await sleep(2000);
+  // Their generations end (what they have not read waits in buffers, or
+  // they are dropped): from then on the engine is as idle as before, and
+  // any difference is the cost of the connections.
+  await sleep(500);
+  for (let i = 0; i < 600 && (await inFlight()) !== 0; i++) await sleep(100);
   const withSlow = await probe();
-  const streams = await Promise.all(Array.from({ length: args.clients }, () => stream(args.maxTokens)));
+  const streamsWith = await runStreams();
   const during = serverStats();
-  await sleep(1000);
   const dropped = readers.filter((r) => r.socket.readableEnded || r.socket.destroyed).length;
   for (const r of readers) r.closeIt();
+  await sleep(1000);
   return {
     slow_readers: args.slow, stalled: args.stall, streams: args.clients,
-    streams_completed: streams.filter((r) => r.ok).length, stream_ttft_ms_median: median(streams.map((r) => r.ttft_ms)),
+    streams_alone: streamsAlone, streams_with_slow_readers: streamsWith,
     probe_ttft_ms: { alone, with_slow_readers: withSlow }, ttft_ratio: alone && withSlow ? +(withSlow / alone).toFixed(2) : null,
-    slow_readers_seen_closed: dropped, server: { before, during, after: serverStats() },
+    slow_readers_seen_closed: dropped, server: { before, with_slow_readers: during, after: serverStats() },
   };
 }
 

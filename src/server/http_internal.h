@@ -86,7 +86,7 @@ class HttpServer::Impl {
 
   const ServerOptions opt;
   Metrics& metrics;
-  asio::io_context ioc{1};
+  asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_retry{ioc};
   asio::thread_pool workers;
