@@ -5,6 +5,7 @@
 #include <boost/beast/http/field.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 namespace tessera::server {
@@ -117,6 +118,7 @@ void Session::next_request() {
   log_ = RequestLog{};
   status_ = 0;
   on_gone_ = nullptr;
+  if (in_.size() == 0) in_.shrink_to_fit();  // an idle connection keeps no buffer
   if (peer_eof_ || server_.stopping) {
     close();
     return;
@@ -148,7 +150,11 @@ void Session::on_read(const beast::error_code& wait_ec, size_t) {
   if (closed_) return;
   beast::error_code ec = wait_ec;
   size_t n = 0;
-  if (!ec) n = socket_.read_some(in_.prepare(kReadChunk), ec);
+  if (!ec) {
+    // Room for what is there (a half-sent header holds only its bytes).
+    const size_t ready = socket_.available(ec);
+    n = socket_.read_some(in_.prepare(std::clamp<size_t>(ready, 512, kReadChunk)), ec);
+  }
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
     read();
     return;
