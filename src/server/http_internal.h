@@ -78,6 +78,7 @@ class HttpServer::Impl {
   void close_all();
   std::unordered_set<Session*> sessions;
   bool stopping = false;
+  std::chrono::steady_clock::time_point last_accept_warning;
 
   // -- any thread --
   // Null (and the 503 in `err`) until the model is ready or once shutting down.

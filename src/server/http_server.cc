@@ -94,7 +94,10 @@ std::optional<Reply> HttpServer::Impl::check_auth(const std::string& path, const
 void HttpServer::Impl::log_exchange(const RequestLog& log, int status) {
   metrics.count_http(route_label(log.path), status);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - log.start).count();
-  TESSERA_LOG_INFO("{} {} {} {} prompt={} output={} latency={:.3f}s{}", log.method, log.path, status,
+  constexpr size_t kShown = 256;  // of a path, which may be as long as the header limit
+  const std::string_view path = std::string_view(log.path).substr(0, kShown);
+  TESSERA_LOG_INFO("{}{} {}{} {} {} prompt={} output={} latency={:.3f}s{}", log.method.substr(0, 32),
+                   log.method.size() > 32 ? "..." : "", path, log.path.size() > kShown ? "..." : "", status,
                    log.id.empty() ? "-" : log.id, log.prompt_tokens, log.output_tokens, secs,
                    log.note.empty() ? "" : " " + log.note);
 }
@@ -235,8 +238,12 @@ void HttpServer::Impl::accept() {
     if (stopping || !acceptor.is_open()) return;
     if (ec) {
       // Out of descriptors (EMFILE) or a transient failure: try again
-      // shortly rather than spin.
-      TESSERA_LOG_WARN("accept failed: {}", ec.message());
+      // shortly rather than spin, and say so once a second at most.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_accept_warning > std::chrono::seconds(1)) {
+        TESSERA_LOG_WARN("accept failed: {} ({} connections open)", ec.message(), connections.load());
+        last_accept_warning = now;
+      }
       accept_retry.expires_after(std::chrono::milliseconds(50));
       accept_retry.async_wait([this](const boost::system::error_code& e) {
         if (!e) accept();

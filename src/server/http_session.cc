@@ -114,7 +114,7 @@ void Session::next_request() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(server_.opt.max_header_bytes));
   parser_->body_limit(server_.opt.max_body_bytes);
-  header_seen_ = gone_ = close_after_ = ending_ = streaming_ = false;
+  header_seen_ = gone_ = close_after_ = ending_ = false;
   log_ = RequestLog{};
   status_ = 0;
   on_gone_ = nullptr;
@@ -267,6 +267,11 @@ void Session::on_request() {
 }
 
 void Session::refuse(const beast::error_code& ec) {
+  if (!header_seen_) {  // what of the request line was read, for the log
+    const auto& req = parser_->get();
+    if (!req.method_string().empty()) log_.method = std::string(view(req.method_string()));
+    if (!req.target().empty()) log_.path = decoded_path(view(req.target()));
+  }
   phase_ = Phase::kHandling;
   ++read_epoch_;
   read_timer_.cancel();
@@ -302,7 +307,6 @@ void Session::reply(const Reply& r) {
 }
 
 void Session::stream_open() {
-  streaming_ = true;
   status_ = 200;
   if (closed_) return;
   std::string head =

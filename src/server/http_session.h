@@ -90,7 +90,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool gone_ = false;        // the client went away during the exchange
   bool close_after_ = false; // the response says Connection: close
   bool ending_ = false;      // the exchange ends once the output is written
-  bool streaming_ = false;
   bool header_seen_ = false;
   bool counted_ = false;     // in the server's active count
   std::string out_;       // written next
