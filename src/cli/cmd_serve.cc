@@ -39,6 +39,7 @@ struct ServeArgs {
   std::string prompt_schema;  // Prompt Cache modules (engine/prompt_cache.h)
   int64_t max_queue = 256;
   int http_threads = 0;
+  std::string stream_buffer = "1M";
   int64_t seed = 0;
 };
 
@@ -115,9 +116,11 @@ int serve(ServeArgs& a) {
   SignalWaiter signals;
   server::Metrics metrics;
   server::ServerOptions http_opt = a.http;
+  http_opt.max_stream_buffer_bytes = parse_bytes(a.stream_buffer);
   if (http_opt.served_model_name.empty()) http_opt.served_model_name = default_model_name(a.run.model);
-  http_opt.threads = a.http_threads > 0 ? a.http_threads
-                                        : static_cast<int>(a.run.max_num_seqs + a.max_queue + 16);
+  if (a.http_threads > 0) {
+    TESSERA_LOG_WARN("--http-threads is ignored: connections are served by one event-loop thread (docs/SERVER.md)");
+  }
   server::HttpServer http(http_opt, metrics);
   http.bind();
   std::fprintf(stderr, "listening on http://%s:%d\n", http_opt.host.c_str(), http.bound_port());
@@ -173,10 +176,10 @@ int serve(ServeArgs& a) {
   http.attach(&served);
   const engine::EngineStats st = eng.stats();
   TESSERA_LOG_INFO("ready: model '{}' loaded in {:.2f} s; context {} tokens, {} KV blocks, {} sequences per step, "
-                   "queue {}, {} HTTP threads, chat template: {}",
+                   "queue {}, HTTP: 1 loop thread + {} workers, chat template: {}",
                    served.ctx.served_model_name, std::chrono::duration<double>(engine::Clock::now() - t0).count(),
                    served.ctx.max_model_len, st.kv_blocks_total, eng.config().max_num_seqs, a.max_queue,
-                   http_opt.threads, chat ? "yes" : "none");
+                   http_opt.workers, chat ? "yes" : "none");
 
   signals.wait();
   TESSERA_LOG_INFO("signal {}: shutting down ({} requests in flight)", signals.signal(), async.in_flight());
@@ -213,7 +216,15 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   sub.add_option_function<std::string>("--max-body-bytes", [a](const std::string& s) {
     a->http.max_body_bytes = parse_bytes(s);
   }, "Largest request body (e.g. 8M); larger ones get 413");
-  sub.add_option("--http-threads", a->http_threads, "HTTP worker threads (default: max-num-seqs + max-queue + 16)");
+  sub.add_option("--http-threads", a->http_threads,
+                 "Deprecated and ignored: the HTTP server runs one event-loop thread whatever the connections");
+  sub.add_option("--http-workers", a->http.workers,
+                 "Threads that parse and tokenize request bodies and load LoRA adapters, off the event loop")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  sub.add_option("--max-stream-buffer", a->stream_buffer,
+                 "Bytes of a stream its client may leave unread before it is dropped and its request aborted (e.g. 1M)")
+      ->capture_default_str();
   sub.add_option("--seed", a->seed, "Seed for requests without one (0: random)");
   return [a]() { return serve(*a); };
 });

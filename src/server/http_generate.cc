@@ -1,30 +1,23 @@
-// POST /v1/completions and /v1/chat/completions: parse, submit to the
-// engine, then answer with one JSON body or an SSE stream.
-#include <httplib.h>
+// POST /v1/completions and /v1/chat/completions: the body is parsed and
+// tokenized on the worker pool, submitted to the engine on the loop, and
+// answered with one JSON body or an SSE stream. No thread waits for the
+// engine: its RequestChannel's listener posts a wake-up to the loop, which
+// takes the new outputs and writes them.
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
 
 #include <ctime>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "server/http_connection.h"
 #include "server/http_internal.h"
-#include "server/http_server.h"
+#include "server/http_session.h"
 #include "server/openai_response.h"
 
 namespace tessera::server {
 namespace {
 
 using nlohmann::json;
-
-// Decrements a counter when the last copy goes away (a streamed response's
-// provider outlives the handler).
-struct ActiveGuard {
-  explicit ActiveGuard(std::atomic<int64_t>& n) : n_(n) { ++n_; }
-  ~ActiveGuard() { --n_; }
-  ActiveGuard(const ActiveGuard&) = delete;
-  ActiveGuard& operator=(const ActiveGuard&) = delete;
-  std::atomic<int64_t>& n_;
-};
 
 ApiError engine_error(const Error& e, bool shutting_down) {
   switch (e.code()) {
@@ -39,169 +32,160 @@ ApiError engine_error(const Error& e, bool shutting_down) {
   }
 }
 
-// Why a finished request has no proper result, or "" when it has one.
+// Why a finished request has no proper result.
 ApiError interruption(const RequestChannel& ch) {
-  if (const std::string f = ch.failure(); !f.empty()) return ApiError(500, "the engine failed: " + f);
+  if (const std::string f = ch.failure(); !f.empty()) return ApiError(500, "the request failed: " + f);
   if (ch.shutting_down()) return ApiError(503, "the server is shutting down; the request was cancelled", "", "shutting_down");
   return ApiError(500, "the request was cancelled");
 }
 
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
-// A streamed request's state, owned by the response's content provider.
-struct StreamState {
-  std::shared_ptr<ApiRequest> api;
-  std::unique_ptr<ResponseBuilder> builder;
-  std::shared_ptr<RequestChannel> ch;
-  std::unique_ptr<ActiveGuard> active;
-  bool opened = false;
-  bool done = false;
-  std::vector<ChannelItem> items;
-  std::vector<json> chunks;
-};
+// One generation request, from its body to its last byte. Lives while the
+// worker parses it, then while its channel's listener holds it (until the
+// channel finishes); all but parse() run on the loop.
+class Generation : public std::enable_shared_from_this<Generation> {
+ public:
+  Generation(HttpServer::Impl& srv, std::shared_ptr<Session> s, const ServedModel& m, Endpoint ep, std::string body)
+      : srv_(srv), session_(std::move(s)), m_(m), endpoint_(ep), body_(std::move(body)),
+        work_(asio::make_work_guard(srv.ioc)) {}
 
-}  // namespace
-
-void HttpServer::handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-  auto active = std::make_unique<ActiveGuard>(active_);
-  const ServedModel* m = ready_model(res);
-  if (m == nullptr) return;
-  RequestLog& log = current_request_log();
-  auto api = std::make_shared<ApiRequest>();
-  std::shared_ptr<RequestChannel> ch;
-  try {
-    const json body = parse_body(req.body, opt_.max_json_depth);
-    *api = endpoint == Endpoint::kChat ? parse_chat_request(body, m->ctx) : parse_completion_request(body, m->ctx);
-    const int64_t samples = static_cast<int64_t>(api->prompts.size()) * api->params.n;
-    if (samples > opt_.max_samples_per_request) {
-      throw ApiError(400, fmt::format("the request asks for {} completions (prompts x n); this server allows {}", samples,
-                                      opt_.max_samples_per_request),
-                     "n");
+  // Worker pool: JSON and tokenization, which can take a while for a long prompt.
+  void parse() {
+    try {
+      const json body = parse_body(body_, srv_.opt.max_json_depth);
+      body_.clear();
+      api_ = std::make_shared<ApiRequest>(endpoint_ == Endpoint::kChat ? parse_chat_request(body, m_.ctx)
+                                                                     : parse_completion_request(body, m_.ctx));
+      const int64_t samples = static_cast<int64_t>(api_->prompts.size()) * api_->params.n;
+      if (samples > srv_.opt.max_samples_per_request) {
+        throw ApiError(400, fmt::format("the request asks for {} completions (prompts x n); this server allows {}",
+                                        samples, srv_.opt.max_samples_per_request),
+                       "n");
+      }
+    } catch (const ApiError& e) {
+      error_ = e;
+    } catch (const std::exception& e) {
+      TESSERA_LOG_ERROR("handler failed: {}", e.what());
+      error_ = ApiError(500, "internal server error");
     }
+    asio::post(srv_.ioc, [self = shared_from_this()] { self->submit(); });
+  }
+
+  // The client left: abort (the channel then finishes within a step).
+  void client_gone() {
+    gone_ = true;
+    if (ch_) m_.engine->abort(*ch_);
+  }
+
+ private:
+  void submit() {
+    if (gone_) return reply(ApiError(499, "the client closed the connection"));
+    if (error_) return reply(*error_);
+    RequestLog& log = session_->log();
     log.prompt_tokens = 0;
-    for (const auto& p : api->prompts) log.prompt_tokens += static_cast<int64_t>(p.size());
-    std::vector<engine::PromptLayout> prompts = api->layouts;
+    for (const auto& p : api_->prompts) log.prompt_tokens += static_cast<int64_t>(p.size());
+    std::vector<engine::PromptLayout> prompts = api_->layouts;
     if (prompts.empty()) {
-      for (const auto& p : api->prompts) {
+      for (const auto& p : api_->prompts) {
         engine::PromptLayout plain;
         plain.tokens = p;
         prompts.push_back(std::move(plain));
       }
     }
-    ch = m->engine->submit(std::move(prompts), api->params, {api->lora, api->soft_prompt});
-  } catch (const ApiError& e) {
-    set_error(res, e);
-    return;
-  } catch (const Error& e) {
-    set_error(res, engine_error(e, shutting_down_ || !m->engine->accepting()));
-    return;
+    try {
+      ch_ = m_.engine->submit(std::move(prompts), api_->params, {api_->lora, api_->soft_prompt});
+    } catch (const Error& e) {
+      return reply(engine_error(e, srv_.shutting_down || !m_.engine->accepting()));
+    }
+    log.id = srv_.next_id(endpoint_);
+    builder_ = std::make_unique<ResponseBuilder>(*api_, *m_.ctx.tokenizer, api_->model, log.id,
+                                                 static_cast<int64_t>(std::time(nullptr)));
+    if (api_->stream) {
+      session_->stream_open();
+      std::string head;
+      for (const json& j : builder_->opening_chunks()) head += sse(j);
+      session_->stream_send(head);
+    }
+    // The engine thread calls this: it only posts (once per batch of news).
+    ch_->set_listener([self = shared_from_this()] {
+      if (!self->wake_.exchange(true)) asio::post(self->srv_.ioc, [self] { self->pump(); });
+    });
   }
-  const uint64_t n = next_id_.fetch_add(1);
-  const std::string id = fmt::format("{}-{:016x}{:08x}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl",
-                                     id_salt_ ^ (n * 0x9e3779b97f4a7c15ull), static_cast<uint32_t>(n));
-  log.id = id;
-  if (api->stream) {
-    stream(res, *m, std::move(api), std::move(ch), id);
-    // The stream's state holds its own guard until the provider is released.
-    return;
-  }
-  respond(res, *m, *api, *ch, id);
-}
 
-void HttpServer::respond(httplib::Response& res, const ServedModel& m, const ApiRequest& api, RequestChannel& ch,
-                         const std::string& id) {
-  ResponseBuilder b(api, *m.ctx.tokenizer, api.model, id, static_cast<int64_t>(std::time(nullptr)));
-  const int fd = current_connection_fd();
-  bool gone = false;
-  std::vector<ChannelItem> items;
-  for (;;) {
-    const bool finished = ch.finished();  // then this wait takes the last outputs
-    items.clear();
-    ch.wait(items, opt_.poll_interval);
-    for (const ChannelItem& it : items) b.add(it, nullptr);
-    if (finished) break;
-    if (!gone && peer_gone(fd)) {
-      gone = true;  // keep waiting: the aborts come back within a step
-      m.engine->abort(ch);
-    }
-  }
-  RequestLog& log = current_request_log();
-  log.output_tokens = b.completion_tokens();
-  if (gone) {
-    log.note = "client disconnected";
-    // Nobody reads this; 499 (nginx's "client closed request") keeps the
-    // log and the metrics honest.
-    set_error(res, ApiError(499, "the client closed the connection"));
-    return;
-  }
-  if (b.interrupted()) {
-    set_error(res, interruption(ch));
-    return;
-  }
-  res.set_content(dump_json(b.response()), "application/json");
-}
-
-void HttpServer::stream(httplib::Response& res, const ServedModel& m, std::shared_ptr<ApiRequest> api,
-                        std::shared_ptr<RequestChannel> ch, const std::string& id) {
-  auto st = std::make_shared<StreamState>();
-  st->builder = std::make_unique<ResponseBuilder>(*api, *m.ctx.tokenizer, api->model, id,
-                                                  static_cast<int64_t>(std::time(nullptr)));
-  st->api = std::move(api);
-  st->ch = std::move(ch);
-  st->active = std::make_unique<ActiveGuard>(active_);
-  AsyncEngine* engine = m.engine;
-  const auto poll_interval = opt_.poll_interval;
-  const int fd = current_connection_fd();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  // Called again and again on this connection's worker thread until it
-  // calls sink.done() or returns false (then httplib drops the connection).
-  auto provider = [st, poll_interval, fd](size_t, httplib::DataSink& sink) -> bool {
-    std::string buf;
-    if (!st->opened) {
-      for (const json& j : st->builder->opening_chunks()) buf += sse(j);
-      st->opened = true;
-    }
-    const bool finished = st->ch->finished();
-    st->items.clear();
-    st->ch->wait(st->items, poll_interval);
-    st->chunks.clear();
-    for (const ChannelItem& it : st->items) st->builder->add(it, &st->chunks);
-    for (const json& j : st->chunks) buf += sse(j);
-    RequestLog& log = current_request_log();
-    log.output_tokens = st->builder->completion_tokens();
-    // Checked on every wake-up, also while the request waits for a slot
-    // and nothing is written: a client that left is aborted (the releaser).
-    if (!finished && peer_gone(fd)) {
-      log.note = "client disconnected";
-      return false;
-    }
-    if (finished) {
-      if (st->builder->interrupted()) {
-        buf += sse(interruption(*st->ch).to_json());
-      } else if (st->api->include_usage) {
-        buf += sse(st->builder->usage_chunk());
+  // Takes what the engine produced and writes it (streaming) or keeps it.
+  void pump() {
+    if (done_) return;  // a wake-up posted before end()
+    wake_ = false;
+    const bool finished = ch_->finished();  // then this take gets the last outputs
+    items_.clear();
+    ch_->take(items_);
+    std::vector<json> chunks;
+    for (const ChannelItem& it : items_) builder_->add(it, api_->stream ? &chunks : nullptr);
+    session_->log().output_tokens = builder_->completion_tokens();
+    if (api_->stream) {
+      std::string buf;
+      for (const json& j : chunks) buf += sse(j);
+      if (finished) {
+        if (builder_->interrupted()) {
+          buf += sse(interruption(*ch_).to_json());
+        } else if (api_->include_usage) {
+          buf += sse(builder_->usage_chunk());
+        }
+        buf += "data: [DONE]\n\n";
+        end();
+        session_->stream_close(buf);
+      } else if (!gone_) {
+        session_->stream_send(buf);  // false: dropped, and client_gone() aborted us
       }
-      buf += "data: [DONE]\n\n";
+      return;
     }
-    if (!buf.empty() && !sink.write(buf.data(), buf.size())) {
-      log.note = "client disconnected";
-      return false;
-    }
-    if (finished) {
-      st->done = true;
-      sink.done();
-    }
-    return true;
-  };
-  // Runs when the response is destroyed, whether the stream completed or
-  // the client went away: an unfinished request is aborted, so its KV
-  // blocks are freed at the engine's next step.
-  auto releaser = [st, engine](bool) {
-    if (!st->done) engine->abort(*st->ch);
-    st->active.reset();
-  };
-  res.set_chunked_content_provider("text/event-stream", provider, releaser);
+    if (!finished) return;
+    end();
+    // Nobody reads a 499; it keeps the log and the metrics honest (nginx's
+    // "client closed request").
+    if (gone_) return reply(ApiError(499, "the client closed the connection"));
+    if (builder_->interrupted()) return reply(interruption(*ch_));
+    Reply r;
+    r.body = dump_json(builder_->response());
+    session_->reply(r);
+  }
+
+  void end() {
+    done_ = true;
+    ch_->set_listener({});  // drops the listener's reference to us
+  }
+
+  void reply(const ApiError& e) { session_->reply(error_reply(e)); }
+
+  HttpServer::Impl& srv_;
+  std::shared_ptr<Session> session_;
+  const ServedModel& m_;
+  Endpoint endpoint_;
+  std::string body_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;  // the loop runs until we are done
+  std::shared_ptr<ApiRequest> api_;
+  std::optional<ApiError> error_;
+  std::shared_ptr<RequestChannel> ch_;
+  std::unique_ptr<ResponseBuilder> builder_;
+  std::vector<ChannelItem> items_;
+  std::atomic<bool> wake_{false};
+  bool gone_ = false;
+  bool done_ = false;
+};
+
+}  // namespace
+
+void start_generation(HttpServer::Impl& srv, const std::shared_ptr<Session>& s, Endpoint endpoint, std::string body) {
+  Reply err;
+  const ServedModel* m = srv.ready_model(err);
+  if (m == nullptr) return s->reply(err);
+  s->count_as_active();
+  auto g = std::make_shared<Generation>(srv, s, *m, endpoint, std::move(body));
+  s->on_gone([w = std::weak_ptr<Generation>(g)] {
+    if (auto g = w.lock()) g->client_gone();
+  });
+  asio::post(srv.workers, [g] { g->parse(); });
 }
 
 }  // namespace tessera::server

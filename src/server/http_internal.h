@@ -1,23 +1,113 @@
 // Shared by the HTTP server's translation units; not part of its interface.
+//
+// Threads: everything here that touches a connection runs on the event
+// loop's one thread (HttpServer::Impl::ioc), so sessions need no locks. The
+// worker pool only parses request bodies and loads adapters, and posts its
+// results back to the loop; the engine thread only posts wake-ups.
 #pragma once
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "server/http_server.h"
 
 namespace tessera::server {
 
-// The numbers of the one log line each HTTP request gets (written by its
-// handler, printed by the server's logger after the response is sent).
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class Session;
+
+// The numbers of the one log line each HTTP request gets, printed when its
+// response has been written (or its client has gone).
 struct RequestLog {
   std::chrono::steady_clock::time_point start;
+  std::string method = "-";
+  std::string path = "-";
   std::string id;  // cmpl-... / chatcmpl-...
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
   std::string note;  // e.g. "client disconnected"
 };
 
-// This worker thread's current request.
-RequestLog& current_request_log();
+// One whole response.
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool close = false;  // close the connection after it
+};
+
+// An OpenAI error body (and Retry-After for 429/503).
+Reply error_reply(const ApiError& e);
+
+// The request a session has read, as the handlers see it.
+struct HttpRequest {
+  std::string method;
+  std::string path;  // percent-decoded, without the query
+  std::string body;
+  std::string authorization;
+};
+
+class HttpServer::Impl {
+ public:
+  Impl(ServerOptions options, Metrics& metrics);
+
+  // -- loop thread only --
+  // A whole request has arrived on `s`: answer it (now or later).
+  void handle(const std::shared_ptr<Session>& s, HttpRequest req);
+  // The reply a request gets before its body is read (401), if any.
+  std::optional<Reply> check_auth(const std::string& path, const std::string& authorization) const;
+  void log_exchange(const RequestLog& log, int status);
+  void accept();
+  void close_all();
+  std::unordered_set<Session*> sessions;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point last_accept_warning;
+
+  // -- any thread --
+  // Null (and the 503 in `err`) until the model is ready or once shutting down.
+  const ServedModel* ready_model(Reply& err) const;
+  std::string next_id(Endpoint endpoint);
+
+  const ServerOptions opt;
+  Metrics& metrics;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  asio::steady_timer accept_retry{ioc};
+  asio::thread_pool workers;
+  std::thread loop;
+  int port = 0;
+  std::atomic<const ServedModel*> model{nullptr};
+  std::atomic<bool> shutting_down{false};
+  std::atomic<int64_t> active{0};       // generation requests being handled
+  std::atomic<int64_t> connections{0};  // open sessions
+  std::atomic<uint64_t> id_counter{0};
+  uint64_t id_salt = 0;
+
+ private:
+  void handle_models(Session& s, const std::string& id);
+  void handle_lora(const std::shared_ptr<Session>& s, const std::string& body, bool load);
+  void handle_health(Session& s);
+  void handle_metrics(Session& s);
+};
+
+// POST /v1/completions and /v1/chat/completions (http_generate.cc).
+void start_generation(HttpServer::Impl& srv, const std::shared_ptr<Session>& s, Endpoint endpoint, std::string body);
 
 }  // namespace tessera::server

@@ -38,17 +38,18 @@ inline engine::EngineConfig stack_config() {
 
 struct Stack {
   explicit Stack(const LoadedModel& lm, const Tokenizer& tok, const engine::EngineConfig& ec = stack_config(),
-                 bool runtime_lora = false, size_t lora_pool_bytes = 0, int http_threads = 24)
+                 bool runtime_lora = false, size_t lora_pool_bytes = 0, int http_threads = 24,
+                 const std::function<void(ServerOptions&)>& configure = {})
       : adapters(lm.model->config(), lora_pool_bytes) {
     engine = std::make_unique<engine::Engine>(*lm.model, &tok, ec);
     async = std::make_unique<AsyncEngine>(*engine, metrics, ec.max_num_seqs + 8);
     ServerOptions opt;
     opt.port = 0;
     opt.served_model_name = "stories";
-    opt.threads = http_threads;
+    opt.threads = http_threads;  // ignored since the event loop
     opt.max_body_bytes = 64 << 10;
-    opt.poll_interval = std::chrono::milliseconds(20);
     opt.allow_runtime_lora = runtime_lora;
+    if (configure) configure(opt);
     http = std::make_unique<HttpServer>(opt, metrics);
     http->bind();
     http->start();
