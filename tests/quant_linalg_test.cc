@@ -66,7 +66,9 @@ TEST_P(Linalg, IdentitiesHold) {
     err = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        if (j > i) ASSERT_EQ(m[static_cast<size_t>(i * n + j)], 0.0);
+        if (j > i) {
+          ASSERT_EQ(m[static_cast<size_t>(i * n + j)], 0.0);
+        }
         double s = 0.0;
         for (int64_t k = 0; k < n; ++k) s += l[static_cast<size_t>(i * n + k)] * m[static_cast<size_t>(k * n + j)];
         err = std::max(err, std::fabs(s - (i == j ? 1.0 : 0.0)));
@@ -117,7 +119,7 @@ TEST(Linalg, RefusesWhatIsNotPositiveDefinite) {
 TEST(Linalg, GramUpdateAddsXtXtTransposed) {
   std::mt19937 rng(7);
   std::normal_distribution<double> nd;
-  for (const auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {67, 13}, {130, 64}}) {
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {67, 13}, {130, 64}}) {
     std::vector<double> xt(static_cast<size_t>(n * k)), h(static_cast<size_t>(n * n));
     for (double& v : xt) v = nd(rng);
     for (double& v : h) v = nd(rng);
