@@ -26,7 +26,7 @@ struct GenerateArgs {
 TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& sub) {
   auto a = std::make_shared<GenerateArgs>();
   a->run.max_num_seqs = 1;
-  a->run.add_to(sub, /*engine_options=*/false);
+  a->run.add_to(sub, /*engine_options=*/false, /*model_optional=*/true);
   a->sampling.add_to(sub);
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kEngine);
@@ -37,6 +37,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   return [a]() {
     const auto t0 = engine::Clock::now();
     const kv::KvPolicy kv_policy = a->kv_policy.get();
+    a->run.resolve_model();
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config();

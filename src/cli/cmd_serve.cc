@@ -117,6 +117,7 @@ int serve(ServeArgs& a) {
   server::Metrics metrics;
   server::ServerOptions http_opt = a.http;
   http_opt.max_stream_buffer_bytes = parse_bytes(a.stream_buffer);
+  a.run.resolve_model();
   if (http_opt.served_model_name.empty()) http_opt.served_model_name = default_model_name(a.run.model);
   if (a.http_threads > 0) {
     TESSERA_LOG_WARN("--http-threads is ignored: connections are served by one event-loop thread (docs/SERVER.md)");
@@ -193,7 +194,7 @@ int serve(ServeArgs& a) {
 
 TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
-  a->run.add_to(sub);
+  a->run.add_to(sub, /*engine_options=*/true, /*model_optional=*/true);
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kServer);
   a->kv_policy.add_to(sub);

@@ -1,8 +1,10 @@
 #include "cli/common_options.h"
 
 #include <cctype>
+#include <filesystem>
 
 #include "adapters/lora_gguf.h"
+#include "core/log.h"
 #include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
 
@@ -27,8 +29,11 @@ size_t parse_bytes(const std::string& s) {
   return static_cast<size_t>(v * mul);
 }
 
-void RunOptions::add_to(CLI::App& app, bool engine_options) {
-  app.add_option("-m,--model", model, "GGUF model file")->required();
+void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional) {
+  auto* m = app.add_option("-m,--model", model,
+                           model_optional ? "GGUF file or Hugging Face folder (default: the bundled stories260K)"
+                                          : "GGUF file or Hugging Face folder");
+  if (!model_optional) m->required();
   app.add_option("-t,--threads", threads, kThreadsHelp);
   app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
   app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
@@ -41,6 +46,34 @@ void RunOptions::add_to(CLI::App& app, bool engine_options) {
   app.add_option("--max-num-seqs", max_num_seqs, "Sequences per step")->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "Tokens per step (chunked prefill budget)")->capture_default_str();
   app.add_flag("--no-prefix-cache", no_prefix_cache, "Disable automatic prefix caching");
+}
+
+namespace {
+
+// The model that ships with Tessera: beside the binary's build folder in a
+// checkout (build/tessera -> models/), or under share/ once installed.
+std::string bundled_model() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path rel = "models/stories260K/stories260K.gguf";
+  std::vector<std::filesystem::path> tried;
+  if (!ec) {
+    for (const auto& base : {exe.parent_path().parent_path(), exe.parent_path().parent_path() / "share/tessera"}) {
+      tried.push_back(base / rel);
+      if (std::filesystem::is_regular_file(tried.back())) return tried.back().string();
+    }
+  }
+  std::string where;
+  for (const auto& t : tried) where += (where.empty() ? "" : ", ") + t.string();
+  fail(ErrorCode::kNotFound, "no -m given and the bundled model is not there ({}): give -m MODEL", where);
+}
+
+}  // namespace
+
+void RunOptions::resolve_model() {
+  if (!model.empty()) return;
+  model = bundled_model();
+  TESSERA_LOG_INFO("no -m given: using the bundled stories260K model ({})", model);
 }
 
 void SpecOptions::add_to(CLI::App& app) {

@@ -45,7 +45,10 @@ struct RunOptions {
   int32_t max_batch_tokens = 512;
   bool no_prefix_cache = false;
 
-  void add_to(CLI::App& app, bool engine_options = true);
+  // model_optional: -m may be omitted; resolve_model() then picks the
+  // bundled stories260K (models/ in the repository or the install).
+  void add_to(CLI::App& app, bool engine_options = true, bool model_optional = false);
+  void resolve_model();
   DType kv_dtype() const;
   engine::EngineConfig engine_config() const;
 };
