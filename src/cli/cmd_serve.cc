@@ -150,6 +150,7 @@ int serve(ServeArgs& a) {
   served.ctx.kv_policy = a.kv_policy.get();
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
+  served.ctx.soft_prompt = eng.config().soft_prompt;
   server::AdapterRegistry adapters(lm.model->config(),
                                    a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
