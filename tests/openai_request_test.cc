@@ -92,10 +92,17 @@ TEST_F(OpenAiRequest, EveryFieldTheParserReadsIsAccepted) {
                    {"response_format", {{"type", "text"}}}, {"logprobs", true}, {"top_logprobs", 2},
                    {"add_generation_prompt", true}, {"chat_template_kwargs", json::object()}});
     } else {
-      body.update({{"best_of", 2}, {"echo", false}, {"logprobs", 2}});
+      body.update({{"suffix", ""}, {"best_of", 2}, {"echo", false}, {"logprobs", 2}});
     }
     const ApiError e = parse(body, ep);
     EXPECT_EQ(e.status(), 0) << body.dump() << " -> " << e.what();
+  }
+  // The refusable fields asking for something are refused.
+  const json refusable = {{"suffix", "x"}, {"logit_bias", {{"1", 5}}}};
+  for (const auto& [f, v] : refusable.items()) {
+    json body = completion();
+    body[f] = v;
+    EXPECT_EQ(parse(body, Endpoint::kCompletions).param(), f);
   }
   // Known fields that need something this context lacks are refused for
   // that reason, not as unknown.

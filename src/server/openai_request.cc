@@ -136,7 +136,10 @@ void refuse_unsupported(const json& body, std::initializer_list<const char*> nam
   for (const char* name : names) {
     const json* v = field(body, name);
     if (v == nullptr) continue;
-    if ((v->is_object() || v->is_array() || v->is_string()) && v->empty()) continue;
+    // json::empty() is false for every string, so "" is checked as a string.
+    if (((v->is_object() || v->is_array()) && v->empty()) || (v->is_string() && v->get_ref<const std::string&>().empty())) {
+      continue;
+    }
     bad(name, fmt::format("'{}' is not supported by this server", name));
   }
 }
