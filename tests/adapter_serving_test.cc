@@ -17,6 +17,7 @@
 
 #include "adapters/lora_gguf.h"
 #include "core/log.h"
+#include "server/chat_template.h"
 #include "server/openai_request.h"
 #include "util/server_stack.h"
 #include "util/test_util.h"
@@ -172,6 +173,66 @@ TEST_F(AdapterServing, SoftPromptsAreServedByName) {
   // Bad files at start are refused with the loader's message.
   EXPECT_EQ(status_of([&] { s.adapters.add_soft_prompt("bad", testing::stories260k_path(), "stories"); }), 400);
   EXPECT_EQ(status_of([&] { s.adapters.add_soft_prompt("story", path, "stories"); }), 400);
+}
+
+// Without max_tokens a chat reply may use the rest of the context; the soft
+// prompt's virtual tokens take context too, so that rest is max_model_len
+// minus both. Counting only the conversation asked for n_virtual tokens too
+// many: every such request was a 400. Both ways of giving a soft prompt: by
+// name, and the server's own (--soft-prompt FILE).
+TEST_F(AdapterServing, SoftPromptChatWithoutMaxTokensUsesTheRestOfTheContext) {
+  const std::string path = testing::temp_path("chat-soft.npy");
+  const std::vector<float> rows = write_soft_prompt(path, 6, lm().model->config().n_embd, 5);
+  auto sp = std::make_shared<SoftPrompt>();
+  sp->n_virtual = 6;
+  sp->n_embd = lm().model->config().n_embd;
+  sp->embd = rows;
+  const ChatTemplate chatml = ChatTemplate::resolve("chatml", std::nullopt);
+  const json chat = {{"messages", json::array({{{"role", "user"}, {"content", "Tell me a story."}}})},
+                     {"temperature", 0}, {"ignore_eos", true}};
+  for (bool server_wide : {false, true}) {
+    engine::EngineConfig ec = stack_config();
+    ec.num_kv_blocks = 16;  // 256 tokens
+    if (server_wide) ec.soft_prompt = sp;
+    Stack s(lm(), tok(), ec);
+    ASSERT_EQ(s.engine->config().max_model_len, 256);
+    s.adapters.add_soft_prompt("story", path, "stories");
+    s.served.ctx.chat_template = &chatml;
+    s.attach();
+    httplib::Client cli("127.0.0.1", s.port());
+    cli.set_read_timeout(120);
+    json body = chat;
+    if (!server_wide) body["soft_prompt"] = "story";
+    for (const char* endpoint : {"/v1/chat/completions", "/v1/completions"}) {
+      if (endpoint == std::string("/v1/completions")) {
+        // A completion prompt that leaves 10 positions after the soft prompt:
+        // max_tokens 10 fits, 11 does not, and the 400 says so.
+        body = {{"prompt", json::array()}, {"temperature", 0}, {"ignore_eos", true}, {"max_tokens", 10}};
+        if (!server_wide) body["soft_prompt"] = "story";
+        for (int i = 0; i < 256 - 6 - 10; ++i) body["prompt"].push_back(1 + i % 20);
+      }
+      auto r = cli.Post(endpoint, body.dump(), "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << endpoint << " server_wide=" << server_wide << ": " << r->body;
+      const json j = json::parse(r->body);
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+      EXPECT_EQ(j["usage"]["total_tokens"], 256) << "virtual + prompt + generated fill the context: " << j["usage"].dump();
+      if (endpoint == std::string("/v1/completions")) {
+        body["max_tokens"] = 11;
+        r = cli.Post(endpoint, body.dump(), "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 400) << r->body;
+        // A prompt that only the virtual tokens push over the context is a
+        // 400 naming the context length, not an engine error.
+        body.erase("max_tokens");
+        for (int i = 0; i < 10; ++i) body["prompt"].push_back(1);
+        r = cli.Post(endpoint, body.dump(), "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 400) << r->body;
+        EXPECT_NE(r->body.find("context_length_exceeded"), std::string::npos) << r->body;
+      }
+    }
+  }
 }
 
 TEST_F(AdapterServing, LoadAndUnloadUnderLoadLosesNothing) {

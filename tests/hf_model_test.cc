@@ -95,7 +95,7 @@ TEST(Safetensors, HostileHeadersNameTheProblem) {
   const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
       {std::vector<uint8_t>(5, 0), "too short"},
       {image("{}", 0), ""},  // empty is valid
-      {[] { auto b = image("{}", 0); b[0] = 200; return b; }(), "header length 200"},
+      {[] { auto b = image("{}", 0); b[0] = 200; return b; }(), "header length in its first 8 bytes exceeds"},
       {image("{\"t\":", 0), "not valid JSON"},
       {image("[1]", 0), "not a JSON object"},
       {image(one("[[[[1]]]]"), 0), "nests deeper"},

@@ -3,6 +3,10 @@
 // apart from plain prompts, and bad imports are rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <list>
+#include <random>
+
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/prompt_cache.h"
@@ -116,6 +120,77 @@ TEST_F(Fixture, ModulesDoNotSeeEachOther) {
   const auto out = run(e, e.add_request(pc.compose({"lily", "ben"}, tok->encode(" They", false)), greedy()));
   EXPECT_EQ(out.first.size(), 24u);
   EXPECT_EQ(e.stats().kv_blocks_used, 0);
+}
+
+// Each module subset a request imports is composed once into its own copy of
+// K/V; a schema of m modules has 2^m of them. They are kept within a byte
+// budget, least recently used evicted first, and an evicted one is rebuilt
+// identically. The test drives random subsets and keeps its own LRU model:
+// a subset the model holds must be served without a build, any other must
+// be built.
+TEST_F(Fixture, CompositionsStayWithinTheirBudgetLeastRecentlyUsedFirst) {
+  const auto free = tok->encode(" x", false);
+  std::vector<std::vector<std::string>> subsets;
+  for (int mask = 0; mask < 8; ++mask) {
+    std::vector<std::string> names;
+    for (int i = 0; i < 3; ++i) {
+      if (mask & (1 << i)) names.push_back(schema.modules[static_cast<size_t>(i)].name);
+    }
+    subsets.push_back(names);
+  }
+  // The reference: every composition, built by a cache that keeps them all.
+  PromptCache all(*lm.model, *tok, schema, DType::kF32, pool, {.compositions_bytes = size_t{1} << 40});
+  std::vector<std::shared_ptr<const DenseKv>> want;
+  size_t total = 0, largest = 0;
+  for (const auto& s : subsets) {
+    want.push_back(all.compose(s, free).preloaded);
+    total += want.back()->bytes();
+    largest = std::max(largest, want.back()->bytes());
+  }
+  EXPECT_EQ(all.composition_stats().bytes, total);
+  EXPECT_EQ(all.composition_stats().compositions, 8);
+
+  const size_t budget = largest * 2 + largest / 2;
+  ASSERT_LT(budget, total);
+  PromptCache pc(*lm.model, *tok, schema, DType::kF32, pool, {.compositions_bytes = budget});
+  std::list<size_t> model;  // subset indices, most recent first
+  size_t model_bytes = 0;
+  int64_t builds = 0, evictions = 0;
+  std::mt19937 rng(7);
+  for (int step = 0; step < 400; ++step) {
+    const size_t i = rng() % subsets.size();
+    const PromptLayout l = pc.compose(subsets[i], free);
+    auto it = std::find(model.begin(), model.end(), i);
+    if (it != model.end()) {
+      model.erase(it);
+    } else {
+      ++builds;
+      while (model_bytes + want[i]->bytes() > budget) {
+        model_bytes -= want[model.back()]->bytes();
+        model.pop_back();
+        ++evictions;
+      }
+      model_bytes += want[i]->bytes();
+    }
+    model.push_front(i);
+    const PromptCache::CompositionStats st = pc.composition_stats();
+    ASSERT_LE(st.bytes, budget);
+    ASSERT_EQ(st.builds_total, builds) << "step " << step << ": subset " << i;
+    ASSERT_EQ(st.evictions_total, evictions) << "step " << step;
+    ASSERT_EQ(st.bytes, model_bytes);
+    ASSERT_EQ(st.compositions, static_cast<int64_t>(model.size()));
+    // Kept or rebuilt, the same states.
+    ASSERT_EQ(l.preloaded->n_tokens, want[i]->n_tokens);
+    ASSERT_EQ(l.preloaded->k, want[i]->k);
+    ASSERT_EQ(l.preloaded->v, want[i]->v);
+  }
+  EXPECT_GT(evictions, 0);
+  // A composition larger than the whole budget is served, not kept.
+  PromptCache tiny(*lm.model, *tok, schema, DType::kF32, pool, {.compositions_bytes = want[0]->bytes()});
+  const PromptLayout big = tiny.compose(subsets[7], free);
+  EXPECT_EQ(big.preloaded->k, want[7]->k);
+  EXPECT_EQ(tiny.composition_stats().compositions, 0);
+  EXPECT_EQ(tiny.composition_stats().bytes, 0u);
 }
 
 TEST_F(Fixture, BadImportsAreRejected) {

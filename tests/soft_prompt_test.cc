@@ -19,15 +19,16 @@
 #include "kernels/quant.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/synthetic.h"
 #include "util/test_util.h"
 
 namespace tessera {
 namespace {
 
-// The model's input embeddings of `ids`, as a soft prompt.
-std::shared_ptr<const SoftPrompt> embeddings_of(const std::vector<int32_t>& ids) {
-  const testing::LoadedWithTokenizer& base = testing::stories260k();
-  const gguf::TensorInfo& t = base.lm.file->tensor("token_embd.weight");
+// The model's input embeddings of `ids` (its table's rows), as a soft prompt.
+std::shared_ptr<const SoftPrompt> embeddings_of(const std::vector<int32_t>& ids,
+                                                const LoadedModel& lm = testing::stories260k().lm) {
+  const gguf::TensorInfo& t = lm.file->tensor("token_embd.weight");
   auto sp = std::make_shared<SoftPrompt>();
   sp->name = "embeddings";
   sp->n_embd = t.ne[0];
@@ -80,11 +81,14 @@ struct RunResult {
 using Job = std::tuple<std::vector<int32_t>, std::shared_ptr<const LoraAdapter>, std::shared_ptr<const SoftPrompt>>;
 
 // Every job in one engine; checks nothing leaks.
-std::vector<RunResult> run(const std::vector<Job>& jobs, int32_t n = 32) {
+std::vector<RunResult> run(const std::vector<Job>& jobs, int32_t n = 32, const Model* model = nullptr,
+                           bool logprobs = false) {
   const testing::LoadedWithTokenizer& base = testing::stories260k();
-  engine::Engine e(*base.lm.model, base.tok.get(), config());
+  engine::Engine e(model != nullptr ? *model : *base.lm.model, model != nullptr ? nullptr : base.tok.get(), config());
+  engine::SamplingParams p = greedy(n);
+  p.logprobs = logprobs;
   std::vector<engine::RequestId> ids;
-  for (const auto& [prompt, lora, sp] : jobs) ids.push_back(e.add_request(prompt, greedy(n), {}, {lora, sp}));
+  for (const auto& [prompt, lora, sp] : jobs) ids.push_back(e.add_request(prompt, p, {}, {lora, sp}));
   std::map<engine::RequestId, RunResult> out;
   while (e.has_unfinished()) {
     for (const engine::RequestOutput& o : e.step()) {
@@ -118,6 +122,33 @@ TEST(SoftPrompt, EmbeddingsOfTokensEqualThoseTokensAsAPrefix) {
   std::vector<int32_t> placeholders(prefix.size(), kSoftPromptPlaceholder);
   placeholders.insert(placeholders.end(), rest.begin(), rest.end());
   EXPECT_NE(run({{placeholders, nullptr, nullptr}})[0].tokens, r[0].tokens);
+}
+
+// Gemma multiplies its input embeddings by sqrt(n_embd). Hugging Face does
+// it to inputs_embeds (Gemma2Model.forward: hidden_states = inputs_embeds *
+// normalizer), where prompt tuning's virtual tokens are too; so a soft prompt
+// of table rows must again equal those tokens, which holds only if its rows
+// are scaled as the tokens' are.
+TEST(SoftPrompt, GemmaScalesSoftPromptRowsAsItsTokenRows) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    SyntheticModelSpec spec = preset_spec("tiny");
+    spec.arch = arch;
+    spec.type = DType::kF32;
+    spec.n_vocab = 96;
+    spec.seed = 5;
+    const std::string path = testing::temp_path(std::string(arch) + "-soft.gguf");
+    write_synthetic_model(spec, path, 1);
+    const LoadedModel lm = load_model(path);
+    const std::vector<int32_t> prefix = {1, 17, 33, 40, 5, 9, 77, 60};
+    const std::vector<int32_t> rest = {12, 50, 3, 8, 91};
+    std::vector<int32_t> whole = prefix;
+    whole.insert(whole.end(), rest.begin(), rest.end());
+    const std::vector<RunResult> r =
+        run({{whole, nullptr, nullptr}, {rest, nullptr, embeddings_of(prefix, lm)}}, 16, lm.model.get(), true);
+    ASSERT_EQ(r[0].logprobs.size(), 16u) << arch;
+    EXPECT_EQ(r[1].tokens, r[0].tokens) << arch;
+    EXPECT_EQ(r[1].logprobs, r[0].logprobs) << arch << ": the same input rows give the same logits, bit for bit";
+  }
 }
 
 TEST(SoftPrompt, MixedBatchGivesEachRequestItsOwnTokens) {

@@ -37,6 +37,7 @@ struct ServeArgs {
   server::ServerOptions http;
   std::string chat_template;
   std::string prompt_schema;  // Prompt Cache modules (engine/prompt_cache.h)
+  engine::PromptCacheOptions prompt_cache;
   int64_t max_queue = 256;
   int http_threads = 0;
   std::string stream_buffer = "1M";
@@ -140,7 +141,8 @@ int serve(ServeArgs& a) {
   std::optional<engine::PromptCache> prompt_cache;
   if (!a.prompt_schema.empty()) {
     ThreadPool pool(a.run.threads);
-    prompt_cache.emplace(*lm.model, *tok, engine::PromptSchema::load(a.prompt_schema, *tok), ec.kv_type, pool);
+    prompt_cache.emplace(*lm.model, *tok, engine::PromptSchema::load(a.prompt_schema, *tok), ec.kv_type, pool,
+                         a.prompt_cache);
     TESSERA_LOG_INFO("Prompt Cache: {} modules of '{}' computed ({:.1f} MiB of K/V)", prompt_cache->schema().modules.size(),
                      prompt_cache->schema().name, static_cast<double>(prompt_cache->bytes()) / (1 << 20));
   }
@@ -154,6 +156,14 @@ int serve(ServeArgs& a) {
   served.ctx.kv_policy = a.kv_policy.get();
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
+  metrics.watch_prompt_cache(served.ctx.prompt_cache);
+  // prompt_cache is destroyed before the HTTP server: unwatched first, on
+  // every way out of this function.
+  struct Unwatch {
+    server::Metrics& m;
+    ~Unwatch() { m.watch_prompt_cache(nullptr); }
+  } unwatch{metrics};
+  served.ctx.soft_prompt = eng.config().soft_prompt;
   server::AdapterRegistry adapters(lm.model->config(),
                                    a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
@@ -211,6 +221,9 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
                                                       "(default: the model's)");
   sub.add_option("--prompt-schema", a->prompt_schema,
                  "Prompt Cache schema (JSON); requests import its modules with \"prompt_cache\": {\"modules\": [...]}");
+  sub.add_option_function<std::string>("--prompt-cache-compositions-bytes", [a](const std::string& s) {
+    a->prompt_cache.compositions_bytes = parse_bytes(s);
+  }, "Memory for composed Prompt Cache K/V kept per module subset, least recently used evicted first (default 256M)");
   sub.add_option("--max-queue", a->max_queue, "Requests waiting beyond the running batch before 429")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));

@@ -13,13 +13,39 @@
 
 namespace tessera {
 
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
+}
+
+[[noreturn]] void not_regular(const std::string& path, mode_t m) {
+  fail(ErrorCode::kIo, "'{}' is not a regular file ({})", path, file_kind(m));
+}
+
+}  // namespace
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TESSERA_CHECK(fd >= 0, kIo, "cannot open '{}': {}", path, std::strerror(errno));
+  // Every loader (GGUF, safetensors, adapters, soft prompts) maps its file
+  // here, and paths can come from clients (/v1/load_lora_adapter). Opening
+  // a FIFO for reading blocks until a writer appears, and a device may never
+  // end: so the type is checked before the open, and the open itself does
+  // not block (O_NONBLOCK) in case the path was swapped for one in between;
+  // fstat then checks what was actually opened.
   struct stat st;
+  TESSERA_CHECK(::stat(path.c_str(), &st) == 0, kIo, "cannot open '{}': {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  TESSERA_CHECK(fd >= 0, kIo, "cannot open '{}': {}", path, std::strerror(errno));
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t m = st.st_mode;
     ::close(fd);
-    fail(ErrorCode::kIo, "'{}' is not a regular file", path);
+    not_regular(path, m);
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

@@ -52,8 +52,10 @@ PromptSchema PromptSchema::load(const std::string& path, const Tokenizer& tok) {
   return parse(ss.str(), tok);
 }
 
-PromptCache::PromptCache(const Model& model, const Tokenizer& tok, PromptSchema schema, DType kv_type, ThreadPool& pool)
-    : schema_(std::move(schema)), bos_(tok.bos_id()) {
+PromptCache::PromptCache(const Model& model, const Tokenizer& tok, PromptSchema schema, DType kv_type, ThreadPool& pool,
+                         PromptCacheOptions options)
+    : schema_(std::move(schema)), bos_(tok.bos_id()), options_(options) {
+  stats_.budget_bytes = options_.compositions_bytes;
   TESSERA_CHECK(bos_ >= 0, kInvalidArgument, "Prompt Cache needs a model with a BOS token");
   TESSERA_CHECK(schema_.end_pos <= model.config().n_ctx_train, kOutOfRange,
                 "prompt schema spans {} positions, more than the model's context of {}", schema_.end_pos,
@@ -116,33 +118,71 @@ PromptLayout PromptCache::compose(const std::vector<std::string>& names, const s
   const std::vector<int32_t> ids(idx.begin(), idx.end());
   out.cache_salt = kv::block_hash(std::hash<std::string>{}(schema_.name), 0x50c4ac4e, ids) | 1;
 
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = compositions_.find(idx);
-  if (it == compositions_.end()) {
-    auto d = std::make_shared<DenseKv>();
-    d->n_layer = bos_kv_.n_layer;
-    d->kv_dim = bos_kv_.kv_dim;
-    d->n_tokens = 1;
-    for (size_t i : idx) d->n_tokens += module_kv_[i].n_tokens;
-    d->k.resize(static_cast<size_t>(d->n_layer * d->n_tokens * d->kv_dim));
-    d->v.resize(d->k.size());
-    const size_t row = static_cast<size_t>(d->kv_dim) * sizeof(float);
-    for (int64_t l = 0; l < d->n_layer; ++l) {
-      int64_t at = 0;
-      std::memcpy(d->k_at(l, at), bos_kv_.k_at(l, 0), row);
-      std::memcpy(d->v_at(l, at), bos_kv_.v_at(l, 0), row);
-      ++at;
-      for (size_t i : idx) {
-        const DenseKv& m = module_kv_[i];
-        std::memcpy(d->k_at(l, at), m.k_at(l, 0), row * m.n_tokens);
-        std::memcpy(d->v_at(l, at), m.v_at(l, 0), row * m.n_tokens);
-        at += m.n_tokens;
-      }
-    }
-    it = compositions_.emplace(idx, std::move(d)).first;
-  }
-  out.preloaded = it->second;
+  out.preloaded = composition(idx);
   return out;
+}
+
+std::shared_ptr<const DenseKv> PromptCache::build(const std::vector<size_t>& idx) const {
+  auto d = std::make_shared<DenseKv>();
+  d->n_layer = bos_kv_.n_layer;
+  d->kv_dim = bos_kv_.kv_dim;
+  d->n_tokens = 1;
+  for (size_t i : idx) d->n_tokens += module_kv_[i].n_tokens;
+  d->k.resize(static_cast<size_t>(d->n_layer * d->n_tokens * d->kv_dim));
+  d->v.resize(d->k.size());
+  const size_t row = static_cast<size_t>(d->kv_dim) * sizeof(float);
+  for (int64_t l = 0; l < d->n_layer; ++l) {
+    int64_t at = 0;
+    std::memcpy(d->k_at(l, at), bos_kv_.k_at(l, 0), row);
+    std::memcpy(d->v_at(l, at), bos_kv_.v_at(l, 0), row);
+    ++at;
+    for (size_t i : idx) {
+      const DenseKv& m = module_kv_[i];
+      std::memcpy(d->k_at(l, at), m.k_at(l, 0), row * m.n_tokens);
+      std::memcpy(d->v_at(l, at), m.v_at(l, 0), row * m.n_tokens);
+      at += m.n_tokens;
+    }
+  }
+  return d;
+}
+
+std::shared_ptr<const DenseKv> PromptCache::composition(const std::vector<size_t>& idx) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = compositions_.find(idx); it != compositions_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);  // now the most recent
+      return it->second->second;
+    }
+  }
+  // Built outside the lock (a copy of up to every module's K/V); two
+  // requests racing for the same new subset may both build it, and the
+  // second keeps the first's.
+  std::shared_ptr<const DenseKv> d = build(idx);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.builds_total;
+  if (auto it = compositions_.find(idx); it != compositions_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  const size_t need = d->bytes();
+  if (need > options_.compositions_bytes) return d;  // served, not kept
+  while (!lru_.empty() && stats_.bytes + need > options_.compositions_bytes) {
+    stats_.bytes -= lru_.back().second->bytes();
+    compositions_.erase(lru_.back().first);
+    lru_.pop_back();
+    ++stats_.evictions_total;
+  }
+  lru_.emplace_front(idx, d);
+  compositions_.emplace(idx, lru_.begin());
+  stats_.bytes += need;
+  return d;
+}
+
+PromptCache::CompositionStats PromptCache::composition_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CompositionStats s = stats_;
+  s.compositions = static_cast<int64_t>(compositions_.size());
+  return s;
 }
 
 }  // namespace tessera::engine

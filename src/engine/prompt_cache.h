@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,13 +63,33 @@ struct PromptLayout {
   uint64_t cache_salt = 0;
 };
 
+struct PromptCacheOptions {
+  // Bytes of composed K/V kept for reuse. A schema of m modules has 2^m
+  // subsets, each composed once into its own copy of BOS + modules, so
+  // without a bound clients naming many subsets would grow memory without
+  // end. Least recently used compositions go first; one larger than the
+  // whole budget is built for its request and not kept.
+  size_t compositions_bytes = size_t{256} << 20;
+};
+
 class PromptCache {
  public:
   // Computes every module's K/V now (one forward pass per module).
-  PromptCache(const Model& model, const Tokenizer& tok, PromptSchema schema, DType kv_type, ThreadPool& pool);
+  PromptCache(const Model& model, const Tokenizer& tok, PromptSchema schema, DType kv_type, ThreadPool& pool,
+              PromptCacheOptions options = {});
 
   const PromptSchema& schema() const { return schema_; }
+  // The modules' own K/V (compositions not counted).
   size_t bytes() const;
+
+  struct CompositionStats {
+    size_t bytes = 0;         // held by the kept compositions
+    size_t budget_bytes = 0;  // PromptCacheOptions::compositions_bytes
+    int64_t compositions = 0;
+    int64_t builds_total = 0;     // compositions built (first use, or again after eviction)
+    int64_t evictions_total = 0;  // dropped to stay within the budget
+  };
+  CompositionStats composition_stats() const;
 
   // The layout of `modules` (names, in schema order) followed by
   // `free_tokens` (no BOS; at least one token). Thread-safe. Throws
@@ -80,8 +101,20 @@ class PromptCache {
   int32_t bos_ = -1;
   DenseKv bos_kv_;                  // K/V of BOS at position 0
   std::vector<DenseKv> module_kv_;  // per module, its tokens at its positions
-  mutable std::mutex mu_;
-  mutable std::map<std::vector<size_t>, std::shared_ptr<const DenseKv>> compositions_;
+  // BOS and the modules idx, concatenated: a request's preloaded K/V.
+  std::shared_ptr<const DenseKv> build(const std::vector<size_t>& idx) const;
+  // The kept composition of idx, or a new one (kept if it fits the budget).
+  std::shared_ptr<const DenseKv> composition(const std::vector<size_t>& idx) const;
+
+  PromptCacheOptions options_;
+  // Compositions by module subset, in LRU order (front: most recent). A
+  // request holds its composition's shared_ptr, so evicting one in use only
+  // drops the cache's reference.
+  using Lru = std::list<std::pair<std::vector<size_t>, std::shared_ptr<const DenseKv>>>;
+  mutable std::mutex mu_;  // guards the members below
+  mutable Lru lru_;
+  mutable std::map<std::vector<size_t>, Lru::iterator> compositions_;
+  mutable CompositionStats stats_;
 };
 
 }  // namespace tessera::engine

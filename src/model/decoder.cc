@@ -366,14 +366,18 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
 
   TESSERA_ASSERT(batch.embd_rows.empty() || batch.embd_rows.size() == batch.tokens.size());
   for (int64_t i = 0; i < T; ++i) {
-    if (!batch.embd_rows.empty() && batch.embd_rows[i] != nullptr) {
-      std::copy_n(batch.embd_rows[i], E, s.x.data() + i * E);
-      continue;
-    }
-    const int32_t id = batch.tokens[i];
-    TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "token id {} out of range (vocabulary {})", id, V);
     float* row = s.x.data() + i * E;
-    kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes, row, E);
+    if (!batch.embd_rows.empty() && batch.embd_rows[i] != nullptr) {
+      std::copy_n(batch.embd_rows[i], E, row);
+    } else {
+      const int32_t id = batch.tokens[i];
+      TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "token id {} out of range (vocabulary {})", id, V);
+      kernels::dequantize_row(tok_embd_.type, tok_embd_.data + static_cast<size_t>(id) * tok_embd_.row_bytes, row, E);
+    }
+    // Hugging Face scales the input embeddings, not the table (Gemma's
+    // `hidden_states = inputs_embeds * normalizer`), and prompt tuning passes
+    // its soft prompt as inputs_embeds: soft-prompt rows are scaled too, so a
+    // soft prompt made of table rows equals those tokens.
     if (embd_scale_ != 1.0f) {
       for (int64_t j = 0; j < E; ++j) row[j] *= embd_scale_;
     }

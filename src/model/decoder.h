@@ -112,7 +112,7 @@ class DecoderModel : public Model {
   // W_down) and layer_out.
   void gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
 
-  float embd_scale_ = 1.0f;  // token embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 
   ModelConfig cfg_;
   std::vector<DecoderLayer> layers_;

@@ -229,7 +229,9 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
 
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) {
-    fail(ErrorCode::kCorruptFile, "{}: not a GGUF file (magic {:08x}, expected 'GGUF')", f.path_, magic);
+    // The bytes found are not quoted: the message can reach a client
+    // (/v1/load_lora_adapter), and a path may name any file.
+    fail(ErrorCode::kCorruptFile, "{}: not a GGUF file (bad magic: it does not start with 'GGUF')", f.path_);
   }
   f.version_ = c.read<uint32_t>("version");
   if (f.version_ == 0x02000000 || f.version_ == 0x03000000) {

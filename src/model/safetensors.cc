@@ -40,7 +40,11 @@ json parse_header(const uint8_t* begin, const uint8_t* end, const std::string& f
   try {
     return json::parse(begin, end, depth_limit);
   } catch (const json::exception& e) {
-    fail(ErrorCode::kCorruptFile, "{}: header is not valid JSON: {}", file, e.what());
+    // The parser's message quotes what it last read: file bytes, which a
+    // client loading an arbitrary path must not get back. The offset only.
+    const auto* pe = dynamic_cast<const json::parse_error*>(&e);
+    fail(ErrorCode::kCorruptFile, "{}: not a safetensors file (its header is not valid JSON{})", file,
+         pe != nullptr ? fmt::format(" at byte {}", pe->byte + 8) : "");
   }
 }
 
@@ -135,8 +139,11 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
   uint64_t n = 0;
   std::memcpy(&n, data, 8);
   if (n > size - 8 || n > kMaxHeader) {
-    fail(ErrorCode::kCorruptFile, "{}: header length {} exceeds the file ({} bytes) or the {}-byte limit", f.path_, n,
-         size, kMaxHeader);
+    // n is the file's first 8 bytes: not quoted (see parse_header).
+    fail(ErrorCode::kCorruptFile,
+         "{}: not a safetensors file (the header length in its first 8 bytes exceeds the file, {} bytes, or the "
+         "{}-byte limit)",
+         f.path_, size, kMaxHeader);
   }
   const json header = parse_header(data + 8, data + 8 + n, f.path_);
   if (!header.is_object()) fail(ErrorCode::kCorruptFile, "{}: header is not a JSON object", f.path_);

@@ -94,6 +94,11 @@ void Metrics::count_finished(const char* finish_reason) {
   ++finished_[finish_reason];
 }
 
+void Metrics::watch_prompt_cache(const engine::PromptCache* pc) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_cache_ = pc;
+}
+
 void Metrics::count_http(const std::string& path, int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++http_[{path, status}];
@@ -155,6 +160,19 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
   histogram(out, "tessera_inter_token_latency_seconds", "Time between successive output tokens of a request.", itl_);
   histogram(out, "tessera_e2e_request_latency_seconds", "Time from arrival to the last output token.", e2e_);
   std::lock_guard<std::mutex> lock(mu_);
+  if (prompt_cache_ != nullptr) {
+    const engine::PromptCache::CompositionStats pc = prompt_cache_->composition_stats();
+    scalar(out, "tessera_prompt_cache_compositions", "gauge", "Prompt Cache module subsets whose composed K/V is kept.",
+           static_cast<double>(pc.compositions));
+    scalar(out, "tessera_prompt_cache_compositions_bytes", "gauge", "Bytes of kept Prompt Cache compositions.",
+           static_cast<double>(pc.bytes));
+    scalar(out, "tessera_prompt_cache_compositions_budget_bytes", "gauge",
+           "The budget of kept compositions (--prompt-cache-compositions-bytes).", static_cast<double>(pc.budget_bytes));
+    scalar(out, "tessera_prompt_cache_composition_builds_total", "counter",
+           "Prompt Cache compositions built (first use, or again after eviction).", static_cast<double>(pc.builds_total));
+    scalar(out, "tessera_prompt_cache_composition_evictions_total", "counter",
+           "Least recently used compositions dropped to stay within the budget.", static_cast<double>(pc.evictions_total));
+  }
   header(out, "tessera_request_finished_total", "counter", "Engine requests finished, by finish reason.");
   for (const auto& [reason, n] : finished_) {
     out += fmt::format("tessera_request_finished_total{{finish_reason=\"{}\"}} {}\n", label(reason), n);

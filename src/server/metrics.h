@@ -1,6 +1,7 @@
 // Server metrics in the Prometheus text exposition format (version 0.0.4):
 // engine gauges and counters read from Engine::stats(), latency histograms
-// observed per request, HTTP request counts by status.
+// observed per request, HTTP request counts by status, the LoRA pool and the
+// Prompt Cache's compositions.
 //
 // Histograms are cumulative as Prometheus wants them: bucket i counts
 // observations <= bound i, and a last "+Inf" bucket equals _count.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prompt_cache.h"
 #include "server/adapter_registry.h"
 
 namespace tessera::server {
@@ -55,12 +57,16 @@ class Metrics {
   // `pool`: the LoRA adapter pool's figures, when the server has one.
   std::string render(const engine::EngineStats* stats, int64_t in_flight,
                      const AdapterRegistry::PoolStats* pool = nullptr) const;
+  // The Prompt Cache whose compositions render() reports (null: none). It
+  // must outlive every render() call made while it is watched.
+  void watch_prompt_cache(const engine::PromptCache* pc);
 
  private:
   Histogram ttft_, itl_, e2e_;
   mutable std::mutex mu_;  // guards the maps below
   std::map<std::string, uint64_t> finished_;                  // finish_reason -> count
   std::map<std::pair<std::string, int>, uint64_t> http_;      // (path, status) -> count
+  const engine::PromptCache* prompt_cache_ = nullptr;
 };
 
 }  // namespace tessera::server

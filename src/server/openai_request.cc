@@ -73,13 +73,73 @@ void check_soft_prompt(const json& body, const ModelContext& ctx, ApiRequest& r)
   }
 }
 
+// The top-level fields each endpoint reads (besides kSamplingFields). A
+// field in none of these lists is refused (400, `param` naming it): a client
+// asking for a grammar, tools or min_tokens must learn that it did not get
+// them rather than receive text that silently ignores them.
+constexpr std::string_view kCommonFields[] = {
+    "model", "soft_prompt", "stream", "stream_options", "logit_bias",  // logit_bias: refused unless empty
+};
+constexpr std::string_view kCompletionFields[] = {
+    "prompt", "prompt_cache", "best_of", "echo", "logprobs",
+    "suffix",  // refused unless empty
+};
+constexpr std::string_view kChatFields[] = {
+    "messages", "logprobs", "top_logprobs", "add_generation_prompt", "chat_template_kwargs",
+    "response_format",  // {"type": "text"} only
+    "tool_choice",      // "none" only
+    "prompt_cache",     // refused with its own reason
+    "tools", "functions", "audio",  // refused unless empty
+};
+// OpenAI fields accepted because they change nothing this server computes:
+// `user` and `safety_identifier` name the end user for OpenAI's abuse
+// monitoring (there is none here to inform); `metadata` tags a stored
+// completion (with `store`, which is refused unless false); `parallel_tool_calls`
+// only matters with tools, which are refused.
+constexpr std::string_view kNoEffectFields[] = {"user", "safety_identifier", "metadata", "parallel_tool_calls", "store"};
+
+template <size_t N>
+bool listed(const std::string_view (&list)[N], std::string_view name) {
+  for (std::string_view f : list) {
+    if (f == name) return true;
+  }
+  return false;
+}
+
+bool known_field(std::string_view name, Endpoint ep) {
+  return listed(kSamplingFields, name) || listed(kCommonFields, name) || listed(kNoEffectFields, name) ||
+         (ep == Endpoint::kCompletions ? listed(kCompletionFields, name) : listed(kChatFields, name));
+}
+
+// A null value is "not given" everywhere in this parser, so it is no
+// request for anything and passes.
+void refuse_unknown_fields(const json& body, Endpoint ep) {
+  for (const auto& [key, v] : body.items()) {
+    if (v.is_null() || known_field(key, ep)) continue;
+    bad(key, fmt::format("Unrecognized request field '{}': this server does not implement it and refuses it rather "
+                         "than ignore it (docs/SERVER.md lists the fields it takes)",
+                         key));
+  }
+}
+
+// A field accepted only with the value that asks for nothing.
+void refuse_unless(const json& body, const char* name, const json& harmless) {
+  const json* v = field(body, name);
+  if (v != nullptr && *v != harmless) {
+    bad(name, fmt::format("'{}' is not supported by this server (only {} is accepted)", name, harmless.dump()));
+  }
+}
+
 // Fields OpenAI defines that this server cannot honour: refused rather than
 // silently ignored, so a client never gets something it did not ask for.
 void refuse_unsupported(const json& body, std::initializer_list<const char*> names) {
   for (const char* name : names) {
     const json* v = field(body, name);
     if (v == nullptr) continue;
-    if ((v->is_object() || v->is_array() || v->is_string()) && v->empty()) continue;
+    // json::empty() is false for every string, so "" is checked as a string.
+    if (((v->is_object() || v->is_array()) && v->empty()) || (v->is_string() && v->get_ref<const std::string&>().empty())) {
+      continue;
+    }
     bad(name, fmt::format("'{}' is not supported by this server", name));
   }
 }
@@ -101,11 +161,19 @@ void parse_stream(const json& body, ApiRequest& r) {
   }
 }
 
+// The soft prompt's virtual tokens the engine puts ahead of the prompt: the
+// request's own, else the server's (--soft-prompt FILE), else none.
+int64_t virtual_tokens(const ApiRequest& r, const ModelContext& ctx) {
+  const SoftPrompt* sp = r.soft_prompt ? r.soft_prompt.get() : ctx.soft_prompt.get();
+  return sp != nullptr ? sp->n_virtual : 0;
+}
+
+// prompt_len counts the virtual tokens too: they take context like tokens.
 void check_context(int64_t prompt_len, const ModelContext& ctx, const char* param) {
   if (prompt_len >= ctx.max_model_len) {
     throw ApiError(400,
-                   fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens; "
-                               "shorten the prompt",
+                   fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens "
+                               "(with the soft prompt's, if any); shorten the prompt",
                                ctx.max_model_len, prompt_len),
                    param, "context_length_exceeded");
   }
@@ -287,10 +355,12 @@ json parse_body(std::string_view body, int max_depth) {
 
 ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
+  refuse_unknown_fields(body, Endpoint::kCompletions);
   ApiRequest r;
   check_model(body, ctx, r);
   check_soft_prompt(body, ctx, r);
   refuse_unsupported(body, {"suffix", "logit_bias"});
+  refuse_unless(body, "store", false);
   r.endpoint = Endpoint::kCompletions;
   if (const json* b = field(body, "best_of")) {
     const int64_t best_of = bounded_int(*b, "best_of", 1, 128);
@@ -308,20 +378,24 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
   }
   parse_prompts(body, r, ctx);
   parse_prompt_cache(body, r, ctx);
+  r.virtual_tokens = virtual_tokens(r, ctx);
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     // A Prompt Cache layout spans its modules' position ranges.
     const int64_t span = r.layouts.empty() ? static_cast<int64_t>(r.prompts[i].size()) : r.layouts[i].positions.back() + 1;
-    check_context(span, ctx, "prompt");
+    check_context(span + r.virtual_tokens, ctx, "prompt");
   }
   return r;
 }
 
 ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
+  refuse_unknown_fields(body, Endpoint::kChat);
   ApiRequest r;
   check_model(body, ctx, r);
   check_soft_prompt(body, ctx, r);
   refuse_unsupported(body, {"tools", "functions", "logit_bias", "audio"});
+  refuse_unless(body, "tool_choice", "none");
+  refuse_unless(body, "store", false);
   if (field(body, "prompt_cache") != nullptr) {
     bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");
   }
@@ -362,11 +436,15 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
     bad("messages", e.what());
   }
   std::vector<int32_t> ids = tokenize_rendered(rendered, tok);
-  check_context(static_cast<int64_t>(ids.size()), ctx, "messages");
+  // The context the engine fills: the soft prompt's virtual tokens, then the
+  // conversation's.
+  r.virtual_tokens = virtual_tokens(r, ctx);
+  const int64_t prompt_len = r.virtual_tokens + static_cast<int64_t>(ids.size());
+  check_context(prompt_len, ctx, "messages");
   // Without max_tokens / max_completion_tokens, a chat reply may use the
   // rest of the context (as vLLM does).
   if (field(body, "max_tokens") == nullptr && field(body, "max_completion_tokens") == nullptr) {
-    r.params.max_tokens = static_cast<int32_t>(ctx.max_model_len - static_cast<int64_t>(ids.size()));
+    r.params.max_tokens = static_cast<int32_t>(ctx.max_model_len - prompt_len);
   }
   r.prompt_texts.push_back(std::move(rendered));
   r.prompts.push_back(std::move(ids));

@@ -1,9 +1,9 @@
 // OpenAI request bodies -> engine requests: /v1/completions and
 // /v1/chat/completions. Field names and meanings follow the OpenAI API
 // reference (vLLM's extensions where OpenAI has none: top_k, min_p,
-// repetition_penalty, ignore_eos, stop_token_ids). Unknown fields are
-// ignored; known ones with a wrong type or value throw ApiError (400)
-// naming the field in `param`.
+// repetition_penalty, ignore_eos, stop_token_ids). A top-level field the
+// endpoint does not implement is refused, not ignored, and so is a known one
+// with a wrong type or value: ApiError (400) naming the field in `param`.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -62,6 +62,13 @@ struct ModelContext {
   const engine::PromptCache* prompt_cache = nullptr;  // null: started without --prompt-schema
   AdapterRegistry* adapters = nullptr;  // LoRA adapters served by name; null: none
   kv::KvPolicy kv_policy{};  // --kv-policy: requests without a "kv_policy" field run with it
+  // --soft-prompt FILE: the engine's soft prompt for requests naming none
+  // (EngineConfig::soft_prompt); its virtual tokens take context.
+  std::shared_ptr<const SoftPrompt> soft_prompt;
+  // Virtual tokens the engine puts ahead of each prompt: this soft prompt's,
+  // else the server's (ModelContext::soft_prompt). They take context and
+  // count in usage.prompt_tokens.
+  int64_t virtual_tokens = 0;
 };
 
 struct ApiRequest {
@@ -83,6 +90,10 @@ struct ApiRequest {
   std::shared_ptr<const LoraAdapter> lora;
   // Its "soft_prompt" (one the server was started with), or none.
   std::shared_ptr<const SoftPrompt> soft_prompt;
+  // Virtual tokens the engine puts ahead of each prompt: this soft prompt's,
+  // else the server's (ModelContext::soft_prompt). They take context and
+  // count in usage.prompt_tokens.
+  int64_t virtual_tokens = 0;
 };
 
 // `model`, when present, must be the served name or a loaded adapter's (404

@@ -32,7 +32,7 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& req, const Tokenizer& tok, st
       created_(created),
       chat_(req.endpoint == Endpoint::kChat),
       want_logprobs_(chat_ ? req.chat_logprobs : req.completion_logprobs >= 0) {
-  for (const auto& p : req.prompts) prompt_tokens_ += static_cast<int64_t>(p.size());
+  for (const auto& p : req.prompts) prompt_tokens_ += static_cast<int64_t>(p.size()) + req.virtual_tokens;
   choices_.resize(req.prompts.size() * static_cast<size_t>(req.params.n));
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];

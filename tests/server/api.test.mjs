@@ -269,9 +269,19 @@ test('errors: wrong types, ranges, context, n, model', async () => {
   await expectApiError(client.chat.completions.create({ model: MODEL, messages: [] }), 400, (e) => assert.equal(e.param, 'messages'));
   await expectApiError(client.chat.completions.create({ model: MODEL, messages: [{ content: 'no role' }] }), 400);
   await expectApiError(client.chat.completions.create({ model: MODEL, messages: CHAT_MESSAGES, top_logprobs: 3 }), 400);
-  // unknown fields are ignored
-  const ok = await client.completions.create({ ...base, some_future_field: { x: 1 }, user: 'u' });
+  // fields the server does not implement are refused, naming them; OpenAI's
+  // no-effect fields (user) are accepted
+  for (const create of [(b) => client.completions.create({ ...base, ...b }),
+    (b) => client.chat.completions.create({ model: MODEL, messages: CHAT_MESSAGES, max_tokens: 4, ...b })]) {
+    for (const [field, value] of [['some_future_field', { x: 1 }], ['min_tokens', 2], ['tool_choice', 'auto'],
+      ['guided_json', { type: 'object' }]]) {
+      await expectApiError(create({ [field]: value }), 400, (e) => assert.equal(e.param, field));
+    }
+  }
+  const ok = await client.completions.create({ ...base, user: 'u' });
   assert.equal(ok.usage.completion_tokens, 4);
+  const okChat = await client.chat.completions.create({ model: MODEL, messages: CHAT_MESSAGES, max_tokens: 4, user: 'u' });
+  assert.equal(okChat.usage.completion_tokens, 4);
 });
 
 test('errors: API key, body size', async () => {

@@ -58,6 +58,7 @@ struct Stack {
     served.ctx.max_model_len = engine->config().max_model_len;
     served.ctx.served_model_name = "stories";
     served.ctx.adapters = &adapters;
+    served.ctx.soft_prompt = engine->config().soft_prompt;
   }
   ~Stack() {
     http->begin_shutdown();

@@ -1,0 +1,119 @@
+// OpenAI request parsing (server/openai_request.h) at the parse level, with
+// no transport: which top-level fields each endpoint takes, and that every
+// other one is refused naming it.
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "server/chat_template.h"
+#include "server/openai_request.h"
+#include "server/sampling_json.h"
+#include "util/test_util.h"
+
+namespace tessera::server {
+namespace {
+
+using nlohmann::json;
+
+class OpenAiRequest : public ::testing::Test {
+ protected:
+  OpenAiRequest() : chatml_(ChatTemplate::resolve("chatml", std::nullopt)) {
+    ctx_.tokenizer = testing::stories260k().tok.get();
+    ctx_.chat_template = &chatml_;
+    ctx_.max_model_len = 256;
+    ctx_.served_model_name = "stories";
+  }
+  json completion() const { return {{"prompt", "Once upon a time"}, {"max_tokens", 4}}; }
+  json chat() const { return {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}, {"max_tokens", 4}}; }
+
+  // The ApiError parsing `body` throws (status 0 when it parses).
+  ApiError parse(const json& body, Endpoint ep) const {
+    try {
+      if (ep == Endpoint::kChat) {
+        parse_chat_request(body, ctx_);
+      } else {
+        parse_completion_request(body, ctx_);
+      }
+    } catch (const ApiError& e) {
+      return e;
+    }
+    return ApiError(0, "");
+  }
+
+  ChatTemplate chatml_;
+  ModelContext ctx_;
+};
+
+TEST_F(OpenAiRequest, FieldsTheServerDoesNotImplementAreRefusedNamingThem) {
+  const json unknown = {{"tool_choice", "auto"},         {"grammar", "root ::= \"a\""},
+                        {"guided_json", {{"type", "object"}}}, {"min_tokens", 3},
+                        {"typo_field", 1},               {"response_format", {{"type", "json_object"}}},
+                        {"guided_regex", "a+"},          {"store", true},
+                        {"include_stop_str_in_output", true}, {"skip_special_tokens", false}};
+  for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+    for (const auto& [name, value] : unknown.items()) {
+      json body = ep == Endpoint::kChat ? chat() : completion();
+      body[name] = value;
+      const ApiError e = parse(body, ep);
+      EXPECT_EQ(e.status(), 400) << name;
+      EXPECT_EQ(e.param(), name) << e.what();
+      EXPECT_EQ(e.to_json()["error"]["type"], "invalid_request_error");
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  // Fields of the other endpoint are unknown here.
+  json c = completion();
+  c["add_generation_prompt"] = true;
+  EXPECT_EQ(parse(c, Endpoint::kCompletions).param(), "add_generation_prompt");
+  json ch = chat();
+  ch["echo"] = true;
+  EXPECT_EQ(parse(ch, Endpoint::kChat).param(), "echo");
+}
+
+TEST_F(OpenAiRequest, EveryFieldTheParserReadsIsAccepted) {
+  // A valid value for each sampling field: none is refused as unknown.
+  const json valid = {{"temperature", 0.5},      {"top_p", 0.9},          {"top_k", 5},
+                      {"min_p", 0.1},            {"presence_penalty", 0.1}, {"frequency_penalty", 0.1},
+                      {"repetition_penalty", 1.1}, {"seed", 7},           {"max_tokens", 4},
+                      {"max_completion_tokens", 4}, {"n", 2},             {"ignore_eos", true},
+                      {"stop", "x"},             {"stop_token_ids", json::array({1})}, {"speculative", false},
+                      {"kv_policy", "dense"}};
+  for (std::string_view f : kSamplingFields) EXPECT_TRUE(valid.contains(std::string(f))) << f;
+  for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+    json body = ep == Endpoint::kChat ? chat() : completion();
+    body.update(valid);
+    // OpenAI fields with no effect here, the refusable ones at their harmless
+    // values, and null (not given) for anything.
+    body.update({{"user", "u"}, {"safety_identifier", "s"}, {"metadata", {{"k", "v"}}}, {"store", false},
+                 {"parallel_tool_calls", true}, {"logit_bias", json::object()}, {"stream", false},
+                 {"stream_options", {{"include_usage", true}}}, {"model", "stories"}, {"some_future_field", nullptr}});
+    if (ep == Endpoint::kChat) {
+      body.update({{"tools", json::array()}, {"functions", json::array()}, {"tool_choice", "none"},
+                   {"response_format", {{"type", "text"}}}, {"logprobs", true}, {"top_logprobs", 2},
+                   {"add_generation_prompt", true}, {"chat_template_kwargs", json::object()}});
+    } else {
+      body.update({{"suffix", ""}, {"best_of", 2}, {"echo", false}, {"logprobs", 2}});
+    }
+    const ApiError e = parse(body, ep);
+    EXPECT_EQ(e.status(), 0) << body.dump() << " -> " << e.what();
+  }
+  // The refusable fields asking for something are refused.
+  const json refusable = {{"suffix", "x"}, {"logit_bias", {{"1", 5}}}};
+  for (const auto& [f, v] : refusable.items()) {
+    json body = completion();
+    body[f] = v;
+    EXPECT_EQ(parse(body, Endpoint::kCompletions).param(), f);
+  }
+  // Known fields that need something this context lacks are refused for
+  // that reason, not as unknown.
+  for (const char* f : {"prompt_cache", "soft_prompt"}) {
+    json body = completion();
+    body[f] = f == std::string("prompt_cache") ? json{{"modules", json::array()}} : json("x");
+    const ApiError e = parse(body, Endpoint::kCompletions);
+    EXPECT_EQ(e.param(), f);
+    EXPECT_EQ(std::string(e.what()).find("Unrecognized"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::server
