@@ -84,7 +84,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (error_) return reply(*error_);
     RequestLog& log = session_->log();
     log.prompt_tokens = 0;
-    for (const auto& p : api_->prompts) log.prompt_tokens += static_cast<int64_t>(p.size());
+    for (const auto& p : api_->prompts) log.prompt_tokens += static_cast<int64_t>(p.size()) + api_->virtual_tokens;
     std::vector<engine::PromptLayout> prompts = api_->layouts;
     if (prompts.empty()) {
       for (const auto& p : api_->prompts) {
