@@ -69,8 +69,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
 Engine::~Engine() = default;
 
 void Engine::make_scheduler() {
-  scheduler_.reset();
-  kv_manager_ = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, kv_cache_->shape().num_blocks});
+  auto kv = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, kv_cache_->shape().num_blocks});
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -78,7 +77,15 @@ void Engine::make_scheduler() {
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   sc.block_hash = config_.prefix_block_hash;
   sc.sliding_window = model_.config().sliding_window;  // every layer's window (0: none)
-  scheduler_ = std::make_unique<Scheduler>(sc, *kv_manager_);
+  auto scheduler = std::make_unique<Scheduler>(sc, *kv);
+  {
+    // Other threads read the scheduler's limits under mu_ (prepare); the
+    // old pair is destroyed after the swap, outside the lock.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(scheduler_, scheduler);
+    std::swap(kv_manager_, kv);
+  }
+  scheduler.reset();
   runner_ = std::make_unique<ModelRunner>(model_, *kv_cache_, *pool_);
 }
 
@@ -229,7 +236,11 @@ void Engine::validate_request(Request& req, int64_t max_position, RequestAdapter
   const bool bounded = params.kv_policy.bounded();
   TESSERA_CHECK(!bounded || (r->positions.empty() && !r->preloaded), kInvalidArgument,
                 "a bounded kv_policy cannot be combined with a Prompt Cache prompt");
-  std::string why = scheduler_->check_admissible(r->num_tokens(), params.max_tokens, params.kv_policy);
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a restart replaces the scheduler (make_scheduler)
+    why = scheduler_->check_admissible(r->num_tokens(), params.max_tokens, params.kv_policy);
+  }
   if (why.empty() && !bounded && max_position + params.max_tokens > config_.max_model_len) {
     why = fmt::format("the prompt reaches position {}; with {} tokens to generate it exceeds the maximum context "
                       "length of {}", max_position, params.max_tokens, config_.max_model_len);

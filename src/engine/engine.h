@@ -249,7 +249,7 @@ class Engine {
   std::unordered_map<RequestId, OutputCallback> callbacks_;      // engine thread only
   std::unordered_map<RequestId, std::vector<RequestId>> groups_; // group -> members
 
-  mutable std::mutex mu_;  // guards the inbox, next_id_ and stats_
+  mutable std::mutex mu_;  // guards the inbox, next_id_, stats_, and swapping scheduler_ / kv_manager_
   std::vector<Pending> inbox_;
   std::vector<RequestId> aborts_;
   RequestId next_id_ = 1;
