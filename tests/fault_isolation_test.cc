@@ -341,3 +341,61 @@ TEST(VocabMask, PaddingRowsOfItsGgufConversionAreNeverSampled) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A request being prepared (validated, its detokenizer state built over the
+// prompt) does not hold the lock the engine thread needs to deliver
+// tokens: while one preparation is held inside Engine::prepare, a running
+// stream keeps receiving outputs. (On 170be51 AsyncEngine::submit prepared
+// under its lock: the stream stopped until the submission ended.)
+TEST(AsyncEngineLock, StreamsFlowWhileARequestIsPrepared) {
+  std::atomic<bool> hold{false}, entered{false}, release{false};
+  EngineConfig c = config(false);
+  c.fault_hook = [&](const FaultSite& s) {
+    // The running stream makes a token every ~2 ms, so it is still running.
+    if (s.stage == FaultStage::kSample) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (s.stage != FaultStage::kPrepare || !hold.load()) return;
+    entered = true;
+    for (int i = 0; i < 1000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  const auto& m = testing::stories260k();
+  Engine eng(*m.lm.model, m.tok.get(), c);
+  server::Metrics metrics;
+  server::AsyncEngine async(eng, metrics, 256);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 1500;
+  p.ignore_eos = true;
+  engine::PromptLayout a;
+  a.tokens = prompt_of(0);
+  auto running = async.submit({std::move(a)}, p);
+  std::vector<server::ChannelItem> items;
+  while (items.empty()) running->wait(items, std::chrono::milliseconds(100));
+
+  hold = true;
+  std::thread submitter([&] {
+    engine::PromptLayout b;
+    b.tokens = prompt_of(1);
+    auto ch = async.submit({std::move(b)}, params_of(1));
+    async.abort(*ch);
+  });
+  for (int i = 0; i < 500 && !entered.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(entered.load());
+  // The preparation is held: outputs must still arrive (those already
+  // pending are dropped first).
+  items.clear();
+  running->take(items);
+  items.clear();
+  for (int i = 0; i < 20 && items.size() < 3; ++i) running->wait(items, std::chrono::milliseconds(50));
+  const size_t during = items.size();
+  release = true;
+  submitter.join();
+  EXPECT_GE(during, 3u) << "no tokens were delivered while a request was being prepared";
+  async.abort(*running);
+  drain(*running);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -192,6 +192,7 @@ PreparedRequest Engine::prepare(PromptLayout layout, const SamplingParams& param
 
 void Engine::validate_request(Request& req, int64_t max_position, RequestAdapters adapters) {
   Request* r = &req;
+  fault(FaultStage::kPrepare, req);
   const int64_t V = model_.config().n_vocab;
   // Its own adapter, else the engine's (--lora), else none. The adapter is
   // part of the prefix-cache key: two adapters never share KV.
@@ -325,6 +326,7 @@ void Engine::drain_inbox(std::vector<RequestOutput>& outputs) {
 
 const char* fault_stage_name(FaultStage s) {
   switch (s) {
+    case FaultStage::kPrepare: return "prepare";
     case FaultStage::kAdmit: return "admit";
     case FaultStage::kDraft: return "draft";
     case FaultStage::kForward: return "forward";

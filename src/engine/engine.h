@@ -43,7 +43,9 @@ namespace tessera::engine {
 // there fails the requests of that step and restarts the engine's shared
 // state (engine.cc, recover_step). A fault hook lets tests throw at each
 // stage; it is empty in production.
-enum class FaultStage { kAdmit, kDraft, kForward, kSample, kDetokenize, kStopCheck, kOutput };
+// kPrepare is not guarded: it runs on the caller's thread (Engine::prepare),
+// where an exception is the caller's; tests use it to hold a preparation.
+enum class FaultStage { kPrepare, kAdmit, kDraft, kForward, kSample, kDetokenize, kStopCheck, kOutput };
 const char* fault_stage_name(FaultStage s);
 struct FaultSite {
   FaultStage stage = FaultStage::kAdmit;
