@@ -1,5 +1,5 @@
-// POST /v1/completions and /v1/chat/completions: the body is parsed and
-// tokenized on the worker pool, submitted to the engine on the loop, and
+// POST /v1/completions and /v1/chat/completions: the body is parsed,
+// tokenized and submitted to the engine on the worker pool, and
 // answered with one JSON body or an SSE stream. No thread waits for the
 // engine: its RequestChannel's listener posts a wake-up to the loop, which
 // takes the new outputs and writes them.
@@ -42,8 +42,8 @@ ApiError interruption(const RequestChannel& ch) {
 std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 // One generation request, from its body to its last byte. Lives while the
-// worker parses it, then while its channel's listener holds it (until the
-// channel finishes); all but parse() run on the loop.
+// worker parses and submits it, then while its channel's listener holds it
+// (until the channel finishes); all but parse() run on the loop.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
   Generation(HttpServer::Impl& srv, std::shared_ptr<Session> s, const ServedModel& m, Endpoint ep, std::string body)
@@ -63,13 +63,16 @@ class Generation : public std::enable_shared_from_this<Generation> {
                                         samples, srv_.opt.max_samples_per_request),
                        "n");
       }
+      submitted_ = submit_to_engine();
     } catch (const ApiError& e) {
       error_ = e;
+    } catch (const Error& e) {
+      error_ = engine_error(e, srv_.shutting_down || !m_.engine->accepting());
     } catch (const std::exception& e) {
       TESSERA_LOG_ERROR("handler failed: {}", e.what());
       error_ = ApiError(500, "internal server error");
     }
-    asio::post(srv_.ioc, [self = shared_from_this()] { self->submit(); });
+    asio::post(srv_.ioc, [self = shared_from_this()] { self->start(); });
   }
 
   // The client left: abort (the channel then finishes within a step).
@@ -79,12 +82,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   }
 
  private:
-  void submit() {
-    if (gone_) return reply(ApiError(499, "the client closed the connection"));
-    if (error_) return reply(*error_);
-    RequestLog& log = session_->log();
-    log.prompt_tokens = 0;
-    for (const auto& p : api_->prompts) log.prompt_tokens += static_cast<int64_t>(p.size()) + api_->virtual_tokens;
+  // Worker pool: the engine's preparation of the prompts (validation, the
+  // detokenizer's state) grows with their length, so it runs here too.
+  std::shared_ptr<RequestChannel> submit_to_engine() {
     std::vector<engine::PromptLayout> prompts = api_->layouts;
     if (prompts.empty()) {
       for (const auto& p : api_->prompts) {
@@ -93,11 +93,20 @@ class Generation : public std::enable_shared_from_this<Generation> {
         prompts.push_back(std::move(plain));
       }
     }
-    try {
-      ch_ = m_.engine->submit(std::move(prompts), api_->params, {api_->lora, api_->soft_prompt});
-    } catch (const Error& e) {
-      return reply(engine_error(e, srv_.shutting_down || !m_.engine->accepting()));
+    return m_.engine->submit(std::move(prompts), api_->params, {api_->lora, api_->soft_prompt});
+  }
+
+  // The loop, once the worker is done: answer an error, or follow the channel.
+  void start() {
+    if (gone_) {
+      if (submitted_) m_.engine->abort(*submitted_);
+      return reply(ApiError(499, "the client closed the connection"));
     }
+    if (error_) return reply(*error_);
+    ch_ = std::move(submitted_);
+    RequestLog& log = session_->log();
+    log.prompt_tokens = 0;
+    for (const auto& p : api_->prompts) log.prompt_tokens += static_cast<int64_t>(p.size()) + api_->virtual_tokens;
     log.id = srv_.next_id(endpoint_);
     builder_ = std::make_unique<ResponseBuilder>(*api_, *m_.ctx.tokenizer, api_->model, log.id,
                                                  static_cast<int64_t>(std::time(nullptr)));
@@ -167,6 +176,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::shared_ptr<ApiRequest> api_;
   std::optional<ApiError> error_;
   std::shared_ptr<RequestChannel> ch_;
+  std::shared_ptr<RequestChannel> submitted_;  // set by the worker, taken by start() on the loop
   std::unique_ptr<ResponseBuilder> builder_;
   std::vector<ChannelItem> items_;
   std::atomic<bool> wake_{false};

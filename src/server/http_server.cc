@@ -293,7 +293,19 @@ int HttpServer::bound_port() const { return impl_->port; }
 void HttpServer::start() {
   Impl& s = *impl_;
   s.accept();
-  s.loop = std::thread([&s] { s.ioc.run(); });
+  s.loop = std::thread([&s] {
+    // A handler that throws must not take the loop (and every connection)
+    // with it: log it and keep running. The connection whose handler threw
+    // ends by its own timers.
+    for (;;) {
+      try {
+        s.ioc.run();
+        return;
+      } catch (const std::exception& e) {
+        TESSERA_LOG_ERROR("HTTP loop: a handler threw ({}); the loop goes on", e.what());
+      }
+    }
+  });
 }
 
 void HttpServer::attach(const ServedModel* model) { impl_->model.store(model); }
