@@ -17,11 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "kv/kv_policy.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

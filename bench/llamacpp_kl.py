@@ -1,6 +1,6 @@
 """Perplexity ratio and KL divergence from two llama.cpp probability dumps
 (bench/llamacpp_probs.mjs: f32 [rows, n_vocab], same tokens and chunks), as
-tessera perplexity --kl reports them (src/engine/kl_divergence.h).
+tessera perplexity --kl reports them (src/eval/kl_divergence.h).
 
 usage: /usr/bin/python3 bench/llamacpp_kl.py BASE.probs Q.probs TOKENS.txt CTX N_VOCAB
 Prints one JSON object.

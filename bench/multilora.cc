@@ -15,7 +15,7 @@
 #include "adapters/random_lora.h"
 #include "bench/bench_util.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace tessera;
 

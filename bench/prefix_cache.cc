@@ -14,7 +14,7 @@
 
 #include "bench/bench_util.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace tessera;
 

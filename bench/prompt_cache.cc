@@ -13,7 +13,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace tessera;
 

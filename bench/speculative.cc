@@ -28,7 +28,7 @@
 
 #include "bench/bench_util.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "spec/model_drafter.h"
 
 using namespace tessera;

@@ -16,7 +16,7 @@
 #include "bench/bench_util.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/async_engine.h"
 #include "server/metrics.h"
 

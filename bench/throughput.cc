@@ -4,7 +4,7 @@
 // batch runs until its longest request ends; new requests wait), (c)
 // continuous batching (everything submitted; the scheduler admits and
 // retires requests every step). Prints JSON, with the roofline model of the
-// same workload on this machine (engine/roofline_model.h: measured compute
+// same workload on this machine (eval/roofline_model.h: measured compute
 // peak and read bandwidth): the least time any engine could take for each
 // way of batching, so the best ratios the three modes can show here.
 //
@@ -14,11 +14,11 @@
 #include <fstream>
 
 #include "bench/bench_util.h"
-#include "engine/roofline_model.h"
+#include "eval/roofline_model.h"
 #include "kernels/membw.h"
 #include "kernels/peak.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace tessera;
 

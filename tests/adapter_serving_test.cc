@@ -1,4 +1,4 @@
-// Serving adapters by name (server/adapter_registry.h): the LoRA pool's
+// Serving adapters by name (adapters/registry.h): the LoRA pool's
 // memory budget and LRU eviction of idle adapters (reloaded from their
 // files on demand), soft prompts over HTTP, and adapters loaded and
 // unloaded every few hundred milliseconds under 32 streaming clients:
@@ -17,7 +17,7 @@
 
 #include "adapters/lora_gguf.h"
 #include "core/log.h"
-#include "server/chat_template.h"
+#include "template/chat_template.h"
 #include "server/openai_request.h"
 #include "util/server_stack.h"
 #include "util/test_util.h"

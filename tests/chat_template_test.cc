@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/gguf.h"
-#include "server/chat_template.h"
+#include "format/gguf.h"
+#include "template/chat_template.h"
 #include "util/test_util.h"
 
 namespace tessera::server {

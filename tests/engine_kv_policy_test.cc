@@ -15,7 +15,7 @@
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/test_util.h"
 
 namespace tessera::engine {

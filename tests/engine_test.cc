@@ -12,7 +12,7 @@
 #include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "model/synthetic.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/test_util.h"
 
 namespace tessera::engine {

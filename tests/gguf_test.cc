@@ -10,8 +10,8 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "util/test_util.h"
 
 namespace tessera {

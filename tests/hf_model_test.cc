@@ -1,4 +1,4 @@
-// Hugging Face folders (model/hf_model.h) and the safetensors reader:
+// Hugging Face folders (format/hf_model.h) and the safetensors reader:
 //   - a random model written as GGUF and as its HF twin gives the same
 //     logits bit for bit, for every architecture and F32 / F16 / BF16;
 //   - `convert` of the twin gives the make-model GGUF's tensor bytes;
@@ -24,12 +24,12 @@
 #include "core/thread_pool.h"
 #include "engine/sequence_runner.h"
 #include "model/convert.h"
-#include "model/gguf.h"
-#include "model/hf_model.h"
-#include "model/safetensors.h"
+#include "format/gguf.h"
+#include "format/hf_model.h"
+#include "format/safetensors.h"
 #include "model/synthetic.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_normalize.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/normalize.h"
 #include "util/test_util.h"
 
 namespace tessera {

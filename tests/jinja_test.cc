@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "server/jinja.h"
+#include "template/jinja.h"
 
 namespace tessera::server::jinja {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "core/cpu.h"
 #include "core/thread_pool.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "engine/sequence_runner.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"

@@ -19,9 +19,9 @@
 #include "adapters/lora_gguf.h"
 #include "adapters/soft_prompt_file.h"
 #include "core/error.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
-#include "server/adapter_registry.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "adapters/registry.h"
 #include "server/openai_request.h"
 #include "util/test_util.h"
 
@@ -38,7 +38,7 @@ std::vector<std::pair<std::string, std::function<void(const std::string&)>>> loa
       {"lora", [](const std::string& p) { adapters::load_lora(p, base()); }},
       {"soft prompt", [](const std::string& p) { adapters::load_soft_prompt(p, base()); }},
       {"registry", [](const std::string& p) {
-         server::AdapterRegistry r(base(), 0);
+         AdapterRegistry r(base(), 0);
          r.load("x", p, "base");
        }},
   };
@@ -85,7 +85,7 @@ TEST(LoaderPaths, AFifoIsRefusedAtOnceNamedForWhatItIs) {
     EXPECT_NE(e.find("not a regular file (a directory)"), std::string::npos) << name << ": " << e;
   }
   // Over the API: a 400 naming lora_path.
-  server::AdapterRegistry r(base(), 0);
+  AdapterRegistry r(base(), 0);
   try {
     r.load("x", fifo, "base");
     FAIL();

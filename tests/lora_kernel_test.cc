@@ -21,7 +21,7 @@
 
 #include "core/cpu.h"
 #include "kernels/lora_delta.h"
-#include "model/lora.h"
+#include "adapters/lora.h"
 
 namespace tessera {
 namespace {

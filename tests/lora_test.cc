@@ -1,4 +1,4 @@
-// LoRA adapters (adapters/lora_gguf.h, model/lora.h) on the real
+// LoRA adapters (adapters/lora_gguf.h, adapters/lora.h) on the real
 // stories260K model and its real Shakespeare adapter: the engine with the
 // adapter applied per token gives the logits and greedy tokens of a model
 // whose weights are merged, W + (alpha / rank) B A, computed here and
@@ -21,11 +21,11 @@
 #include "adapters/random_lora.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "engine/sequence_runner.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "quant/quantize_model.h"
 #include "util/test_util.h"
 

@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "core/error.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "util/test_util.h"

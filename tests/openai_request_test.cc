@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "server/chat_template.h"
+#include "template/chat_template.h"
 #include "server/openai_request.h"
 #include "server/sampling_json.h"
 #include "util/test_util.h"

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/test_util.h"
 
 namespace tessera::engine {

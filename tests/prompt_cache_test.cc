@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "engine/prompt_cache.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/test_util.h"
 
 namespace tessera::engine {

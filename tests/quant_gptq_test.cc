@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/kl_divergence.h"
+#include "eval/kl_divergence.h"
 #include "kernels/quant.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"

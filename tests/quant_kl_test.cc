@@ -1,4 +1,4 @@
-// tessera perplexity --kl-base / --kl (engine/kl_divergence.h):
+// tessera perplexity --kl-base / --kl (eval/kl_divergence.h):
 //  * the report of rows of base log-probabilities against logits equals an
 //    independent numpy computation (tests/reference/quant_ref.py kl);
 //  * saved through the base file (log-probabilities stored in 16 bits), the
@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/kl_divergence.h"
+#include "eval/kl_divergence.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "quant/quantize_model.h"
 #include "util/test_util.h"
 

@@ -1,4 +1,4 @@
-// The serving roofline model (engine/roofline_model.h): a hand-computed
+// The serving roofline model (eval/roofline_model.h): a hand-computed
 // case, its two limits (compute-bound: batching cannot help; memory-bound:
 // time is the number of steps), and the ordering continuous <= static <=
 // one-at-a-time on random workloads and machines.
@@ -7,7 +7,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "engine/roofline_model.h"
+#include "eval/roofline_model.h"
 
 namespace tessera::engine {
 namespace {

@@ -1,4 +1,4 @@
-// Soft prompts (model/soft_prompt.h, adapters/soft_prompt_file.h) on the
+// Soft prompts (adapters/soft_prompt.h, adapters/soft_prompt_file.h) on the
 // real stories260K model. The independent reference: a soft prompt whose
 // rows are the model's own embeddings of some tokens must give exactly what
 // those tokens give as an ordinary prompt prefix (same input rows, so the
@@ -17,8 +17,8 @@
 #include "core/fp16.h"
 #include "engine/engine.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "model/synthetic.h"
 #include "util/test_util.h"
 

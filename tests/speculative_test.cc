@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "spec/drafter.h"
 #include "spec/policy.h"
 #include "util/test_util.h"

@@ -3,7 +3,7 @@
 // this under ASan/UBSan); tiny hand-built byte-level BPEs (GGUF and
 // tokenizer.json) check merge order and added tokens against ids worked out
 // by hand.
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "util/test_util.h"
 
 namespace tessera {

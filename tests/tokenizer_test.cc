@@ -1,7 +1,7 @@
 // Tokenizers against llama.cpp's tokenizer test vectors (ids produced by the
 // models' own Hugging Face tokenizers), round trips, and the stories260K
 // golden text.
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "model/tokenizer_normalize.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/normalize.h"
+#include "tokenizer/unicode.h"
 #include "util/test_util.h"
 
 namespace tessera {

@@ -1,4 +1,4 @@
-#include "model/lora.h"
+#include "adapters/lora.h"
 
 #include <algorithm>
 #include <atomic>

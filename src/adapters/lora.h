@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "model/config.h"
+#include "format/model_config.h"
 #include "kernels/kernel_context.h"
-#include "model/forward_batch.h"
+#include "kv/forward_batch.h"
 
 namespace tessera {
 

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera::adapters {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/lora.h"
+#include "format/model_config.h"
+#include "adapters/lora.h"
 
 namespace tessera::adapters {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "model/config.h"
-#include "model/lora.h"
+#include "format/model_config.h"
+#include "adapters/lora.h"
 
 namespace tessera::adapters {
 

@@ -1,13 +1,13 @@
-#include "server/adapter_registry.h"
+#include "adapters/registry.h"
 
 #include <fmt/format.h>
 
 #include "adapters/lora_gguf.h"
 #include "adapters/soft_prompt_file.h"
 #include "core/error.h"
-#include "server/openai_request.h"
+#include "core/api_error.h"
 
-namespace tessera::server {
+namespace tessera {
 
 namespace {
 
@@ -176,4 +176,4 @@ AdapterRegistry::PoolStats AdapterRegistry::pool_stats() const {
   return s;
 }
 
-}  // namespace tessera::server
+}  // namespace tessera

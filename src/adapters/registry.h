@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/lora.h"
-#include "model/soft_prompt.h"
+#include "format/model_config.h"
+#include "adapters/lora.h"
+#include "adapters/soft_prompt.h"
 
-namespace tessera::server {
+namespace tessera {
 
 class AdapterRegistry {
  public:
@@ -94,4 +94,4 @@ class AdapterRegistry {
   std::map<std::string, std::pair<std::string, std::shared_ptr<const SoftPrompt>>> soft_prompts_;  // under pool_->mu
 };
 
-}  // namespace tessera::server
+}  // namespace tessera

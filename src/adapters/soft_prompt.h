@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/lora.h"
+#include "adapters/lora.h"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include "core/fp16.h"
 #include "core/mmap_file.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera::adapters {
 namespace {

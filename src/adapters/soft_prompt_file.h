@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "model/config.h"
-#include "model/soft_prompt.h"
+#include "format/model_config.h"
+#include "adapters/soft_prompt.h"
 
 namespace tessera::adapters {
 

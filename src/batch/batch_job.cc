@@ -1,4 +1,4 @@
-#include "server/batch_job.h"
+#include "batch/batch_job.h"
 
 #include <nlohmann/json.hpp>
 
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/sampling_json.h"
 
 namespace tessera::server {

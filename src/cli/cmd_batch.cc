@@ -1,10 +1,10 @@
-// tessera batch: offline JSONL in, JSONL out (see server/batch_job.h).
+// tessera batch: offline JSONL in, JSONL out (see batch/batch_job.h).
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/log.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
-#include "server/batch_job.h"
+#include "tokenizer/tokenizer.h"
+#include "batch/batch_job.h"
 
 namespace tessera::cli {
 namespace {

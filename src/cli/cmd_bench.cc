@@ -10,7 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
-#include "engine/benchmark.h"
+#include "eval/benchmark.h"
 #include "kernels/membw.h"
 #include "kernels/peak.h"
 #include "model/model.h"

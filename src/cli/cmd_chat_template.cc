@@ -10,9 +10,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "model/hf_model.h"
-#include "model/json_file.h"
-#include "server/chat_template.h"
+#include "format/hf_model.h"
+#include "format/json_file.h"
+#include "template/chat_template.h"
 
 namespace tessera::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include "core/log.h"
 #include "engine/prompt_cache.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 namespace {

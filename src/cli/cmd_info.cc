@@ -5,8 +5,8 @@
 
 #include "cli/command.h"
 #include "core/cpu.h"
-#include "model/gguf.h"
-#include "model/hf_model.h"
+#include "format/gguf.h"
+#include "format/hf_model.h"
 
 namespace tessera::cli {
 namespace {

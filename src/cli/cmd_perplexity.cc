@@ -1,4 +1,4 @@
-// tessera perplexity: llama-perplexity's method (see engine/perplexity.h).
+// tessera perplexity: llama-perplexity's method (see eval/perplexity.h).
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -7,10 +7,10 @@
 #include "cli/common_options.h"
 #include "cli/progress.h"
 #include "cli/text_file.h"
-#include "engine/kl_divergence.h"
-#include "engine/perplexity.h"
+#include "eval/kl_divergence.h"
+#include "eval/perplexity.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 namespace {

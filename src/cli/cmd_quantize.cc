@@ -14,7 +14,7 @@
 #include "cli/text_file.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "quant/quantize_model.h"
 
 namespace tessera::cli {

@@ -20,10 +20,10 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "engine/prompt_cache.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "server/async_engine.h"
-#include "server/adapter_registry.h"
-#include "server/chat_template.h"
+#include "adapters/registry.h"
+#include "template/chat_template.h"
 #include "server/http_server.h"
 
 namespace tessera::cli {
@@ -164,7 +164,7 @@ int serve(ServeArgs& a) {
     ~Unwatch() { m.watch_prompt_cache(nullptr); }
   } unwatch{metrics};
   served.ctx.soft_prompt = eng.config().soft_prompt;
-  server::AdapterRegistry adapters(lm.model->config(),
+  AdapterRegistry adapters(lm.model->config(),
                                    a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
     try {

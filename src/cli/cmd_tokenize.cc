@@ -10,10 +10,10 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "model/gguf.h"
-#include "model/hf_model.h"
-#include "model/json_file.h"
-#include "model/tokenizer.h"
+#include "format/gguf.h"
+#include "format/hf_model.h"
+#include "format/json_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::cli {
 namespace {

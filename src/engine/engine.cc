@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "engine/stop_checker.h"
 #include "kv/prefix_hash.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "spec/model_drafter.h"
 
 namespace tessera::engine {

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "engine/sequence_runner.h"
 #include "kv/prefix_hash.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 

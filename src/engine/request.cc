@@ -1,6 +1,6 @@
 #include "engine/request.h"
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 

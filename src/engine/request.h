@@ -15,8 +15,8 @@
 #include "engine/sampling_params.h"
 #include "kv/kv_manager.h"
 #include "model/kv_cache.h"
-#include "model/lora.h"
-#include "model/soft_prompt.h"
+#include "adapters/lora.h"
+#include "adapters/soft_prompt.h"
 #include "spec/policy.h"
 
 namespace tessera {
@@ -35,7 +35,7 @@ enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
 
 // What a request runs with besides the base weights: a LoRA adapter
-// (model/lora.h) and a soft prompt (model/soft_prompt.h), each optional.
+// (adapters/lora.h) and a soft prompt (adapters/soft_prompt.h), each optional.
 struct RequestAdapters {
   std::shared_ptr<const LoraAdapter> lora;
   std::shared_ptr<const SoftPrompt> soft_prompt;
@@ -67,7 +67,7 @@ struct Request {
   // Mixed into block hashes: blocks whose contents depend on more than the
   // tokens (modules computed apart) only match requests built the same way.
   uint64_t cache_salt = 0;
-  // The LoRA adapter its tokens run with (model/lora.h), or none. Part of
+  // The LoRA adapter its tokens run with (adapters/lora.h), or none. Part of
   // cache_salt: two adapters never share KV.
   std::shared_ptr<const LoraAdapter> lora;
   // Its soft prompt, or none: its first soft_prompt->n_virtual tokens are

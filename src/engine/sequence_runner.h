@@ -11,7 +11,7 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
 #include "model/kv_cache.h"
-#include "model/lora.h"
+#include "adapters/lora.h"
 #include "model/model.h"
 
 namespace tessera::engine {
@@ -21,7 +21,7 @@ struct SequenceRunnerOptions {
   int32_t block_size = 16;
   DType kv_type = DType::kF32;
   int64_t max_batch_tokens = 512;  // tokens per forward pass when appending many
-  const LoraAdapter* lora = nullptr;  // an adapter every token runs with (model/lora.h)
+  const LoraAdapter* lora = nullptr;  // an adapter every token runs with (adapters/lora.h)
   // A bounded cache (kv/kv_policy.h): the sequence may then run past n_ctx
   // (the cache holds at most the budget). kRecompute keeps the last budget
   // tokens and computes them again whenever a step would exceed it.

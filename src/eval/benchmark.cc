@@ -1,4 +1,4 @@
-#include "engine/benchmark.h"
+#include "eval/benchmark.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "engine/kl_divergence.h"
+#include "eval/kl_divergence.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 namespace {

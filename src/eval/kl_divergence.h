@@ -1,5 +1,5 @@
 // KL divergence of a model's next-token distributions from a base model's,
-// over the same chunks perplexity() scores (engine/perplexity.h): the way
+// over the same chunks perplexity() scores (eval/perplexity.h): the way
 // llama-perplexity's --kl-divergence-base / --kl-divergence judge a
 // quantized model against the unquantized one.
 //
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 
 namespace tessera::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/perplexity.h"
+#include "eval/perplexity.h"
 
 #include <chrono>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/sequence_runner.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::engine {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kv/kv_policy.h"
-#include "model/lora.h"
+#include "adapters/lora.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -26,7 +26,7 @@ struct PerplexityOptions {
   int64_t n_batch = 512;     // tokens per forward pass
   int64_t max_chunks = -1;   // -1: all
   DType kv_type = DType::kF16;
-  const LoraAdapter* lora = nullptr;  // an adapter to evaluate with (model/lora.h)
+  const LoraAdapter* lora = nullptr;  // an adapter to evaluate with (adapters/lora.h)
   // perplexity_stream(): the KV policy (docs/KV_POLICIES.md).
   kv::KvPolicy kv_policy{};
 };

@@ -1,4 +1,4 @@
-#include "engine/roofline_model.h"
+#include "eval/roofline_model.h"
 
 #include <algorithm>
 

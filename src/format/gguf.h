@@ -81,7 +81,7 @@ class File {
   // outlive the File.
   static File parse(const uint8_t* data, size_t size, std::string name = "<memory>");
   // A model file that is not a GGUF image, translated into this view (a
-  // Hugging Face folder, model/hf_model.h): metadata as llama.cpp's converter
+  // Hugging Face folder, format/hf_model.h): metadata as llama.cpp's converter
   // would write it, and tensors (name, type, ne, n_bytes, data) whose bytes
   // live in `owners` (mappings, converted buffers), kept alive with the File.
   // Throws Error(kCorruptFile) on a duplicate key or tensor name.

@@ -1,4 +1,4 @@
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 
 #include <cerrno>
 #include <cstring>

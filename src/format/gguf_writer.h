@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera::gguf {
 

@@ -7,9 +7,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "model/config.h"
-#include "model/hf_internal.h"
-#include "model/synthetic.h"
+#include "format/model_config.h"
+#include "format/hf_internal.h"
+#include "format/model_config.h"
 
 namespace tessera::hf {
 namespace {

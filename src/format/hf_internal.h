@@ -1,4 +1,4 @@
-// Hugging Face folders (model/hf_model.h): the per-family tables and the
+// Hugging Face folders (format/hf_model.h): the per-family tables and the
 // config.json <-> GGUF metadata translation shared by reading and export.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera::hf {
 

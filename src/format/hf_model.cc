@@ -1,4 +1,4 @@
-#include "model/hf_model.h"
+#include "format/hf_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,10 +9,10 @@
 
 #include "core/error.h"
 #include "kernels/quant.h"
-#include "model/config.h"
-#include "model/hf_internal.h"
-#include "model/json_file.h"
-#include "model/safetensors.h"
+#include "format/model_config.h"
+#include "format/hf_internal.h"
+#include "format/json_file.h"
+#include "format/safetensors.h"
 
 namespace tessera::hf {
 namespace {

@@ -30,7 +30,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera::hf {
 

@@ -1,4 +1,4 @@
-#include "model/json_file.h"
+#include "format/json_file.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,4 +1,6 @@
-#include "model/config.h"
+#include "format/model_config.h"
+
+#include <cmath>
 
 #include "core/error.h"
 
@@ -164,6 +166,30 @@ ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
     c.final_softcap = k.softcap(p + "final_logit_softcapping", options.final_softcap_default);
   }
   return c;
+}
+
+std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx,
+                                       double low_freq_factor, double high_freq_factor) {
+  // Hugging Face's rope_scaling {"rope_type": "llama3"}: wavelengths shorter
+  // than orig_ctx / high_freq_factor keep their frequency, longer than
+  // orig_ctx / low_freq_factor are divided by `factor`, and a smooth mix in
+  // between; the file stores the divisor of each pair's frequency.
+  const double low_wavelen = static_cast<double>(orig_ctx) / low_freq_factor;
+  const double high_wavelen = static_cast<double>(orig_ctx) / high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double freq = 1.0 / std::pow(static_cast<double>(freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const double smooth = (static_cast<double>(orig_ctx) / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
 }
 
 }  // namespace tessera

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera {
 
@@ -88,5 +88,11 @@ struct ConfigOptions {
 // (present in the file) is passed to `used`, when given.
 ModelConfig read_config(const gguf::File& file, const ConfigOptions& options = {},
                         const std::function<void(const std::string&)>& used = {});
+
+// Llama 3's per-pair RoPE divisors for n_rot rotated dims, as llama.cpp's
+// converter computes them from a Hugging Face rope_scaling of type llama3
+// (Llama 3.1 / 3.2: low_freq_factor 1, high_freq_factor 4).
+std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx,
+                                       double low_freq_factor = 1.0, double high_freq_factor = 4.0);
 
 }  // namespace tessera

@@ -4,7 +4,7 @@
 //    "__metadata__": {"<key>": "<string>", ...}}
 // then the tensors' bytes, offsets relative to the end of the header.
 //
-// As for GGUF (model/gguf.h), everything the header claims is checked before
+// As for GGUF (format/gguf.h), everything the header claims is checked before
 // it is used: the header length against the file, the JSON's nesting depth,
 // each dtype, shape (no negative or overflowing dimension) and byte range
 // (inside the data section, the size the shape and dtype give, no two

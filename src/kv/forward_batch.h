@@ -10,7 +10,7 @@
 
 namespace tessera {
 
-struct LoraAdapter;  // model/lora.h
+struct LoraAdapter;  // adapters/lora.h
 
 struct ForwardBatch {
   std::vector<int32_t> tokens;     // [n_tokens] token ids, sequences back to back
@@ -23,11 +23,11 @@ struct ForwardBatch {
   // Layers this step skips (self-speculative drafting: the target with some
   // layers left out; their K/V are not written). Empty: every layer runs.
   std::vector<uint8_t> skip_layers;  // [n_layer] 0/1, or empty
-  // Each sequence's LoRA adapter (model/lora.h; nullptr: none), or empty
+  // Each sequence's LoRA adapter (adapters/lora.h; nullptr: none), or empty
   // when no sequence of the step has one.
   std::vector<const LoraAdapter*> seq_lora;
   // Input embedding rows that replace token embeddings (soft prompts'
-  // virtual tokens; model/soft_prompt.h): [n_tokens], nullptr for a token
+  // virtual tokens; adapters/soft_prompt.h): [n_tokens], nullptr for a token
   // looked up as usual; empty when no token of the step has one.
   std::vector<const float*> embd_rows;
   // Kept keys of bounded caches that moved to new positions (kv/kv_policy.h):

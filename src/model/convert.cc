@@ -7,10 +7,10 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/quant.h"
-#include "model/gguf_writer.h"
-#include "model/hf_model.h"
+#include "format/gguf_writer.h"
+#include "format/hf_model.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera {
 

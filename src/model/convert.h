@@ -1,5 +1,5 @@
 // Writing a model file (a GGUF, or a Hugging Face folder's view,
-// model/hf_model.h) as a GGUF with llama.cpp's metadata layout and tensor
+// format/hf_model.h) as a GGUF with llama.cpp's metadata layout and tensor
 // names: `tessera convert`.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera {
 

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/quant.h"
-#include "model/lora.h"
+#include "adapters/lora.h"
 #include "model/weights.h"
 
 namespace tessera {

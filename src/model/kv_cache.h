@@ -12,7 +12,7 @@
 #include "core/dtype.h"
 #include "kernels/attention.h"
 #include "kv/kv_manager.h"
-#include "model/config.h"
+#include "format/model_config.h"
 
 namespace tessera {
 

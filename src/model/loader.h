@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "model/config.h"
-#include "model/gguf.h"
+#include "format/model_config.h"
+#include "format/gguf.h"
 
 namespace tessera {
 
@@ -25,7 +25,7 @@ class ModelLoader {
 
   const gguf::File& file() const { return f_; }
 
-  // The hyperparameters (model/config.h), their keys marked used.
+  // The hyperparameters (format/model_config.h), their keys marked used.
   ModelConfig read_config(const ConfigOptions& options);
 
   // A matrix / vector by name with its shape and type checked

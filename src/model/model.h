@@ -15,9 +15,9 @@
 
 #include "core/aligned_buffer.h"
 #include "kernels/kernel_context.h"
-#include "model/config.h"
-#include "model/forward_batch.h"
-#include "model/gguf.h"
+#include "format/model_config.h"
+#include "kv/forward_batch.h"
+#include "format/gguf.h"
 #include "model/kv_cache.h"
 
 namespace tessera {
@@ -71,7 +71,7 @@ class Model {
 class Tokenizer;
 
 // A model file, mapped, with its model built from it. The GGUF mapping (or
-// a Hugging Face folder's view, model/hf_model.h) stays alive as long as this
+// a Hugging Face folder's view, format/hf_model.h) stays alive as long as this
 // does (weights are used in place).
 struct LoadedModel {
   std::shared_ptr<gguf::File> file;

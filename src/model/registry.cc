@@ -4,10 +4,10 @@
 
 #include "core/error.h"
 #include "model/decoder.h"
-#include "model/hf_model.h"
+#include "format/hf_model.h"
 #include "model/loader.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera {
 namespace {

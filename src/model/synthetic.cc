@@ -8,10 +8,10 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/quant.h"
-#include "model/gguf.h"
-#include "model/gguf_writer.h"
-#include "model/hf_model.h"
-#include "model/tokenizer.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
+#include "format/hf_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -58,30 +58,6 @@ SyntheticModelSpec preset_spec(const std::string& name) {
     fail(ErrorCode::kInvalidArgument, "unknown preset '{}' (tiny, 110m, 1b)", name);
   }
   return s;
-}
-
-std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx,
-                                       double low_freq_factor, double high_freq_factor) {
-  // Hugging Face's rope_scaling {"rope_type": "llama3"}: wavelengths shorter
-  // than orig_ctx / high_freq_factor keep their frequency, longer than
-  // orig_ctx / low_freq_factor are divided by `factor`, and a smooth mix in
-  // between; the file stores the divisor of each pair's frequency.
-  const double low_wavelen = static_cast<double>(orig_ctx) / low_freq_factor;
-  const double high_wavelen = static_cast<double>(orig_ctx) / high_freq_factor;
-  std::vector<float> out;
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
-    const double freq = 1.0 / std::pow(static_cast<double>(freq_base), 2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-    const double wavelen = 2.0 * M_PI / freq;
-    if (wavelen < high_wavelen) {
-      out.push_back(1.0f);
-    } else if (wavelen > low_wavelen) {
-      out.push_back(factor);
-    } else {
-      const double smooth = (static_cast<double>(orig_ctx) / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
-    }
-  }
-  return out;
 }
 
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {

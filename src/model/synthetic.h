@@ -57,17 +57,11 @@ struct SyntheticModelSpec {
 // "tiny", "110m", "1b" (shapes of ../shared/docs/PEER_BASELINE.md).
 SyntheticModelSpec preset_spec(const std::string& name);
 
-// Llama 3's per-pair RoPE divisors for n_rot rotated dims, as llama.cpp's
-// converter computes them from a Hugging Face rope_scaling of type llama3
-// (Llama 3.1 / 3.2: low_freq_factor 1, high_freq_factor 4).
-std::vector<float> llama3_rope_factors(int64_t n_rot, float freq_base, float factor, int64_t orig_ctx,
-                                       double low_freq_factor = 1.0, double high_freq_factor = 4.0);
-
 // Writes the model; throws Error on invalid specs or I/O failure.
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads = 0);
 
 // Writes the same model's Hugging Face twin into folder `dir`
-// (model/hf_model.h: config.json, model.safetensors, or shards of at most
+// (format/hf_model.h: config.json, model.safetensors, or shards of at most
 // max_shard_bytes with their index); types F32, F16 and BF16 only. With
 // tokenizer_from (a folder holding tokenizer.json and tokenizer_config.json)
 // those are copied and the vocabulary is its size; spec.vocab_from is refused.

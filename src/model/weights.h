@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera {
 

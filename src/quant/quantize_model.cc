@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/quant.h"
-#include "model/gguf_writer.h"
+#include "format/gguf_writer.h"
 #include "model/weights.h"
 
 namespace tessera::quant {

@@ -23,7 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
 #include "quant/gptq.h"

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "server/adapter_registry.h"
+#include "adapters/registry.h"
 #include "server/http_internal.h"
 #include "server/http_session.h"
 #include "server/openai_response.h"

@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 #include "engine/prompt_cache.h"
-#include "server/adapter_registry.h"
+#include "adapters/registry.h"
 
 namespace tessera::server {
 

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "model/tokenizer.h"
-#include "server/adapter_registry.h"
-#include "server/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "adapters/registry.h"
+#include "template/chat_template.h"
 #include "server/sampling_json.h"
 
 namespace tessera::server {
@@ -319,23 +319,6 @@ std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer&
 }
 
 }  // namespace
-
-ApiError::ApiError(int status, std::string message, std::string param, std::string code)
-    : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), code_(std::move(code)) {}
-
-std::string ApiError::type() const {
-  // OpenAI's vocabulary: a wrong key and an unknown model are
-  // invalid_request_errors too, told apart by `code`.
-  if (status_ == 429) return "requests";
-  return status_ >= 500 ? "server_error" : "invalid_request_error";
-}
-
-json ApiError::to_json() const {
-  json e = {{"message", what()}, {"type", type()}, {"param", nullptr}, {"code", nullptr}};
-  if (!param_.empty()) e["param"] = param_;
-  if (!code_.empty()) e["code"] = code_;
-  return {{"error", std::move(e)}};
-}
 
 json parse_body(std::string_view body, int max_depth) {
   // A raw NUL can never be part of a JSON text (inside strings it must be

@@ -14,37 +14,22 @@
 #include <string_view>
 #include <vector>
 
+#include "core/api_error.h"
 #include "engine/prompt_cache.h"
 #include "engine/sampling_params.h"
-#include "model/lora.h"
-#include "model/soft_prompt.h"
+#include "adapters/lora.h"
+#include "adapters/soft_prompt.h"
 
 namespace tessera {
 class Tokenizer;
+class AdapterRegistry;  // adapters/registry.h
 }
 
 namespace tessera::server {
 
-class AdapterRegistry;  // server/adapter_registry.h
-
 class ChatTemplate;
 
-// An error the client sees: {"error": {"message", "type", "param", "code"}}.
-class ApiError : public std::runtime_error {
- public:
-  ApiError(int status, std::string message, std::string param = "", std::string code = "");
-  int status() const { return status_; }
-  const std::string& param() const { return param_; }
-  const std::string& code() const { return code_; }
-  // OpenAI's error type for the status ("invalid_request_error", ...).
-  std::string type() const;
-  nlohmann::json to_json() const;
-
- private:
-  int status_;
-  std::string param_;
-  std::string code_;
-};
+using tessera::ApiError;  // core/api_error.h
 
 // Parses a request body. Nesting deeper than `max_depth` is refused while
 // parsing, before it can exhaust the stack; malformed JSON, invalid UTF-8

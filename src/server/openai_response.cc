@@ -1,6 +1,6 @@
 #include "server/openai_response.h"
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::server {
 namespace {

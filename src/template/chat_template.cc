@@ -1,4 +1,4 @@
-#include "server/chat_template.h"
+#include "template/chat_template.h"
 
 #include <array>
 #include <fstream>

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/jinja.h"
+#include "template/jinja.h"
 
 namespace tessera::server {
 

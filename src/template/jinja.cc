@@ -1,7 +1,7 @@
-#include "server/jinja.h"
+#include "template/jinja.h"
 
 #include "core/error.h"
-#include "server/jinja_parser.h"
+#include "template/jinja_parser.h"
 
 namespace tessera::server::jinja {
 

@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_eval.h"
-#include "server/jinja_value.h"
+#include "template/jinja_ast.h"
+#include "template/jinja_eval.h"
+#include "template/jinja_value.h"
 
 namespace tessera::server::jinja {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_lexer.h"
-#include "server/jinja_value.h"
+#include "template/jinja_lexer.h"
+#include "template/jinja_value.h"
 
 namespace tessera::server::jinja {
 

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "server/jinja_ast.h"
-#include "server/jinja_value.h"
+#include "template/jinja_ast.h"
+#include "template/jinja_value.h"
 
 namespace tessera::server::jinja {
 

@@ -1,7 +1,7 @@
-#include "server/jinja_eval.h"
+#include "template/jinja_eval.h"
 
 #include "core/error.h"
-#include "server/jinja_builtins.h"
+#include "template/jinja_builtins.h"
 
 namespace tessera::server::jinja {
 

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "core/error.h"
-#include "server/jinja_builtins.h"
-#include "server/jinja_eval.h"
+#include "template/jinja_builtins.h"
+#include "template/jinja_eval.h"
 
 namespace tessera::server::jinja {
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "server/jinja.h"
-#include "server/jinja_builtins.h"
+#include "template/jinja.h"
+#include "template/jinja_builtins.h"
 
 namespace tessera::server::jinja {
 

@@ -1,4 +1,4 @@
-#include "server/jinja_lexer.h"
+#include "template/jinja_lexer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::server::jinja {
 

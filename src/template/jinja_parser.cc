@@ -1,9 +1,9 @@
-#include "server/jinja_parser.h"
+#include "template/jinja_parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "server/jinja_builtins.h"
+#include "template/jinja_builtins.h"
 
 namespace tessera::server::jinja {
 

@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "server/jinja_ast.h"
+#include "template/jinja_ast.h"
 
 namespace tessera::server::jinja {
 

@@ -1,4 +1,4 @@
-#include "server/jinja_value.h"
+#include "template/jinja_value.h"
 
 #include <charconv>
 #include <cmath>

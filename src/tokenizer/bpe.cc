@@ -10,8 +10,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/tokenizer_internal.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 namespace {

@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "core/error.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_internal.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/internal.h"
 
 namespace tessera {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_internal.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/internal.h"
 
 namespace tessera {
 namespace {

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/json_file.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_hf_scan.h"
-#include "model/tokenizer_internal.h"
+#include "format/json_file.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/hf_scan.h"
+#include "tokenizer/internal.h"
 
 namespace tessera {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/tokenizer_hf_scan.h"
+#include "tokenizer/hf_scan.h"
 
 #include <charconv>
 #include <optional>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 namespace {

@@ -1,6 +1,6 @@
 // Internals shared by the tokenizer implementations: the vocabulary, the
 // special-token matcher, and the interface each algorithm (SPM, BPE, WPM)
-// implements. Not part of the public API (see model/tokenizer.h).
+// implements. Not part of the public API (see tokenizer/tokenizer.h).
 #pragma once
 
 #include <array>
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/tokenizer_normalize.h"
+#include "tokenizer/normalize.h"
 
 namespace tessera::tok {
 

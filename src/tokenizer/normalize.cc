@@ -1,12 +1,12 @@
-#include "model/tokenizer_normalize.h"
+#include "tokenizer/normalize.h"
 
 #include <algorithm>
 #include <tuple>
 #include <utility>
 #include <vector>
 
-#include "model/tokenizer_normalize_data.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/normalize_data.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 namespace {

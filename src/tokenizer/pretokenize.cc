@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/tokenizer_internal.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 

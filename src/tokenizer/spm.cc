@@ -5,8 +5,8 @@
 // piece falls back to its bytes' <0xNN> tokens.
 #include <algorithm>
 
-#include "model/tokenizer_internal.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 namespace {

@@ -1,15 +1,15 @@
 // Tokenizer: special-token splitting, dispatch to the algorithm, pieces and
 // streaming detokenization. Loading lives in tokenizer_gguf.cc and
 // tokenizer_hf_json.cc, the algorithms in tokenizer_{spm,bpe,wpm}.cc.
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <xxhash.h>
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/tokenizer_internal.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera {
 namespace tok {

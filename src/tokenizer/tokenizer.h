@@ -17,7 +17,7 @@
 // Round trip: decode(encode(s)) == s for valid UTF-8 with SPM (byte fallback)
 // and byte-level BPE. WordPiece is lossy (case, accents, whitespace, [UNK]).
 // tokenizer.json normalizers applied: NFC, NFD, NFKC, NFKD (Unicode 15.0
-// tables, model/tokenizer_normalize.h), and Replace/Prepend for a
+// tables, tokenizer/normalize.h), and Replace/Prepend for a
 // byte_fallback BPE; any other normalizer, and added tokens'
 // lstrip/rstrip/single_word flags, are refused at load.
 //
@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace tessera {
 

@@ -1,8 +1,8 @@
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/unicode.h"
 
 #include <algorithm>
 
-#include "model/tokenizer_unicode_data.h"
+#include "tokenizer/unicode_data.h"
 
 namespace tessera::tok {
 

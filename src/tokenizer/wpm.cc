@@ -6,8 +6,8 @@
 // word-initial piece as "▁piece" and a continuation "##piece" as "piece".
 //
 // Not lossless: case, accents, whitespace and unknown words are gone.
-#include "model/tokenizer_internal.h"
-#include "model/tokenizer_unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::tok {
 namespace {

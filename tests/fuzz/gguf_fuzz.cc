@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "model/config.h"
-#include "model/gguf.h"
+#include "format/model_config.h"
+#include "format/gguf.h"
 
 namespace {
 

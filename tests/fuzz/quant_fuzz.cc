@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "quant/quantize_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

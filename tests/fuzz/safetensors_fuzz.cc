@@ -1,4 +1,4 @@
-// libFuzzer target for the safetensors header parser (model/safetensors.h).
+// libFuzzer target for the safetensors header parser (format/safetensors.h).
 // Any input must either parse or throw tessera::Error; a crash, a sanitizer
 // report, another exception type, or a tensor that is not inside the input
 // (or whose size does not match its shape and dtype) is a bug.
@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

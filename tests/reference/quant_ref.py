@@ -1,5 +1,5 @@
 """Independent numpy references for the quantization toolkit (src/quant/,
-src/engine/kl_divergence.cc), run with /usr/bin/python3 by the C++ tests.
+src/eval/kl_divergence.cc), run with /usr/bin/python3 by the C++ tests.
 
   quant_ref.py kl IN OUT     KL-divergence report of rows of base
                              log-probabilities against logits

@@ -9,8 +9,8 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
-#include "server/adapter_registry.h"
+#include "tokenizer/tokenizer.h"
+#include "adapters/registry.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
 #include "server/metrics.h"

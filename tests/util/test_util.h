@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::testing {
 
