@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "cli/command.h"
@@ -62,6 +63,181 @@ int run_batched(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, nlo
   return 0;
 }
 
+// The machine's figures the rooflines are measured against.
+struct MachineFigures {
+  double bw_gbps = 0.0;  // median read bandwidth; 0: not measured
+  kernels::ComputePeak peak;
+  bool has_peak = false;
+};
+
+MachineFigures measure_machine(const BenchArgs& a, ThreadPool& pool, nlohmann::json& j) {
+  MachineFigures m;
+  if (!a.no_membw) {
+    const kernels::BandwidthResult b = kernels::measure_read_bandwidth(pool);
+    m.bw_gbps = b.gbps_median;
+    j["membw_gbps"] = b.gbps_median;
+    j["membw_gbps_max"] = b.gbps_max;
+  }
+  if (a.peak) {
+    m.peak = kernels::measure_compute_peak(pool, active_isa());
+    m.has_peak = true;
+    j["peak_int8_macs_per_s"] = m.peak.int8_macs_per_s;
+    j["peak_int8_hw_macs_per_s"] = m.peak.int8_hw_macs_per_s;
+    j["peak_f32_fmas_per_s"] = m.peak.f32_fmas_per_s;
+  }
+  return m;
+}
+
+// --membw / --peak without a model: the machine's figures only.
+int print_machine(const BenchArgs& a, const MachineFigures& m, ThreadPool& pool, const nlohmann::json& j) {
+  if (a.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  if (m.bw_gbps > 0) {
+    std::printf("read bandwidth: %.1f GB/s (median), %.1f (best), %d threads\n", m.bw_gbps,
+                j["membw_gbps_max"].get<double>(), pool.size());
+  }
+  if (m.has_peak) {
+    std::printf("compute peak (%s, %d threads): int8 %.3g multiply-adds/s with the kernels' exact dot, %.3g with "
+                "the ISA's widest int8 multiply-add alone; f32 %.3g FMAs/s\n",
+                std::string(isa_name(active_isa())).c_str(), pool.size(), m.peak.int8_macs_per_s,
+                m.peak.int8_hw_macs_per_s, m.peak.f32_fmas_per_s);
+  }
+  return 0;
+}
+
+// The dominant weight type of a file, by bytes.
+std::string dominant_type(const LoadedModel& lm) {
+  std::map<std::string, size_t> bytes;
+  for (const auto& t : lm.file->tensors()) bytes[std::string(dtype_name(t.type))] += t.n_bytes;
+  std::string type = "?";
+  size_t best = 0;
+  for (const auto& [n, b] : bytes) {
+    if (b > best) best = b, type = n;
+  }
+  return type;
+}
+
+// Decode against the bandwidth roofline. The machine is shared: its
+// bandwidth drifts by 10-30% from minute to minute, so each tg repetition's
+// fraction is taken against a short measurement made right before it.
+struct DecodeRoofline {
+  double bw_gbps = 0.0, tps = 0.0, fraction = 0.0;
+  size_t n_bw = 0;
+};
+
+DecodeRoofline decode_roofline(double bw, const std::vector<double>& tg_bw, const engine::BenchResult& r, size_t bpt,
+                               nlohmann::json& j) {
+  DecodeRoofline d;
+  if (!tg_bw.empty()) {
+    std::vector<double> all = tg_bw;
+    all.push_back(bw);
+    bw = engine::median(all);
+    j["membw_gbps"] = bw;
+    j["membw_gbps_at_tg"] = tg_bw;
+  }
+  d.bw_gbps = bw;
+  d.n_bw = tg_bw.size() + 1;
+  d.tps = bw > 0 ? bw * 1e9 / static_cast<double>(bpt) : 0.0;
+  d.fraction = d.tps > 0 ? r.tg_tps / d.tps : 0.0;
+  if (tg_bw.size() == r.tg_samples.size() && !tg_bw.empty()) {
+    std::vector<double> fr;
+    for (size_t i = 0; i < tg_bw.size(); ++i) fr.push_back(r.tg_samples[i] * static_cast<double>(bpt) / (tg_bw[i] * 1e9));
+    j["tg_roofline_fractions"] = fr;
+    d.fraction = engine::median(fr);
+  }
+  j["roofline_tps"] = d.tps;
+  j["tg_roofline_fraction"] = d.fraction;
+  return d;
+}
+
+// Prompt processing against the compute peak: weight multiply-adds per
+// prompt token (logits for the last token only) against the peak of the
+// arithmetic the weight type runs on (int8 dots for quantized types, f32
+// FMAs for float ones).
+struct PromptPeak {
+  double macs_per_s = 0.0, peak = 0.0, hw_peak = 0.0;
+  bool float_type = false;
+};
+
+PromptPeak prompt_peak(const BenchArgs& a, const LoadedModel& lm, const std::string& type, const MachineFigures& m,
+                       double pp_tps, nlohmann::json& j) {
+  PromptPeak p;
+  const Model::MatmulWork work = lm.model->matmul_work();
+  const double macs_per_token = static_cast<double>(work.per_token) +
+                                static_cast<double>(work.per_logit_row) / static_cast<double>(a.n_prompt);
+  p.float_type = type == "F32" || type == "F16" || type == "BF16";
+  p.peak = p.float_type ? m.peak.f32_fmas_per_s : m.peak.int8_macs_per_s;
+  p.hw_peak = p.float_type ? m.peak.f32_fmas_per_s : m.peak.int8_hw_macs_per_s;
+  p.macs_per_s = pp_tps * macs_per_token;
+  j["macs_per_token"] = work.per_token + work.per_logit_row;
+  j["pp_macs_per_s"] = p.macs_per_s;
+  if (p.peak > 0) j["pp_peak_fraction"] = p.macs_per_s / p.peak;
+  if (p.hw_peak > 0) j["pp_hw_peak_fraction"] = p.macs_per_s / p.hw_peak;
+  return p;
+}
+
+void print_single(const BenchArgs& a, const engine::BenchResult& r, const std::string& type, int threads, size_t bpt,
+                  const DecodeRoofline& d, const PromptPeak& p, const nlohmann::json& j) {
+  const std::string model = j["model"].get<std::string>();
+  std::printf("| model | type | threads | test | t/s |\n|---|---|---:|---|---:|\n");
+  std::printf("| %s | %s | %d | pp%lld | %.1f |\n", model.c_str(), type.c_str(), threads,
+              static_cast<long long>(a.n_prompt), r.pp_tps);
+  std::printf("| %s | %s | %d | tg%lld | %.1f |\n", model.c_str(), type.c_str(), threads,
+              static_cast<long long>(a.n_gen), r.tg_tps);
+  if (d.tps > 0) {
+    std::printf("read bandwidth %.1f GB/s (median of %zu); %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of "
+                "roofline (median over repetitions, each against the bandwidth measured just before it)\n",
+                d.bw_gbps, d.n_bw, static_cast<double>(bpt) / (1 << 20), d.tps, 100.0 * d.fraction);
+  }
+  std::printf("pp: %.3g weight multiply-adds/s", p.macs_per_s);
+  if (p.peak > 0) {
+    std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * p.macs_per_s / p.peak,
+                p.float_type ? "f32 FMA" : "int8 dot", p.peak);
+    if (!p.float_type && p.hw_peak > 0) {
+      std::printf(", %.0f%% of the hardware's int8 peak (%.3g/s)", 100.0 * p.macs_per_s / p.hw_peak, p.hw_peak);
+    }
+  }
+  std::printf("\n");
+}
+
+// ppN / tgN of one sequence, with both rooflines.
+int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, const MachineFigures& m, nlohmann::json& j) {
+  engine::BenchOptions opt;
+  opt.n_prompt = a.n_prompt;
+  opt.n_gen = a.n_gen;
+  opt.reps = a.reps;
+  RunOptions ro;
+  ro.kv_type = a.kv_type;
+  opt.kv_type = ro.kv_dtype();
+  std::vector<double> tg_bw;
+  if (!a.no_membw && opt.n_gen > 0) {
+    opt.before_tg = [&] { tg_bw.push_back(kernels::measure_read_bandwidth(pool, size_t{256} << 20, 3).gbps_median); };
+  }
+  const engine::BenchResult r = engine::run_bench(*lm.model, opt, pool);
+  const size_t bpt = lm.model->bytes_per_token();
+  const std::string type = dominant_type(lm);
+  j["model"] = std::filesystem::path(a.model).filename().string();
+  j["type"] = type;
+  j["model_bytes"] = std::filesystem::file_size(a.model);
+  j["bytes_per_token"] = bpt;
+  j["pp_tokens"] = a.n_prompt;
+  j["pp_tps"] = r.pp_tps;
+  j["pp_samples"] = r.pp_samples;
+  j["tg_tokens"] = a.n_gen;
+  j["tg_tps"] = r.tg_tps;
+  j["tg_samples"] = r.tg_samples;
+  const DecodeRoofline d = decode_roofline(m.bw_gbps, tg_bw, r, bpt, j);
+  const PromptPeak p = prompt_peak(a, lm, type, m, r.pp_tps, j);
+  if (a.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    print_single(a, r, type, pool.size(), bpt, d, p, j);
+  }
+  return 0;
+}
+
 TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-bench), bandwidth, roofline", [](CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
   sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw / --peak)");
@@ -81,132 +257,14 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     nlohmann::json j;
     j["threads"] = pool.size();
     j["isa"] = std::string(isa_name(active_isa()));
-    double bw = 0.0;
-    if (!a->no_membw) {
-      const kernels::BandwidthResult b = kernels::measure_read_bandwidth(pool);
-      bw = b.gbps_median;
-      j["membw_gbps"] = b.gbps_median;
-      j["membw_gbps_max"] = b.gbps_max;
-    }
-    kernels::ComputePeak peak;
-    if (a->peak) {
-      peak = kernels::measure_compute_peak(pool, active_isa());
-      j["peak_int8_macs_per_s"] = peak.int8_macs_per_s;
-      j["peak_int8_hw_macs_per_s"] = peak.int8_hw_macs_per_s;
-      j["peak_f32_fmas_per_s"] = peak.f32_fmas_per_s;
-    }
+    const MachineFigures m = measure_machine(*a, pool, j);
     if (a->model.empty()) {
       TESSERA_CHECK(a->membw || a->peak, kInvalidArgument, "give -m FILE (or --membw / --peak)");
-      if (a->json) {
-        std::printf("%s\n", j.dump().c_str());
-        return 0;
-      }
-      if (bw > 0) {
-        std::printf("read bandwidth: %.1f GB/s (median), %.1f (best), %d threads\n", bw,
-                    j["membw_gbps_max"].get<double>(), pool.size());
-      }
-      if (a->peak) {
-        std::printf("compute peak (%s, %d threads): int8 %.3g multiply-adds/s with the kernels' exact dot, %.3g with "
-                    "the ISA's widest int8 multiply-add alone; f32 %.3g FMAs/s\n",
-                    std::string(isa_name(active_isa())).c_str(), pool.size(), peak.int8_macs_per_s,
-                    peak.int8_hw_macs_per_s, peak.f32_fmas_per_s);
-      }
-      return 0;
+      return print_machine(*a, m, pool, j);
     }
     const LoadedModel lm = load_model(a->model);
     if (!a->batched.empty()) return run_batched(*a, lm, pool, j);
-    engine::BenchOptions opt;
-    opt.n_prompt = a->n_prompt;
-    opt.n_gen = a->n_gen;
-    opt.reps = a->reps;
-    RunOptions ro;
-    ro.kv_type = a->kv_type;
-    opt.kv_type = ro.kv_dtype();
-    // The machine is shared: its bandwidth drifts by 10-30% from minute to
-    // minute. So besides the measurement above, a short one right before
-    // each tg repetition, and that repetition's roofline fraction is taken
-    // against the bandwidth of the same moment.
-    std::vector<double> tg_bw;
-    if (!a->no_membw && opt.n_gen > 0) {
-      opt.before_tg = [&] {
-        tg_bw.push_back(kernels::measure_read_bandwidth(pool, size_t{256} << 20, 3).gbps_median);
-      };
-    }
-    const engine::BenchResult r = engine::run_bench(*lm.model, opt, pool);
-    const size_t bpt = lm.model->bytes_per_token();
-    if (!tg_bw.empty()) {
-      std::vector<double> all = tg_bw;
-      all.push_back(bw);
-      bw = engine::median(all);
-      j["membw_gbps"] = bw;
-      j["membw_gbps_at_tg"] = tg_bw;
-    }
-    const double roofline = bw > 0 ? bw * 1e9 / static_cast<double>(bpt) : 0.0;
-    double tg_fraction = roofline > 0 ? r.tg_tps / roofline : 0.0;
-    if (tg_bw.size() == r.tg_samples.size() && !tg_bw.empty()) {
-      std::vector<double> fr;
-      for (size_t i = 0; i < tg_bw.size(); ++i) fr.push_back(r.tg_samples[i] * static_cast<double>(bpt) / (tg_bw[i] * 1e9));
-      j["tg_roofline_fractions"] = fr;
-      tg_fraction = engine::median(fr);
-    }
-    std::string type = "?";
-    {
-      // The dominant weight type, by bytes.
-      std::map<std::string, size_t> bytes;
-      for (const auto& t : lm.file->tensors()) bytes[std::string(dtype_name(t.type))] += t.n_bytes;
-      size_t best = 0;
-      for (const auto& [n, b] : bytes) if (b > best) best = b, type = n;
-    }
-    j["model"] = std::filesystem::path(a->model).filename().string();
-    j["type"] = type;
-    j["model_bytes"] = std::filesystem::file_size(a->model);
-    j["bytes_per_token"] = bpt;
-    j["pp_tokens"] = a->n_prompt;
-    j["pp_tps"] = r.pp_tps;
-    j["pp_samples"] = r.pp_samples;
-    j["tg_tokens"] = a->n_gen;
-    j["tg_tps"] = r.tg_tps;
-    j["tg_samples"] = r.tg_samples;
-    j["roofline_tps"] = roofline;
-    j["tg_roofline_fraction"] = tg_fraction;
-    // Prompt processing: weight multiply-adds per prompt token (logits for
-    // the last token only) against the peak of the arithmetic the weight
-    // type runs on (int8 dots for quantized types, f32 FMAs for float ones).
-    const Model::MatmulWork work = lm.model->matmul_work();
-    const double pp_macs_per_token = static_cast<double>(work.per_token) +
-                                     static_cast<double>(work.per_logit_row) / static_cast<double>(a->n_prompt);
-    const bool float_type = type == "F32" || type == "F16" || type == "BF16";
-    const double pp_peak = float_type ? peak.f32_fmas_per_s : peak.int8_macs_per_s;
-    const double pp_macs_per_s = r.pp_tps * pp_macs_per_token;
-    j["macs_per_token"] = work.per_token + work.per_logit_row;
-    j["pp_macs_per_s"] = pp_macs_per_s;
-    const double pp_hw_peak = float_type ? peak.f32_fmas_per_s : peak.int8_hw_macs_per_s;
-    if (pp_peak > 0) j["pp_peak_fraction"] = pp_macs_per_s / pp_peak;
-    if (pp_hw_peak > 0) j["pp_hw_peak_fraction"] = pp_macs_per_s / pp_hw_peak;
-    if (a->json) {
-      std::printf("%s\n", j.dump().c_str());
-    } else {
-      std::printf("| model | type | threads | test | t/s |\n|---|---|---:|---|---:|\n");
-      std::printf("| %s | %s | %d | pp%lld | %.1f |\n", j["model"].get<std::string>().c_str(), type.c_str(), pool.size(),
-                  static_cast<long long>(a->n_prompt), r.pp_tps);
-      std::printf("| %s | %s | %d | tg%lld | %.1f |\n", j["model"].get<std::string>().c_str(), type.c_str(), pool.size(),
-                  static_cast<long long>(a->n_gen), r.tg_tps);
-      if (roofline > 0) {
-        std::printf("read bandwidth %.1f GB/s (median of %zu); %.1f MiB read per token; roofline %.1f t/s; tg at %.0f%% of "
-                    "roofline (median over repetitions, each against the bandwidth measured just before it)\n",
-                    bw, tg_bw.size() + 1, static_cast<double>(bpt) / (1 << 20), roofline, 100.0 * tg_fraction);
-      }
-      std::printf("pp: %.3g weight multiply-adds/s", pp_macs_per_s);
-      if (pp_peak > 0) {
-        std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * pp_macs_per_s / pp_peak,
-                    float_type ? "f32 FMA" : "int8 dot", pp_peak);
-        if (!float_type && pp_hw_peak > 0) {
-          std::printf(", %.0f%% of the hardware's int8 peak (%.3g/s)", 100.0 * pp_macs_per_s / pp_hw_peak, pp_hw_peak);
-        }
-      }
-      std::printf("\n");
-    }
-    return 0;
+    return run_single(*a, lm, pool, m, j);
   };
 });
 

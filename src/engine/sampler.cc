@@ -35,28 +35,28 @@ float log_sum_exp(std::span<const float> logits) {
   return mx + static_cast<float>(std::log(sum));
 }
 
-SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& h,
-                             Rng& rng, int32_t draft) {
-  const int32_t V = static_cast<int32_t>(logits.size());
-  SampleResult out;
-  // Logprobs describe the model's distribution, before any processing.
-  float lse = 0.0f;
-  if (p.logprobs || p.top_logprobs > 0) {
-    lse = log_sum_exp(logits);
-    if (p.top_logprobs > 0) {
-      idx_.resize(V);
-      std::iota(idx_.begin(), idx_.end(), 0);
-      const int32_t k = std::min(p.top_logprobs, V);
-      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-      });
-      for (int32_t i = 0; i < k; ++i) out.top.push_back({idx_[i], logits[idx_[i]] - lse});
-    }
-  }
-  // The chosen token's logprob is read from the logits before processing.
-  std::vector<float> raw;
-  if (p.logprobs) raw.assign(logits.begin(), logits.end());
+namespace {
 
+// Candidates: a total order by logit, ties by id.
+bool ranks_before(std::span<const float> logits, int32_t a, int32_t b) {
+  return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+}
+
+// The k most likely tokens with their log-probabilities under the raw logits.
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t k, float lse, std::vector<int32_t>& idx) {
+  const int32_t V = static_cast<int32_t>(logits.size());
+  idx.resize(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min(k, V);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return ranks_before(logits, a, b); });
+  std::vector<TokenLogprob> top;
+  for (int32_t i = 0; i < k; ++i) top.push_back({idx[i], logits[idx[i]] - lse});
+  return top;
+}
+
+// Repetition penalty on every token seen (prompt or output), then presence
+// and frequency penalties on the output's tokens.
+void apply_penalties(std::span<float> logits, const SamplingParams& p, const TokenHistory& h) {
   if (p.repetition_penalty != 1.0f) {
     auto penalise = [&](int32_t t) {
       float& l = logits[t];
@@ -72,109 +72,148 @@ SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, c
       logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
     }
   }
+}
 
-  if (p.greedy()) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; ++i) {
-      if (logits[i] > logits[best]) best = i;
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+// The support of the sampling distribution: the first n ids of idx and their
+// weights exp((logit - max) / T) in w, which sum to `sum`. Only what a filter
+// needs is sorted: top-k sorts its k, top-p a growing prefix until it holds
+// the mass, min-p is a threshold; plain temperature sampling sorts nothing
+// (a full sort of a 32000-token vocabulary per sampled token cost more than
+// the decode step of a small model's batch).
+struct Candidates {
+  std::span<const float> logits;
+  std::vector<int32_t>& idx;
+  std::vector<float>& w;
+  int32_t n = 0;
+  double sum = 0.0;
+  bool sorted = false;
+  float mx = 0.0f, inv_t = 1.0f;
+
+  bool before(int32_t a, int32_t b) const { return ranks_before(logits, a, b); }
+  float weight(int32_t id) const { return std::exp((logits[id] - mx) * inv_t); }
+  void weigh() {
+    w.resize(n);
+    sum = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+      w[i] = weight(idx[i]);
+      sum += w[i];
     }
-    out.token = best;
-  } else {
-    // Candidates, then weights exp((logit - max) / T); top-k, top-p (mass of
-    // the top-k set), min-p, in that order. Only what a filter needs is
-    // sorted: top-k sorts its k, top-p a growing prefix until it holds the
-    // mass, min-p is a threshold; plain temperature sampling
-    // sorts nothing (a full sort of a 32000-token vocabulary per sampled
-    // token cost more than the decode step of a small model's batch).
-    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    idx_.resize(V);
-    std::iota(idx_.begin(), idx_.end(), 0);
-    int32_t n = V;
-    bool sorted = false;
-    if (p.top_k > 0 && p.top_k < V) {
-      n = p.top_k;
-      std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
-      sorted = true;
+  }
+};
+
+// All tokens, or the top-k sorted; then the weights at temperature T.
+void start_candidates(Candidates& c, int32_t top_k, float temperature) {
+  const int32_t V = static_cast<int32_t>(c.logits.size());
+  c.idx.resize(V);
+  std::iota(c.idx.begin(), c.idx.end(), 0);
+  c.n = V;
+  if (top_k > 0 && top_k < V) {
+    c.n = top_k;
+    std::partial_sort(c.idx.begin(), c.idx.begin() + c.n, c.idx.end(), [&](int32_t a, int32_t b) { return c.before(a, b); });
+    c.sorted = true;
+  }
+  c.mx = c.logits[c.idx[0]];
+  for (int32_t i = 1; i < c.n && !c.sorted; ++i) c.mx = std::max(c.mx, c.logits[c.idx[i]]);
+  c.inv_t = 1.0f / temperature;
+  c.weigh();
+}
+
+// top-p: the smallest prefix of the sorted candidates whose mass reaches
+// top_p. Each widening keeps the prefix already summed (the order is total),
+// so every weight is added once.
+void keep_top_p(Candidates& c, float top_p) {
+  const double target = static_cast<double>(top_p) * c.sum;
+  int32_t sorted_n = c.sorted ? c.n : 0, summed = 0, keep = c.n;
+  double cum = 0.0;
+  for (int32_t want = 64; keep == c.n; want *= 4) {
+    if (sorted_n < c.n) {
+      sorted_n = std::min(want, c.n);
+      std::partial_sort(c.idx.begin(), c.idx.begin() + sorted_n, c.idx.begin() + c.n,
+                        [&](int32_t a, int32_t b) { return c.before(a, b); });
     }
-    float mx = logits[idx_[0]];
-    for (int32_t i = 1; i < n && !sorted; ++i) mx = std::max(mx, logits[idx_[i]]);
-    const float inv_t = 1.0f / p.temperature;
-    auto weights = [&](int32_t count, double* sum) {
-      probs_.resize(count);
-      *sum = 0.0;
-      for (int32_t i = 0; i < count; ++i) {
-        probs_[i] = std::exp((logits[idx_[i]] - mx) * inv_t);
-        *sum += probs_[i];
-      }
-    };
-    double sum = 0.0;
-    weights(n, &sum);
-    if (p.top_p < 1.0f) {
-      // The smallest prefix of the sorted candidates whose mass reaches
-      // top_p. Each widening keeps the prefix already summed (the order is
-      // total: ties go by id), so every weight is added once.
-      const double target = static_cast<double>(p.top_p) * sum;
-      int32_t sorted_n = sorted ? n : 0, summed = 0, keep = n;
-      double cum = 0.0;
-      for (int32_t want = 64; keep == n; want *= 4) {
-        if (sorted_n < n) {
-          sorted_n = std::min(want, n);
-          std::partial_sort(idx_.begin(), idx_.begin() + sorted_n, idx_.begin() + n, by_logit);
-        }
-        for (; summed < sorted_n; ++summed) {
-          cum += std::exp((logits[idx_[summed]] - mx) * inv_t);
-          if (cum >= target) {
-            keep = summed + 1;
-            break;
-          }
-        }
-        if (sorted_n == n) break;
-      }
-      n = keep;
-      weights(n, &sum);  // idx_ was reordered: the weights follow it
-    }
-    // min-p: p_i >= min_p * p_max  <=>  w_i >= min_p (w_max = 1).
-    if (p.min_p > 0.0f) {
-      int32_t kept = 0;
-      for (int32_t i = 0; i < n; ++i) {
-        if (probs_[i] >= p.min_p) {
-          idx_[kept] = idx_[i];
-          probs_[kept++] = probs_[i];
-        } else {
-          sum -= probs_[i];
-        }
-      }
-      n = kept;  // order kept: still sorted if it was
-    }
-    // A draft is accepted with probability w(draft) / sum; rejected, the
-    // draw is over the other candidates (the residual max(0, p - q) of a
-    // point-mass q, normalised).
-    double w_draft = 0.0;
-    int32_t skip = -1;
-    if (draft >= 0) {
-      for (int32_t i = 0; i < n; ++i) {
-        if (idx_[i] == draft) {
-          w_draft = probs_[i];
-          skip = i;
-          break;
-        }
+    for (; summed < sorted_n; ++summed) {
+      cum += c.weight(c.idx[summed]);
+      if (cum >= target) {
+        keep = summed + 1;
+        break;
       }
     }
-    if (skip >= 0 && (static_cast<double>(rng.uniform()) * sum < w_draft || sum - w_draft <= 0.0)) {
-      out.token = draft;
+    if (sorted_n == c.n) break;
+  }
+  c.n = keep;
+  c.weigh();  // idx was reordered: the weights follow it
+}
+
+// min-p: p_i >= min_p * p_max  <=>  w_i >= min_p (w_max = 1). Order kept.
+void keep_min_p(Candidates& c, float min_p) {
+  int32_t kept = 0;
+  for (int32_t i = 0; i < c.n; ++i) {
+    if (c.w[i] >= min_p) {
+      c.idx[kept] = c.idx[i];
+      c.w[kept++] = c.w[i];
     } else {
-      const double r = static_cast<double>(rng.uniform()) * (sum - w_draft);
-      double cum = 0.0;
-      out.token = idx_[n - 1] != draft || n == 1 ? idx_[n - 1] : idx_[n - 2];
-      for (int32_t i = 0; i < n; ++i) {
-        if (i == skip) continue;
-        cum += probs_[i];
-        if (r < cum) {
-          out.token = idx_[i];
-          break;
-        }
+      c.sum -= c.w[i];
+    }
+  }
+  c.n = kept;
+}
+
+// A draw from the candidates. A draft is accepted with probability
+// w(draft) / sum; rejected, the draw is over the other candidates (the
+// residual max(0, p - q) of a point-mass q, normalised).
+int32_t draw(const Candidates& c, Rng& rng, int32_t draft) {
+  double w_draft = 0.0;
+  int32_t skip = -1;
+  if (draft >= 0) {
+    for (int32_t i = 0; i < c.n; ++i) {
+      if (c.idx[i] == draft) {
+        w_draft = c.w[i];
+        skip = i;
+        break;
       }
     }
+  }
+  if (skip >= 0 && (static_cast<double>(rng.uniform()) * c.sum < w_draft || c.sum - w_draft <= 0.0)) return draft;
+  const double r = static_cast<double>(rng.uniform()) * (c.sum - w_draft);
+  double cum = 0.0;
+  for (int32_t i = 0; i < c.n; ++i) {
+    if (i == skip) continue;
+    cum += c.w[i];
+    if (r < cum) return c.idx[i];
+  }
+  return c.idx[c.n - 1] != draft || c.n == 1 ? c.idx[c.n - 1] : c.idx[c.n - 2];
+}
+
+}  // namespace
+
+SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& h,
+                             Rng& rng, int32_t draft) {
+  SampleResult out;
+  // Logprobs describe the model's distribution, before any processing.
+  float lse = 0.0f;
+  if (p.logprobs || p.top_logprobs > 0) lse = log_sum_exp(logits);
+  if (p.top_logprobs > 0) out.top = top_logprobs(logits, p.top_logprobs, lse, idx_);
+  std::vector<float> raw;
+  if (p.logprobs) raw.assign(logits.begin(), logits.end());
+
+  apply_penalties(logits, p, h);
+  if (p.greedy()) {
+    out.token = argmax(logits);
+  } else {
+    // top-k, top-p (mass of the top-k set), min-p, in that order.
+    Candidates c{.logits = logits, .idx = idx_, .w = probs_};
+    start_candidates(c, p.top_k, p.temperature);
+    if (p.top_p < 1.0f) keep_top_p(c, p.top_p);
+    if (p.min_p > 0.0f) keep_min_p(c, p.min_p);
+    out.token = draw(c, rng, draft);
   }
   if (p.logprobs) out.logprob = raw[out.token] - lse;
   return out;

@@ -177,73 +177,147 @@ void copy_block(const KvLayerView& kv, int32_t src, int32_t dst) {
   std::memcpy(kv.v + static_cast<size_t>(dst) * bb, kv.v + static_cast<size_t>(src) * bb, bb);
 }
 
-void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
-                     std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx,
-                     const NewKv* fresh) {
+namespace {
+
+void check_shape(const KvLayerView& kv, const AttentionShape& shape) {
   TESSERA_CHECK(shape.n_heads % kv.n_kv_heads == 0, kInvalidArgument,
                 "attention: {} query heads not a multiple of {} kv heads", shape.n_heads, kv.n_kv_heads);
   TESSERA_CHECK(shape.window >= 0, kInvalidArgument, "attention: sliding window {} is negative", shape.window);
   TESSERA_CHECK(shape.softcap >= 0.0f, kInvalidArgument, "attention: soft-cap {} is negative", shape.softcap);
-  // The new rows can be written by the units that read them only when each
-  // (sequence, kv head) is one unit and the sequences cover the new tokens
-  // exactly (decode, short chunks); otherwise they are written first.
-  bool store_in_units = fresh != nullptr;
-  if (fresh != nullptr) {
-    int64_t covered = 0;
-    for (const AttentionSeq& s : seqs) {
-      store_in_units = store_in_units && s.q_len <= kAttnQueryTile && s.q_begin == covered;
-      covered += s.q_len;
-    }
-    store_in_units = store_in_units && covered == fresh->n_tokens;
+}
+
+// The new rows can be written by the units that read them only when each
+// (sequence, kv head) is one unit and the sequences cover the new tokens
+// exactly (decode, short chunks); otherwise they are written first.
+bool store_in_units(std::span<const AttentionSeq> seqs, const NewKv* fresh) {
+  if (fresh == nullptr) return false;
+  int64_t covered = 0;
+  for (const AttentionSeq& s : seqs) {
+    if (s.q_len > kAttnQueryTile || s.q_begin != covered) return false;
+    covered += s.q_len;
   }
-  const int32_t group = shape.n_heads / kv.n_kv_heads;
+  return covered == fresh->n_tokens;
+}
+
+// One unit per (sequence, kv head, tile of query rows).
+std::vector<WorkUnit> make_units(std::span<const AttentionSeq> seqs, int32_t n_kv_heads) {
   std::vector<WorkUnit> units;
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {
     const AttentionSeq& s = seqs[si];
     TESSERA_ASSERT(s.q_len <= s.kv_len);
     for (int32_t q0 = 0; q0 < s.q_len; q0 += kAttnQueryTile) {
-      for (int32_t h = 0; h < kv.n_kv_heads; ++h) units.push_back({si, h, q0, std::min(kAttnQueryTile, s.q_len - q0)});
+      for (int32_t h = 0; h < n_kv_heads; ++h) units.push_back({si, h, q0, std::min(kAttnQueryTile, s.q_len - q0)});
     }
   }
-  int64_t work = 0;  // multiply-adds: q.K and p.V per query row, head and key
-  for (const AttentionSeq& s : seqs) work += int64_t{s.q_len} * shape.n_heads * s.kv_len * 2 * kv.head_dim;
-  // Attention mass capture (H2O / SpAtten): each unit of a sequence that
-  // wants it gets a region of ctx.ws->attn_mass (its rows' raw scores, their
-  // softmax max and sum) and one of attn_mass_sum (the unit's fixed-point
-  // mass per slot, computed after its pass); the units' masses are added to
-  // key_mass after the dispatch.
-  std::vector<size_t> mass_at(units.size(), SIZE_MAX), sum_at(units.size(), 0);
+  return units;
+}
+
+// Multiply-adds: q.K and p.V per query row, head and key.
+int64_t attention_macs(std::span<const AttentionSeq> seqs, const AttentionShape& shape, int32_t head_dim) {
+  int64_t work = 0;
+  for (const AttentionSeq& s : seqs) work += int64_t{s.q_len} * shape.n_heads * s.kv_len * 2 * head_dim;
+  return work;
+}
+
+// Attention mass capture (H2O / SpAtten): each unit of a sequence that wants
+// it gets a region of ctx.ws->attn_mass (its rows' raw scores, their softmax
+// max and sum) and one of attn_mass_sum (the unit's fixed-point mass per
+// slot, computed after its pass); the units' masses are added to key_mass
+// after the dispatch.
+struct MassLayout {
+  std::vector<size_t> mass_at, sum_at;  // per unit; mass_at SIZE_MAX: no capture
+};
+
+MassLayout plan_mass(const std::vector<WorkUnit>& units, std::span<const AttentionSeq> seqs, int32_t group,
+                     int32_t block_size, const KernelContext& ctx) {
+  MassLayout m{std::vector<size_t>(units.size(), SIZE_MAX), std::vector<size_t>(units.size(), 0)};
   size_t mass_floats = 0, mass_sums = 0;
   for (size_t i = 0; i < units.size(); ++i) {
     const AttentionSeq& s = seqs[units[i].seq];
     if (s.key_mass == nullptr) continue;
-    mass_at[i] = mass_floats;
-    sum_at[i] = mass_sums;
+    m.mass_at[i] = mass_floats;
+    m.sum_at[i] = mass_sums;
     const size_t rows = static_cast<size_t>(group) * units[i].nq;
-    const size_t ld = static_cast<size_t>(scores_ld(s, kv.block_size));
-    mass_floats += rows * ld + rows * (ld / kv.block_size) + 2 * rows;
+    const size_t ld = static_cast<size_t>(scores_ld(s, block_size));
+    mass_floats += rows * ld + rows * (ld / block_size) + 2 * rows;
     mass_sums += static_cast<size_t>(s.kv_len);
   }
   if (mass_floats > 0) {
     ctx.ws->attn_mass.ensure(mass_floats);
     ctx.ws->attn_mass_sum.ensure(mass_sums);
   }
-  ThreadPool* pool = parallel_pool(ctx, work, kMinParallelAttentionMacs);
-  const AttentionKernels& kern = kernels_for(ctx.isa);
-  if (fresh != nullptr && !store_in_units) {
-    // Written before any unit reads them, by kv head across the threads.
-    const auto store = [&](int32_t h0, int32_t h1) {
-      store_heads(kern.to_kv, kv, fresh->k, fresh->v, fresh->stride, fresh->slots, fresh->n_tokens, h0, h1);
-    };
-    if (pool == nullptr || kv.n_kv_heads == 1) {
-      store(0, kv.n_kv_heads);
-    } else {
-      std::atomic<int32_t> next_head{0};
-      pool->run_dynamic([&](int, int) {
-        for (int32_t h = next_head.fetch_add(1); h < kv.n_kv_heads; h = next_head.fetch_add(1)) store(h, h + 1);
-      });
-    }
+  return m;
+}
+
+// The new rows, written before any unit reads them, by kv head across the threads.
+void store_fresh(const AttentionKernels& kern, const KvLayerView& kv, const NewKv& fresh, ThreadPool* pool) {
+  const auto store = [&](int32_t h0, int32_t h1) {
+    store_heads(kern.to_kv, kv, fresh.k, fresh.v, fresh.stride, fresh.slots, fresh.n_tokens, h0, h1);
+  };
+  if (pool == nullptr || kv.n_kv_heads == 1) {
+    store(0, kv.n_kv_heads);
+    return;
   }
+  std::atomic<int32_t> next_head{0};
+  pool->run_dynamic([&](int, int) {
+    for (int32_t h = next_head.fetch_add(1); h < kv.n_kv_heads; h = next_head.fetch_add(1)) store(h, h + 1);
+  });
+}
+
+// What every unit of this call shares.
+AttnUnitArgs shared_unit_args(const KvLayerView& kv, const AttentionShape& shape, int32_t group, int64_t q_stride,
+                              int64_t out_stride) {
+  AttnUnitArgs a;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.block_bytes = kv.block_bytes();
+  a.head_bytes = head_bytes(kv);
+  a.elem = elem_of(kv.type);
+  a.block_size = kv.block_size;
+  a.head_dim = kv.head_dim;
+  a.group = group;
+  a.q_stride = q_stride;
+  a.out_stride = out_stride;
+  a.scale = shape.scale;
+  a.window = shape.window;
+  a.softcap = shape.softcap;
+  return a;
+}
+
+// This unit is the only reader of its sequence's new rows in this step, and
+// the rows reach the cache of the core that reads them next.
+void store_unit_rows(const AttentionKernels& kern, const KvLayerView& kv, const NewKv& fresh, const AttentionSeq& s,
+                     int32_t kv_head) {
+  const int64_t col = static_cast<int64_t>(kv_head) * kv.head_dim;
+  for (int32_t i = 0; i < s.q_len; ++i) {
+    const int64_t t = s.q_begin + i;
+    store_head(kern.to_kv, kv, fresh.k + t * fresh.stride + col, fresh.v + t * fresh.stride + col, fresh.slots[t],
+               kv_head);
+  }
+}
+
+// Points a unit's score capture at its region of the workspace.
+void capture_regions(AttnUnitArgs& a, const AttentionSeq& s, size_t rows, int32_t block_size, float* region) {
+  a.scores_ld = scores_ld(s, block_size);
+  a.key_scores = region;
+  a.block_max = a.key_scores + rows * a.scores_ld;
+  std::fill(a.block_max, a.block_max + rows * (a.scores_ld / block_size), -INFINITY);
+  a.row_stats = a.block_max + rows * (a.scores_ld / block_size);
+}
+
+}  // namespace
+
+void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
+                     std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx,
+                     const NewKv* fresh) {
+  check_shape(kv, shape);
+  const bool in_units = store_in_units(seqs, fresh);
+  const int32_t group = shape.n_heads / kv.n_kv_heads;
+  const std::vector<WorkUnit> units = make_units(seqs, kv.n_kv_heads);
+  const MassLayout mass = plan_mass(units, seqs, group, kv.block_size, ctx);
+  ThreadPool* pool = parallel_pool(ctx, attention_macs(seqs, shape, kv.head_dim), kMinParallelAttentionMacs);
+  const AttentionKernels& kern = kernels_for(ctx.isa);
+  if (fresh != nullptr && !in_units) store_fresh(kern, kv, *fresh, pool);
   const size_t per_thread = attention_scratch_floats(kv.block_size, kv.head_dim, group);
   ctx.ws->tmp.ensure(per_thread * static_cast<size_t>(pool != nullptr ? pool->size() : 1));
   float* scratch = ctx.ws->tmp.data();
@@ -251,20 +325,7 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
   // Which thread computes a unit does not change its arithmetic.
   std::atomic<size_t> next{0};
   auto job = [&](int tid, int) {
-    AttnUnitArgs a;
-    a.k = kv.k;
-    a.v = kv.v;
-    a.block_bytes = kv.block_bytes();
-    a.head_bytes = head_bytes(kv);
-    a.elem = elem_of(kv.type);
-    a.block_size = kv.block_size;
-    a.head_dim = kv.head_dim;
-    a.group = group;
-    a.q_stride = q_stride;
-    a.out_stride = out_stride;
-    a.scale = shape.scale;
-    a.window = shape.window;
-    a.softcap = shape.softcap;
+    AttnUnitArgs a = shared_unit_args(kv, shape, group, q_stride, out_stride);
     a.scratch = scratch + per_thread * tid;
     for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < units.size();
          i = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -278,29 +339,16 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
       a.n_keys = s.kv_len;
       a.q = q + static_cast<int64_t>(s.q_begin + u.q0) * q_stride;
       a.out = out + static_cast<int64_t>(s.q_begin + u.q0) * out_stride;
-      if (store_in_units) {
-        // This unit is the only reader of these rows in this step, and the
-        // rows reach the cache of the core that reads them next.
-        const int64_t col = static_cast<int64_t>(u.kv_head) * kv.head_dim;
-        for (int32_t i = 0; i < s.q_len; ++i) {
-          const int64_t t = s.q_begin + i;
-          store_head(kern.to_kv, kv, fresh->k + t * fresh->stride + col, fresh->v + t * fresh->stride + col,
-                     fresh->slots[t], u.kv_head);
-        }
-      }
-      if (mass_at[i] == SIZE_MAX) {
+      if (in_units) store_unit_rows(kern, kv, *fresh, s, u.kv_head);
+      if (mass.mass_at[i] == SIZE_MAX) {
         a.key_scores = a.block_max = a.row_stats = nullptr;
         kern.attend(a);
         continue;
       }
-      const size_t rows = static_cast<size_t>(group) * u.nq;
-      a.scores_ld = scores_ld(s, kv.block_size);
-      a.key_scores = ctx.ws->attn_mass.data() + mass_at[i];
-      a.block_max = a.key_scores + rows * a.scores_ld;
-      std::fill(a.block_max, a.block_max + rows * (a.scores_ld / kv.block_size), -INFINITY);
-      a.row_stats = a.block_max + rows * (a.scores_ld / kv.block_size);
+      capture_regions(a, s, static_cast<size_t>(group) * u.nq, kv.block_size,
+                      ctx.ws->attn_mass.data() + mass.mass_at[i]);
       kern.attend(a);
-      unit_mass(a, ctx.ws->attn_mass_sum.data() + sum_at[i]);
+      unit_mass(a, ctx.ws->attn_mass_sum.data() + mass.sum_at[i]);
     }
   };
   if (pool == nullptr) {
@@ -309,9 +357,9 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     pool->run_dynamic(job);
   }
   for (size_t i = 0; i < units.size(); ++i) {
-    if (mass_at[i] == SIZE_MAX) continue;
+    if (mass.mass_at[i] == SIZE_MAX) continue;
     const AttentionSeq& s = seqs[units[i].seq];
-    const int64_t* m = ctx.ws->attn_mass_sum.data() + sum_at[i];
+    const int64_t* m = ctx.ws->attn_mass_sum.data() + mass.sum_at[i];
     for (int32_t j = 0; j < s.kv_len; ++j) s.key_mass[j] += m[j];
   }
 }

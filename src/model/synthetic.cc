@@ -60,30 +60,43 @@ SyntheticModelSpec preset_spec(const std::string& name) {
   return s;
 }
 
-void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {
-  SyntheticModelSpec s = spec;
-  TESSERA_CHECK(s.arch == "llama" || s.arch == "llama3" || s.arch == "mistral" || s.arch == "qwen2" ||
-                    s.arch == "qwen3" || s.arch == "gemma2" || s.arch == "gemma3" || s.arch == "phi3",
-                kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3 or phi3",
-                s.arch);
-  // llama3 and mistral are llama files with more in them.
-  const std::string file_arch = s.arch == "llama3" || s.arch == "mistral" ? "llama" : s.arch;
-  const bool gemma = s.arch == "gemma2" || s.arch == "gemma3", phi3 = s.arch == "phi3";
-  const bool qkv_bias = s.arch == "qwen2", qk_norm = s.arch == "qwen3" || s.arch == "gemma3";
+namespace {
+
+// What the architecture's name implies for the file.
+struct ArchTraits {
+  std::string file_arch;  // llama3 and mistral are llama files with more in them
+  bool gemma = false, phi3 = false, qkv_bias = false, qk_norm = false;
+};
+
+ArchTraits arch_traits(const std::string& arch) {
+  TESSERA_CHECK(arch == "llama" || arch == "llama3" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" ||
+                    arch == "gemma2" || arch == "gemma3" || arch == "phi3",
+                kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3 or phi3", arch);
+  ArchTraits t;
+  t.file_arch = arch == "llama3" || arch == "mistral" ? "llama" : arch;
+  t.gemma = arch == "gemma2" || arch == "gemma3";
+  t.phi3 = arch == "phi3";
+  t.qkv_bias = arch == "qwen2";
+  t.qk_norm = arch == "qwen3" || arch == "gemma3";
+  return t;
+}
+
+// Fills in the architecture's defaults and refuses what its files cannot hold.
+void resolve_spec(SyntheticModelSpec& s, const ArchTraits& t) {
   if (s.rope_freq_base == 0.0f) {
     s.rope_freq_base = s.arch == "llama3" ? 500000.0f : s.arch == "qwen3" || s.arch == "gemma3" ? 1e6f : 10000.0f;
   }
   if (s.arch == "mistral" && s.sliding_window == 0) s.sliding_window = 4096;
   // Gemma's local layers' window (Gemma 2: 4096, Gemma 3 1B: 512).
-  if (gemma && s.sliding_window == 0) s.sliding_window = s.arch == "gemma2" ? 4096 : 512;
+  if (t.gemma && s.sliding_window == 0) s.sliding_window = s.arch == "gemma2" ? 4096 : 512;
   if (s.arch == "gemma2") s.tied_output = true;  // llama.cpp's gemma2 has no output matrix
   TESSERA_CHECK(s.sliding_window >= 0, kInvalidArgument, "sliding window {} is negative", s.sliding_window);
-  TESSERA_CHECK(s.sliding_window == 0 || file_arch == "llama" || gemma || phi3, kInvalidArgument,
+  TESSERA_CHECK(s.sliding_window == 0 || t.file_arch == "llama" || t.gemma || t.phi3, kInvalidArgument,
                 "a sliding window is written for llama-family, gemma and phi3 files only, not {}", s.arch);
   TESSERA_CHECK(s.rope_scaling.empty() || s.rope_scaling == "linear" || s.rope_scaling == "yarn" ||
-                    (phi3 && s.rope_scaling == "longrope"),
+                    (t.phi3 && s.rope_scaling == "longrope"),
                 kInvalidArgument, "rope scaling '{}' must be linear or yarn (or longrope for phi3)", s.rope_scaling);
-  TESSERA_CHECK(!phi3 || s.rope_scaling.empty() || s.rope_scaling == "longrope", kInvalidArgument,
+  TESSERA_CHECK(!t.phi3 || s.rope_scaling.empty() || s.rope_scaling == "longrope", kInvalidArgument,
                 "phi3 files take longrope scaling only");
   TESSERA_CHECK(s.arch != "gemma2" || s.rope_scaling.empty(), kInvalidArgument, "gemma2 files have no RoPE scaling");
   TESSERA_CHECK(s.rope_scaling_factor == 0.0f || s.rope_scaling_factor >= 1.0f, kInvalidArgument,
@@ -100,10 +113,15 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   TESSERA_CHECK(kernels::can_quantize(s.type), kInvalidArgument, "cannot write weights of type {}", dtype_name(s.type));
   const DType out_type = s.output_type.value_or(s.type);
   TESSERA_CHECK(kernels::can_quantize(out_type), kInvalidArgument, "cannot write weights of type {}", dtype_name(out_type));
+  TESSERA_CHECK(s.attn_softcap >= 0.0f && s.final_softcap >= 0.0f, kInvalidArgument, "soft-caps must be >= 0");
+  TESSERA_CHECK(s.attn_softcap == 0.0f || s.arch == "gemma2", kInvalidArgument, "attention soft-capping is gemma2's only");
+  TESSERA_CHECK(s.final_softcap == 0.0f || t.gemma, kInvalidArgument, "final soft-capping is written for gemma only");
+}
 
-  gguf::Writer w;
-  const std::string a = file_arch + ".";
-  w.set_string("general.architecture", file_arch);
+// The hyperparameters, as the architecture's converter writes them.
+void write_hparams(gguf::Writer& w, const SyntheticModelSpec& s, const ArchTraits& t) {
+  const std::string a = t.file_arch + ".";
+  w.set_string("general.architecture", t.file_arch);
   w.set_string("general.name", fmt::format("tessera-synthetic-{}x{}", s.n_layer, s.n_embd));
   w.set_u32("general.file_type", gguf::llama_file_type(s.type));
   w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
@@ -112,128 +130,146 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  if (s.head_dim != s.n_embd / s.n_head || s.arch == "qwen3" || gemma) {  // these converters always write them
+  if (s.head_dim != s.n_embd / s.n_head || s.arch == "qwen3" || t.gemma) {  // these converters always write them
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
   }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(s.n_rot));
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
-  if (!s.rope_scaling.empty() && !phi3) {
+  if (!s.rope_scaling.empty() && !t.phi3) {
     w.set_string(a + "rope.scaling.type", s.rope_scaling);
     w.set_f32(a + "rope.scaling.factor", s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 1.0f);
     if (s.rope_orig_ctx > 0) w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
   }
   // Phi-3's converter always writes the window (0: none, Phi-4).
-  if (s.sliding_window > 0 || phi3) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
-  TESSERA_CHECK(s.attn_softcap >= 0.0f && s.final_softcap >= 0.0f, kInvalidArgument, "soft-caps must be >= 0");
-  TESSERA_CHECK(s.attn_softcap == 0.0f || s.arch == "gemma2", kInvalidArgument, "attention soft-capping is gemma2's only");
-  TESSERA_CHECK(s.final_softcap == 0.0f || gemma, kInvalidArgument, "final soft-capping is written for gemma only");
+  if (s.sliding_window > 0 || t.phi3) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   if (s.arch == "gemma2") {  // Gemma 2's config values by default
     w.set_f32(a + "attn_logit_softcapping", s.attn_softcap > 0.0f ? s.attn_softcap : 50.0f);
     w.set_f32(a + "final_logit_softcapping", s.final_softcap > 0.0f ? s.final_softcap : 30.0f);
   } else if (s.final_softcap > 0.0f) {
     w.set_f32(a + "final_logit_softcapping", s.final_softcap);
   }
-  // Phi-3's LongRoPE: per-pair short and long factors, the original context
-  // and a magnitude factor on cos/sin, as the converter writes them.
-  std::vector<float> phi3_short, phi3_long;
-  if (phi3 && s.rope_scaling == "longrope") {
-    const int64_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 4096;
-    TESSERA_CHECK(orig < s.n_ctx, kInvalidArgument, "longrope needs an original context {} below the context {}", orig,
-                  s.n_ctx);
-    const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(orig);
-    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(orig));
-    w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)))));
-    const int64_t half = s.n_rot / 2;
-    const double factor = s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : scale;
-    for (int64_t i = 0; i < half; ++i) {
-      const double f = half > 1 ? static_cast<double>(i) / static_cast<double>(half - 1) : 0.0;
-      phi3_short.push_back(static_cast<float>(1.0 + 0.25 * f * f));      // near 1 (Phi-3's short factors)
-      phi3_long.push_back(static_cast<float>(1.0 + (factor - 1.0) * f));  // up to the scaling factor
-    }
-  }
+}
 
-  int64_t n_vocab = s.n_vocab;
+// Phi-3's LongRoPE: per-pair short and long factors, the original context
+// and a magnitude factor on cos/sin, as the converter writes them.
+struct LongRopeFactors {
+  std::vector<float> short_factors, long_factors;  // empty: no LongRoPE
+};
+
+LongRopeFactors write_longrope(gguf::Writer& w, const SyntheticModelSpec& s, const ArchTraits& t) {
+  LongRopeFactors f;
+  if (!t.phi3 || s.rope_scaling != "longrope") return f;
+  const std::string a = t.file_arch + ".";
+  const int64_t orig = s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 4096;
+  TESSERA_CHECK(orig < s.n_ctx, kInvalidArgument, "longrope needs an original context {} below the context {}", orig,
+                s.n_ctx);
+  const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(orig);
+  w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+  w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)))));
+  const int64_t half = s.n_rot / 2;
+  const double factor = s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : scale;
+  for (int64_t i = 0; i < half; ++i) {
+    const double x = half > 1 ? static_cast<double>(i) / static_cast<double>(half - 1) : 0.0;
+    f.short_factors.push_back(static_cast<float>(1.0 + 0.25 * x * x));      // near 1 (Phi-3's short factors)
+    f.long_factors.push_back(static_cast<float>(1.0 + (factor - 1.0) * x));  // up to the scaling factor
+  }
+  return f;
+}
+
+// The tokenizer: copied from another GGUF, or a minimal SentencePiece-style
+// vocabulary (<unk>, <s>, </s>, then pieces). Returns the vocabulary size.
+int64_t write_vocab(gguf::Writer& w, const SyntheticModelSpec& s) {
   if (!s.vocab_from.empty()) {
     const gguf::File vocab = gguf::File::open(s.vocab_from);
     for (const auto& [k, v] : vocab.metadata()) {
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);
     }
-    n_vocab = static_cast<int64_t>(vocab.get_array("tokenizer.ggml.tokens").size());
-  } else {
-    TESSERA_CHECK(n_vocab > 0, kInvalidArgument, "give --vocab-from FILE or a vocabulary size");
-    // A minimal SentencePiece-style vocabulary: <unk>, <s>, </s>, then pieces.
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("tok{}", i));
-      scores.push_back(-static_cast<float>(i));
-      types.push_back(i == 0 ? 2 : i < 3 ? 3 : 1);
-    }
-    w.set_string("tokenizer.ggml.model", "llama");
-    w.set_strings("tokenizer.ggml.tokens", tokens);
-    w.set_f32s("tokenizer.ggml.scores", scores);
-    w.set_i32s("tokenizer.ggml.token_type", types);
-    w.set_u32("tokenizer.ggml.bos_token_id", 1);
-    w.set_u32("tokenizer.ggml.eos_token_id", 2);
-    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    return static_cast<int64_t>(vocab.get_array("tokenizer.ggml.tokens").size());
   }
+  const int64_t n_vocab = s.n_vocab;
+  TESSERA_CHECK(n_vocab > 0, kInvalidArgument, "give --vocab-from FILE or a vocabulary size");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (int64_t i = 0; i < n_vocab; ++i) {
+    tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : fmt::format("tok{}", i));
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(i == 0 ? 2 : i < 3 ? 3 : 1);
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", tokens);
+  w.set_f32s("tokenizer.ggml.scores", scores);
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  return n_vocab;
+}
 
-  if (s.arch == "llama3") w.set_u32(a + "vocab_size", static_cast<uint32_t>(n_vocab));  // as the converter writes it
-
+// One block's tensors, with llama.cpp's names.
+void plan_block(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, const ArchTraits& t, int64_t il) {
   const int64_t E = s.n_embd, Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, F = s.n_ff;
   // Scaled like common initialisations (std 0.02, output projections shrunk
   // by depth) so activations stay in a realistic range through the layers.
   const float std_in = 0.02f;
   const float std_out = 0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer));
+  auto n = [&](const char* name) { return fmt::format("blk.{}.{}", il, name); };
+  plan.push_back({n("attn_norm.weight"), DType::kF32, E, 1, 0.0f});
+  if (t.phi3) {
+    plan.push_back({n("attn_qkv.weight"), s.type, E, Q + 2 * KV, std_in});
+  } else {
+    plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
+    plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
+    plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
+  }
+  if (t.qkv_bias) {
+    plan.push_back({n("attn_q.bias"), DType::kF32, Q, 1, std_in});
+    plan.push_back({n("attn_k.bias"), DType::kF32, KV, 1, std_in});
+    plan.push_back({n("attn_v.bias"), DType::kF32, KV, 1, std_in});
+  }
+  if (t.qk_norm) {
+    plan.push_back({n("attn_q_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
+    plan.push_back({n("attn_k_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
+  }
+  plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
+  if (t.gemma) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
+  plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
+  if (t.phi3) {
+    plan.push_back({n("ffn_up.weight"), s.type, E, 2 * F, std_in});  // gate rows, then up rows
+  } else {
+    plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
+    plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
+  }
+  plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
+  if (t.gemma) plan.push_back({n("post_ffw_norm.weight"), DType::kF32, E, 1, 0.0f});
+}
+
+std::vector<TensorPlan> plan_tensors(const SyntheticModelSpec& s, const ArchTraits& t, int64_t n_vocab,
+                                     const LongRopeFactors& longrope) {
+  const int64_t E = s.n_embd;
+  const float std_in = 0.02f;
   std::vector<TensorPlan> plan;
   if (s.arch == "llama3") {
     plan.push_back({"rope_freqs.weight", DType::kF32, s.n_rot / 2, 1, 0.0f,
                     llama3_rope_factors(s.n_rot, s.rope_freq_base, s.rope_scaling_factor > 0.0f ? s.rope_scaling_factor : 32.0f,
                                         s.rope_orig_ctx > 0 ? s.rope_orig_ctx : 8192)});
   }
-  if (!phi3_long.empty()) {
-    plan.push_back({"rope_factors_long.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, phi3_long});
-    plan.push_back({"rope_factors_short.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, phi3_short});
+  if (!longrope.long_factors.empty()) {
+    plan.push_back({"rope_factors_long.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, longrope.long_factors});
+    plan.push_back({"rope_factors_short.weight", DType::kF32, s.n_rot / 2, 1, 0.0f, longrope.short_factors});
   }
   plan.push_back({"token_embd.weight", s.type, E, n_vocab, std_in});
   plan.push_back({"output_norm.weight", DType::kF32, E, 1, 0.0f});
-  if (!s.tied_output) plan.push_back({"output.weight", out_type, E, n_vocab, std_in});
-  for (int64_t il = 0; il < s.n_layer; ++il) {
-    auto n = [&](const char* t) { return fmt::format("blk.{}.{}", il, t); };
-    plan.push_back({n("attn_norm.weight"), DType::kF32, E, 1, 0.0f});
-    if (phi3) {
-      plan.push_back({n("attn_qkv.weight"), s.type, E, Q + 2 * KV, std_in});
-    } else {
-      plan.push_back({n("attn_q.weight"), s.type, E, Q, std_in});
-      plan.push_back({n("attn_k.weight"), s.type, E, KV, std_in});
-      plan.push_back({n("attn_v.weight"), s.type, E, KV, std_in});
-    }
-    if (qkv_bias) {
-      plan.push_back({n("attn_q.bias"), DType::kF32, Q, 1, std_in});
-      plan.push_back({n("attn_k.bias"), DType::kF32, KV, 1, std_in});
-      plan.push_back({n("attn_v.bias"), DType::kF32, KV, 1, std_in});
-    }
-    if (qk_norm) {
-      plan.push_back({n("attn_q_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
-      plan.push_back({n("attn_k_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
-    }
-    plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
-    if (gemma) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
-    plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
-    if (phi3) {
-      plan.push_back({n("ffn_up.weight"), s.type, E, 2 * F, std_in});  // gate rows, then up rows
-    } else {
-      plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
-      plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
-    }
-    plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
-    if (gemma) plan.push_back({n("post_ffw_norm.weight"), DType::kF32, E, 1, 0.0f});
-  }
+  if (!s.tied_output) plan.push_back({"output.weight", s.output_type.value_or(s.type), E, n_vocab, std_in});
+  for (int64_t il = 0; il < s.n_layer; ++il) plan_block(plan, s, t, il);
+  return plan;
+}
 
-  ThreadPool pool(n_threads);
+// Adds each planned tensor; its rows are drawn and quantized when the writer
+// asks for them, in parallel on the pool.
+void add_planned_tensors(gguf::Writer& w, const std::vector<TensorPlan>& plan, uint64_t seed, ThreadPool& pool) {
   for (const TensorPlan& t : plan) {
     const DTypeTraits tr = dtype_traits(t.type);
     TESSERA_CHECK(t.cols % tr.block_size == 0, kInvalidArgument,
@@ -241,7 +277,7 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
                   "that are multiples of {}", t.name, t.cols, tr.name, tr.block_size, tr.block_size);
     const bool is_norm = t.stddev == 0.0f;
     std::vector<int64_t> ne = t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows};
-    const uint64_t stream = s.seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
+    const uint64_t stream = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
     w.add_tensor(t.name, t.type, ne, [t, stream, is_norm, &pool](uint8_t* out, size_t) {
       const size_t rb = row_bytes(t.type, t.cols);
       if (!t.values.empty()) {
@@ -264,6 +300,21 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& pa
       });
     });
   }
+}
+
+}  // namespace
+
+void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path, int n_threads) {
+  SyntheticModelSpec s = spec;
+  const ArchTraits t = arch_traits(s.arch);
+  resolve_spec(s, t);
+  gguf::Writer w;
+  write_hparams(w, s, t);
+  const LongRopeFactors longrope = write_longrope(w, s, t);
+  const int64_t n_vocab = write_vocab(w, s);
+  if (s.arch == "llama3") w.set_u32("llama.vocab_size", static_cast<uint32_t>(n_vocab));  // as the converter writes it
+  ThreadPool pool(n_threads);
+  add_planned_tensors(w, plan_tensors(s, t, n_vocab, longrope), s.seed, pool);
   w.write(path);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -218,6 +219,123 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
   }
 }
 
+// Refuses requests the writer cannot honour, before anything is written.
+void check_request(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
+                   const StatsSource* stats) {
+  TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
+                "method {} needs calibration statistics", method_name(opt.method));
+  TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
+  const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
+  TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
+                "tessera quantize cannot write {} (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+}
+
+// Refuses options the grid cannot hold and inputs that are not originals.
+void check_options(const gguf::File& in, const QuantizeOptions& opt, const Grid& g) {
+  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
+  TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
+                "group size {}: {} blocks hold {} weights (other group sizes need another storage type)", opt.group,
+                dtype_name(opt.type), is_grid_type(opt.type) ? g.block : 1);
+  for (const auto& [k, v] : in.metadata()) {
+    TESSERA_CHECK(k.rfind(kPaddedColsKey, 0) != 0, kInvalidArgument,
+                  "{} holds padded matrices (it was quantized by Tessera); quantize from the original model", in.path());
+  }
+  for (const auto& [name, type] : opt.keep) {
+    TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
+    TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
+                  kInvalidArgument, "--keep {}={}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
+  }
+}
+
+// Each tensor's stored type and width: matrices take the target type (or
+// their --keep type), padded to whole blocks; everything else is copied.
+std::map<std::string, Plan> plan_types(const gguf::File& in, const QuantizeOptions& opt, bool awq) {
+  std::map<std::string, Plan> plans;
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    Plan p;
+    p.matrix = is_matrix(t);
+    p.type = t.type;
+    if (p.matrix) {
+      p.type = opt.type;
+      for (const auto& [name, type] : opt.keep) {
+        if (name == t.name) p.type = type;
+      }
+      const int64_t bs = dtype_traits(p.type).block_size;
+      p.cols_p = round_up(t.ne[0], bs);
+      if (p.cols_p != t.ne[0] && t.name == "token_embd.weight") {
+        // Rows of the embedding are looked up, not multiplied: keep them unpadded.
+        TESSERA_LOG_WARN("{}: {} columns is not a multiple of {}; stored as F16", t.name, t.ne[0], bs);
+        p.type = DType::kF16;
+        p.cols_p = t.ne[0];
+      }
+    }
+    plans[t.name] = std::move(p);
+  }
+  if (awq) {
+    // Norms AWQ may divide are F32 in the output whether or not their scale
+    // is found (known before any statistics: the header is written first).
+    for (const AwqGroup& grp : awq_groups(in)) {
+      auto it = plans.find(grp.norm);
+      if (!grp.norm.empty() && it != plans.end() && !it->second.matrix && awq_applies(grp, plans)) {
+        it->second.awq_norm = true;
+      }
+    }
+  }
+  return plans;
+}
+
+// The input's metadata, with the new file type and how it was made.
+void copy_header(gguf::Writer& w, const gguf::File& in, const QuantizeOptions& opt) {
+  for (const auto& [k, v] : in.metadata()) {
+    if (k != "general.file_type" && k != "general.quantized_by") w.set_value(k, v);
+  }
+  w.set_u32("general.file_type", gguf::llama_file_type(opt.type));
+  w.set_string("general.quantized_by",
+               fmt::format("tessera quantize --type {} --method {}{}", dtype_name(opt.type), method_name(opt.method),
+                           opt.bits ? fmt::format(" --bits {}", opt.bits) : ""));
+}
+
+// One tensor's bytes: a quantized matrix, a norm with AWQ's 1/s folded in,
+// or a copy. Says which in d->how.
+void write_tensor(const gguf::TensorInfo& t, const Plan& p, const QuantizeOptions& opt, StatsSource* stats,
+                  ThreadPool& pool, uint8_t* out, size_t n_bytes, TensorDone* d) {
+  if (p.matrix) {
+    if (p.cols_p != t.ne[0]) d->padded_cols = p.cols_p;
+    const InputStats* st = stats != nullptr && needs_calibration(opt.method) ? stats->for_tensor(t.name) : nullptr;
+    TESSERA_CHECK(st == nullptr || st->dim == t.ne[0], kInvalidArgument,
+                  "calibration statistics of {} inputs for '{}', which has {}", st ? st->dim : 0, t.name, t.ne[0]);
+    quantize_matrix(t, p, st, opt, pool, out, &d->how);
+  } else if (p.awq_norm) {
+    std::vector<float> v = read_f32(t);
+    TESSERA_CHECK(p.vec_div.empty() || v.size() == p.vec_div.size(), kCorruptFile,
+                  "awq: '{}' has {} values, expected {}", t.name, v.size(), p.vec_div.size());
+    for (size_t k = 0; k < p.vec_div.size(); ++k) v[k] /= p.vec_div[k];
+    TESSERA_CHECK(n_bytes == v.size() * sizeof(float), kInternal, "awq: '{}' size", t.name);
+    std::memcpy(out, v.data(), n_bytes);
+    d->how = p.vec_div.empty() ? "convert" : "awq-folded";
+  } else {
+    TESSERA_CHECK(n_bytes <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape", t.name);
+    std::memcpy(out, t.data, n_bytes);
+    d->how = "copy";
+  }
+}
+
+// Writes to a .partial file renamed into place: an error mid-way (bad
+// statistics, a corrupt tensor) leaves no partial file. Returns its size.
+size_t write_atomically(const gguf::Writer& w, const std::string& out_path) {
+  const std::string tmp = out_path + ".partial";
+  try {
+    w.write(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  TESSERA_CHECK(std::rename(tmp.c_str(), out_path.c_str()) == 0, kIo, "cannot rename '{}' to '{}'", tmp, out_path);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(out_path, ec);
+  return ec ? 0 : static_cast<size_t>(size);
+}
+
 }  // namespace
 
 Method parse_method(const std::string& s) {
@@ -241,59 +359,11 @@ const char* method_name(Method m) {
 QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
                               StatsSource* stats, ThreadPool& pool,
                               const std::function<void(const TensorDone&)>& on_tensor) {
-  TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
-                "method {} needs calibration statistics", method_name(opt.method));
-  TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
-  const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
-  TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
-                "tessera quantize cannot write {} (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+  check_request(in, out_path, opt, stats);
   const Grid g = is_grid_type(opt.type) ? make_grid(opt.type, opt.bits) : Grid{};
-  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
-  TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
-                "group size {}: {} blocks hold {} weights (other group sizes need another storage type)", opt.group,
-                dtype_name(opt.type), is_grid_type(opt.type) ? g.block : 1);
-  for (const auto& [k, v] : in.metadata()) {
-    TESSERA_CHECK(k.rfind(kPaddedColsKey, 0) != 0, kInvalidArgument,
-                  "{} holds padded matrices (it was quantized by Tessera); quantize from the original model", in.path());
-  }
-  for (const auto& [name, type] : opt.keep) {
-    TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
-    TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
-                  kInvalidArgument, "--keep {}={}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
-  }
-
-  std::map<std::string, Plan> plans;
-  for (const gguf::TensorInfo& t : in.tensors()) {
-    Plan p;
-    p.matrix = is_matrix(t);
-    p.type = t.type;
-    if (p.matrix) {
-      p.type = opt.type;
-      for (const auto& [name, type] : opt.keep) {
-        if (name == t.name) p.type = type;
-      }
-      const int64_t bs = dtype_traits(p.type).block_size;
-      p.cols_p = round_up(t.ne[0], bs);
-      if (p.cols_p != t.ne[0] && t.name == "token_embd.weight") {
-        // Rows of the embedding are looked up, not multiplied: keep them unpadded.
-        TESSERA_LOG_WARN("{}: {} columns is not a multiple of {}; stored as F16", t.name, t.ne[0], bs);
-        p.type = DType::kF16;
-        p.cols_p = t.ne[0];
-      }
-    }
-    plans[t.name] = std::move(p);
-  }
+  check_options(in, opt, g);
   const bool awq = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
-  if (awq) {
-    // Norms AWQ may divide are F32 in the output whether or not their scale
-    // is found (known before any statistics: the header is written first).
-    for (const AwqGroup& grp : awq_groups(in)) {
-      auto it = plans.find(grp.norm);
-      if (!grp.norm.empty() && it != plans.end() && !it->second.matrix && awq_applies(grp, plans)) {
-        it->second.awq_norm = true;
-      }
-    }
-  }
+  std::map<std::string, Plan> plans = plan_types(in, opt, awq);
   std::set<int64_t> awq_planned;  // layers whose AWQ scales are searched (-1: the output's)
   // AWQ's scales of a tensor's layer, searched when its first tensor is
   // reached (norms and producers are written after their plans exist).
@@ -303,13 +373,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   };
 
   gguf::Writer w;
-  for (const auto& [k, v] : in.metadata()) {
-    if (k != "general.file_type" && k != "general.quantized_by") w.set_value(k, v);
-  }
-  w.set_u32("general.file_type", gguf::llama_file_type(opt.type));
-  w.set_string("general.quantized_by",
-               fmt::format("tessera quantize --type {} --method {}{}", dtype_name(opt.type), method_name(opt.method),
-                           opt.bits ? fmt::format(" --bits {}", opt.bits) : ""));
+  copy_header(w, in, opt);
   QuantizeResult res;
   const int64_t total = static_cast<int64_t>(in.tensors().size());
   int64_t index = 0;
@@ -331,7 +395,6 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
                                     total](uint8_t* out, size_t n_bytes) {
       const auto t0 = std::chrono::steady_clock::now();
       plan_layer_of(t.name);
-      const Plan& p = plans[t.name];
       TensorDone d;
       d.index = i;
       d.total = total;
@@ -340,43 +403,12 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       d.rows = t.n_dims >= 2 ? t.ne[1] : 1;
       d.cols = t.ne[0];
       d.bytes = n_bytes;
-      if (p.matrix) {
-        if (p.cols_p != t.ne[0]) d.padded_cols = p.cols_p;
-        const InputStats* st = stats != nullptr && needs_calibration(opt.method) ? stats->for_tensor(t.name) : nullptr;
-        TESSERA_CHECK(st == nullptr || st->dim == t.ne[0], kInvalidArgument,
-                      "calibration statistics of {} inputs for '{}', which has {}", st ? st->dim : 0, t.name, t.ne[0]);
-        quantize_matrix(t, p, st, opt, pool, out, &d.how);
-      } else if (p.awq_norm) {
-        std::vector<float> v = read_f32(t);
-        TESSERA_CHECK(p.vec_div.empty() || v.size() == p.vec_div.size(), kCorruptFile,
-                      "awq: '{}' has {} values, expected {}", t.name, v.size(), p.vec_div.size());
-        for (size_t k = 0; k < p.vec_div.size(); ++k) v[k] /= p.vec_div[k];
-        TESSERA_CHECK(n_bytes == v.size() * sizeof(float), kInternal, "awq: '{}' size", t.name);
-        std::memcpy(out, v.data(), n_bytes);
-        d.how = p.vec_div.empty() ? "convert" : "awq-folded";
-      } else {
-        TESSERA_CHECK(n_bytes <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape", t.name);
-        std::memcpy(out, t.data, n_bytes);
-        d.how = "copy";
-      }
+      write_tensor(t, plans[t.name], opt, stats, pool, out, n_bytes, &d);
       d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (on_tensor) on_tensor(d);
     });
   }
-  const std::string tmp = out_path + ".partial";
-  try {
-    w.write(tmp);
-  } catch (...) {
-    std::remove(tmp.c_str());  // an error mid-way (bad statistics, a corrupt tensor) leaves no partial file
-    throw;
-  }
-  TESSERA_CHECK(std::rename(tmp.c_str(), out_path.c_str()) == 0, kIo, "cannot rename '{}' to '{}'", tmp, out_path);
-  std::FILE* f = std::fopen(out_path.c_str(), "rb");
-  if (f != nullptr) {
-    std::fseek(f, 0, SEEK_END);
-    res.file_bytes = static_cast<size_t>(std::ftell(f));
-    std::fclose(f);
-  }
+  res.file_bytes = write_atomically(w, out_path);
   return res;
 }
 

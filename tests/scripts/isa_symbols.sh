@@ -6,7 +6,9 @@
 # Usage: tests/scripts/isa_symbols.sh BUILD_DIR
 set -euo pipefail
 build="${1:-build}"
-objs=$(find "$build/CMakeFiles/tessera_lib.dir/src" -name '*_avx2.cc.o' -o -name '*_avx512.cc.o' | sort)
+# One static library per layer (src/LAYERS): the kernels sit in tessera_kernels,
+# but any layer may hold a per-ISA object, so look in every library's objects.
+objs=$(find "$build/CMakeFiles" -path '*/tessera_*.dir/src/*' \( -name '*_avx2.cc.o' -o -name '*_avx512.cc.o' \) | sort)
 [ -n "$objs" ] || { echo "no per-ISA objects under $build"; exit 1; }
 status=0
 for o in $objs; do
