@@ -61,6 +61,9 @@ std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const Mode
                   "{}: tensor '{}' adapts '{}', which has no LoRA support here (attn_q/k/v/output, ffn_gate/up/down)",
                   path, name, target);
     const auto tgt = static_cast<LoraTarget>(it - std::begin(kTargetNames));
+    TESSERA_CHECK(!base.moe() || tgt < LoraTarget::kGate, kInvalidArgument,
+                  "{}: tensor '{}' adapts '{}', which this mixture of experts does not have (its experts take no "
+                  "LoRA here; its attention linears do)", path, name, target);
     const gguf::TensorInfo* tb = f.find_tensor(stem + ".weight.lora_b");
     TESSERA_CHECK(tb != nullptr, kCorruptFile, "{}: '{}' has no matching '{}.weight.lora_b'", path, name, stem);
     const auto [in, out] = lora_target_shape(base, tgt);

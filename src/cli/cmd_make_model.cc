@@ -1,5 +1,6 @@
 // tessera make-model: write a random-weight GGUF (llama, llama3, mistral, qwen2,
-// qwen3, gemma2, gemma3, phi3 layouts) of a named or explicit shape.
+// qwen3, gemma2, gemma3, phi3 layouts; mixtral, qwen2moe, qwen3moe mixtures)
+// of a named or explicit shape.
 #include <fmt/format.h>
 
 #include "cli/command.h"
@@ -30,6 +31,7 @@ struct MakeModelArgs {
   std::string format = "gguf";
   std::string tokenizer_from;
   int64_t shard_bytes = 0;
+  int64_t experts = 0, experts_used = 0, ff_exp = 0, ff_shexp = 0;
 };
 
 TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face folder (tests, benchmarks)", [](CLI::App& sub) {
@@ -45,7 +47,12 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face 
   sub.add_option("--output-type", a->output_type, "Type of the output matrix (default: --type)");
   sub.add_option("--arch", a->arch,
                  "llama, llama3 (rope_freqs.weight), mistral (sliding window), qwen2 (QKV bias, NeoX RoPE), "
-                 "qwen3 (q/k norm, NeoX RoPE), gemma2, gemma3, phi3")->capture_default_str();
+                 "qwen3 (q/k norm, NeoX RoPE), gemma2, gemma3, phi3; mixtures of experts: mixtral, qwen2moe (shared "
+                 "expert), qwen3moe")->capture_default_str();
+  sub.add_option("--experts", a->experts, "Mixtures: experts (default 8)");
+  sub.add_option("--experts-used", a->experts_used, "Mixtures: experts per token (default 2)");
+  sub.add_option("--ff-exp", a->ff_exp, "Mixtures: an expert's FFN width (default --ff; mixtral: always --ff)");
+  sub.add_option("--ff-shexp", a->ff_shexp, "qwen2moe: the shared expert's FFN width (default --ff)");
   sub.add_option("--vocab-from", a->vocab_from, "Copy the tokenizer of this GGUF");
   sub.add_option("--n-vocab", a->n_vocab, "Synthetic vocabulary size (without --vocab-from)");
   sub.add_option("--seed", a->seed, "Random seed")->capture_default_str();
@@ -97,6 +104,10 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face 
     s.sliding_window = a->sliding_window;
     s.attn_softcap = a->attn_softcap;
     s.final_softcap = a->final_softcap;
+    if (a->experts) s.n_expert = a->experts;
+    if (a->experts_used) s.n_expert_used = a->experts_used;
+    s.n_ff_exp = a->ff_exp;
+    s.n_ff_shexp = a->ff_shexp;
     if (s.vocab_from.empty() && a->tokenizer_from.empty() && s.n_vocab == 0) s.n_vocab = 512;
     TESSERA_CHECK(a->format == "gguf" || a->format == "hf", kInvalidArgument, "--format {}: gguf or hf", a->format);
     TESSERA_CHECK(a->format == "hf" || (a->tokenizer_from.empty() && a->shard_bytes == 0), kInvalidArgument,

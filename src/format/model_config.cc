@@ -123,6 +123,21 @@ void read_interleaved_swa(const gguf::File& f, const Keys& k, const std::string&
   }
 }
 
+// Mixture-of-experts hyperparameters, as llama.cpp names them.
+void read_moe(const gguf::File& f, const Keys& k, const std::string& p, const ConfigOptions& o, ModelConfig& c) {
+  const std::string count_key = p + "expert_count";
+  if (!f.has(count_key)) {
+    if (o.moe_required) fail(ErrorCode::kCorruptFile, "{}: '{}' is missing ({} is a mixture of experts)", f.path(), count_key, c.arch);
+    return;
+  }
+  c.n_expert = k.positive(count_key, 1 << 16);
+  c.n_expert_used = k.positive(p + "expert_used_count", c.n_expert);
+  const std::string ff_key = p + "expert_feed_forward_length";
+  c.n_ff_exp = k.has(ff_key) ? k.positive(ff_key, 1 << 20) : c.n_ff;
+  const std::string sh_key = p + "expert_shared_feed_forward_length";
+  c.n_ff_shexp = k.has(sh_key) ? k.positive(sh_key, 1 << 20) : 0;
+}
+
 }  // namespace
 
 ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
@@ -165,6 +180,7 @@ ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
   if (options.softcap || options.final_softcap) {
     c.final_softcap = k.softcap(p + "final_logit_softcapping", options.final_softcap_default);
   }
+  if (options.moe || options.moe_required) read_moe(f, k, p, options, c);
   return c;
 }
 

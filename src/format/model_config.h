@@ -52,6 +52,16 @@ struct ModelConfig {
   float attn_softcap = 0.0f;   // > 0: scores become cap * tanh(scores / cap) (Gemma 2)
   float final_softcap = 0.0f;  // > 0: the same on the logits
   bool tied_output = false;  // output matrix is token_embd
+  // Mixture of experts (n_expert > 0): each token's FFN is the weighted sum
+  // of n_expert_used of the n_expert expert FFNs (width n_ff_exp) its router
+  // picks, plus, when n_ff_shexp > 0, a shared expert of that width every
+  // token goes through (Qwen2-MoE).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;
+
+  bool moe() const { return n_expert > 0; }
 
   bool local_layer(int64_t il) const { return swa_window > 0 && il % swa_period < swa_period - 1; }
 
@@ -79,6 +89,11 @@ struct ConfigOptions {
   // `final_softcap`.
   bool softcap = false;
   bool final_softcap = false;
+  // "<arch>.expert_count" / "expert_used_count" / "expert_feed_forward_length"
+  // / "expert_shared_feed_forward_length" are read when `moe` (a file without
+  // expert_count is dense); `moe_required`: the architecture is MoE only.
+  bool moe = false;
+  bool moe_required = false;
   float attn_softcap = 0.0f, final_softcap_default = 0.0f;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "core/error.h"
 #include "kernels/attention.h"
@@ -164,22 +165,64 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
 }
 
+void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
+  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+  MoeWeights& m = L.moe;
+  m.router = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp.weight"), E, NE));
+  const kernels::WeightView gate = ld.experts(blk(il, "ffn_gate_exps.weight"), E, F, NE);
+  const kernels::WeightView up = ld.experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
+  const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F, E, NE);
+  m.experts.resize(static_cast<size_t>(NE));
+  for (int64_t e = 0; e < NE; ++e) {
+    m.experts[e].gate = kernels::prepare_weight(row_range(gate, e * F, F));
+    m.experts[e].up = kernels::prepare_weight(row_range(up, e * F, F));
+    m.experts[e].down = kernels::prepare_weight(row_range(down, e * E, E));
+  }
+  if (cfg_.n_ff_shexp > 0) {
+    const int64_t S = cfg_.n_ff_shexp;
+    m.shared_gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp_shexp.weight"), E, 1));
+    m.shared.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S));
+    m.shared.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S));
+    m.shared.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down_shexp.weight"), S, E));
+  }
+}
+
+namespace {
+
+size_t ffn_bytes(const FfnWeights& f) {
+  return matrix_bytes(f.gate.view) + matrix_bytes(f.up.view) + matrix_bytes(f.down.view);
+}
+
+int64_t macs(const kernels::PreparedWeight& w) { return w.view.rows * w.view.cols; }
+
+int64_t ffn_macs(const FfnWeights& f) { return macs(f.gate) + macs(f.up) + macs(f.down); }
+
+}  // namespace
+
+// A token of a mixture reads the router, its n_expert_used experts and the
+// shared expert (the experts of one layer are the same size).
 size_t DecoderModel::bytes_per_token() const {
   size_t n = tok_embd_.row_bytes + matrix_bytes(output_.view);
   for (const DecoderLayer& L : layers_) {
     n += matrix_bytes(L.attn.wq.view) + matrix_bytes(L.attn.wk.view) + matrix_bytes(L.attn.wv.view) +
-         matrix_bytes(L.attn.wo.view) + matrix_bytes(L.ffn.gate.view) + matrix_bytes(L.ffn.up.view) +
-         matrix_bytes(L.ffn.down.view);
+         matrix_bytes(L.attn.wo.view) + ffn_bytes(L.ffn);
+    if (!L.moe.experts.empty()) {
+      n += matrix_bytes(L.moe.router.view) + ffn_bytes(L.moe.experts[0]) * static_cast<size_t>(cfg_.n_expert_used) +
+           ffn_bytes(L.moe.shared) + matrix_bytes(L.moe.shared_gate.view);
+    }
   }
   return n;
 }
 
 Model::MatmulWork DecoderModel::matmul_work() const {
-  auto macs = [](const kernels::PreparedWeight& w) { return w.view.rows * w.view.cols; };
   MatmulWork work;
   for (const DecoderLayer& L : layers_) {
-    work.per_token += macs(L.attn.wq) + macs(L.attn.wk) + macs(L.attn.wv) + macs(L.attn.wo) + macs(L.ffn.gate) +
-                      macs(L.ffn.up) + macs(L.ffn.down);
+    work.per_token += macs(L.attn.wq) + macs(L.attn.wk) + macs(L.attn.wv) + macs(L.attn.wo) + ffn_macs(L.ffn);
+    if (!L.moe.experts.empty()) {
+      work.per_token += macs(L.moe.router) + ffn_macs(L.moe.experts[0]) * cfg_.n_expert_used +
+                        ffn_macs(L.moe.shared) + macs(L.moe.shared_gate);
+    }
   }
   work.per_logit_row = macs(output_);
   return work;
@@ -306,6 +349,103 @@ void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, cons
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
 }
 
+void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il, int64_t T, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used;
+  s.router.ensure(static_cast<size_t>(T * NE));
+  kernels::matmul(m.router, s.xb.data(), E, T, s.router.data(), NE, s.ctx);
+  s.moe_choice.resize(static_cast<size_t>(T * K));
+  s.moe_weight.resize(static_cast<size_t>(T * K));
+  std::vector<int32_t> order(static_cast<size_t>(NE));
+  for (int64_t t = 0; t < T; ++t) {
+    float* p = s.router.data() + t * NE;
+    // Softmax over every expert, then the K most probable (ties: lower id).
+    const float mx = *std::max_element(p, p + NE);
+    double sum = 0.0;
+    for (int64_t e = 0; e < NE; ++e) {
+      p[e] = std::exp(p[e] - mx);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < NE; ++e) p[e] = static_cast<float>(p[e] / sum);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double chosen = 0.0;
+    for (int64_t k = 0; k < K; ++k) chosen += p[order[k]];
+    for (int64_t k = 0; k < K; ++k) {
+      s.moe_choice[t * K + k] = order[k];
+      const float w = p[order[k]];
+      s.moe_weight[t * K + k] = weighting == MoeWeighting::kRenormalised ? static_cast<float>(w / chosen) : w;
+    }
+  }
+  if (s.tap) s.tap("ffn_moe_probs", il, s.router.data(), T, NE, NE);
+  // Counting sort of the (token, weight) pairs by expert, tokens in order.
+  s.moe_offsets.assign(static_cast<size_t>(NE + 1), 0);
+  for (int32_t e : s.moe_choice) ++s.moe_offsets[e + 1];
+  for (int64_t e = 0; e < NE; ++e) s.moe_offsets[e + 1] += s.moe_offsets[e];
+  s.moe_tokens.resize(s.moe_choice.size());
+  s.moe_token_weight.resize(s.moe_choice.size());
+  std::vector<int32_t> fill(s.moe_offsets.begin(), s.moe_offsets.end() - 1);
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int32_t at = fill[s.moe_choice[i]]++;
+    s.moe_tokens[at] = static_cast<int32_t>(i / K);
+    s.moe_token_weight[at] = s.moe_weight[i];
+  }
+}
+
+void DecoderModel::expert_ffn(const FfnWeights& w, int64_t F, int64_t n, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd;
+  const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
+  kernels::matmul_shared_input(gate_up, s.moe_in.data(), E, n, s.ctx);
+  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), n * F, s.ctx.isa);
+  kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
+}
+
+void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
+                           ForwardState& s) const {
+  const MoeWeights& m = L.moe;
+  const int64_t T = batch.n_tokens(), E = cfg_.n_embd, NE = cfg_.n_expert;
+  route(m, weighting, il, T, s);
+  std::fill_n(s.xb2.data(), T * E, 0.0f);
+  if (s.expert_tokens.size() != static_cast<size_t>(cfg_.n_layer * NE)) {
+    s.expert_tokens.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
+    s.expert_passes.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
+  }
+  // One pass per chosen expert over all of its tokens of the step; each
+  // token's sum is in expert order, whatever the batch.
+  for (int64_t e = 0; e < NE; ++e) {
+    const int32_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    if (n == 0) continue;
+    for (int32_t i = 0; i < n; ++i) {
+      std::copy_n(s.xb.data() + static_cast<int64_t>(s.moe_tokens[begin + i]) * E, E, s.moe_in.data() + i * E);
+    }
+    expert_ffn(m.experts[e], cfg_.n_ff_exp, n, s);
+    for (int32_t i = 0; i < n; ++i) {
+      float* y = s.xb2.data() + static_cast<int64_t>(s.moe_tokens[begin + i]) * E;
+      const float* o = s.moe_out.data() + static_cast<int64_t>(i) * E;
+      const float w = s.moe_token_weight[begin + i];
+      for (int64_t j = 0; j < E; ++j) y[j] += w * o[j];
+    }
+    s.expert_tokens[il * NE + e] += n;
+    s.expert_passes[il * NE + e] += 1;
+  }
+  if (cfg_.n_ff_shexp > 0) {
+    // The shared expert, on every token, scaled by sigmoid(x . gate_inp_shexp).
+    std::copy_n(s.xb.data(), T * E, s.moe_in.data());
+    float* gate = s.router.data();  // the router's probabilities are no longer needed
+    kernels::matmul(m.shared_gate, s.xb.data(), E, T, gate, 1, s.ctx);
+    for (int64_t t = 0; t < T; ++t) gate[t] = 1.0f / (1.0f + std::exp(-gate[t]));
+    expert_ffn(m.shared, cfg_.n_ff_shexp, T, s);
+    for (int64_t t = 0; t < T; ++t) {
+      float* y = s.xb2.data() + t * E;
+      const float* o = s.moe_out.data() + t * E;
+      const float g = gate[t];
+      for (int64_t j = 0; j < E; ++j) y[j] += g * o[j];
+    }
+  }
+  add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);
+  if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
+}
+
 void DecoderModel::shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const {
   const int64_t half = cfg_.n_rot / 2;
   const size_t n = shifts.size();
@@ -359,8 +499,13 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   s.att.ensure(t * cfg_.q_dim());
   s.k.ensure(t * cfg_.kv_dim());
   s.v.ensure(t * cfg_.kv_dim());
-  s.ff_gate.ensure(t * cfg_.n_ff);
-  s.ff_up.ensure(t * cfg_.n_ff);
+  const int64_t ff = std::max({cfg_.n_ff, cfg_.n_ff_exp, cfg_.n_ff_shexp});
+  s.ff_gate.ensure(t * ff);
+  s.ff_up.ensure(t * ff);
+  if (cfg_.moe()) {
+    s.moe_in.ensure(t * E);
+    s.moe_out.ensure(t * E);
+  }
   s.logits.ensure(static_cast<size_t>(R) * V);
   if (s.ctx.ws == nullptr) s.ctx.ws = &s.ws;
 

@@ -35,12 +35,28 @@ struct FfnWeights {
   kernels::PreparedWeight down;      // [n_embd, n_ff]
 };
 
+// A mixture of experts in place of the FFN (ModelConfig::moe()): a router,
+// n_expert gated FFNs (views of llama.cpp's 3-D ffn_*_exps tensors, one
+// expert's rows each) and, for Qwen2-MoE, a shared expert with its sigmoid gate.
+struct MoeWeights {
+  kernels::PreparedWeight router;     // [n_expert, n_embd] (ffn_gate_inp)
+  std::vector<FfnWeights> experts;    // gate, up [n_ff_exp, n_embd]; down [n_embd, n_ff_exp]
+  FfnWeights shared;                  // [n_ff_shexp, ...] when ModelConfig::n_ff_shexp > 0
+  kernels::PreparedWeight shared_gate;  // [1, n_embd] (ffn_gate_inp_shexp)
+};
+
+// How the router's probabilities become the chosen experts' weights, after
+// a softmax over all experts and the top n_expert_used: renormalised to sum
+// to 1 (Mixtral, Qwen3-MoE) or as they are (Qwen2-MoE).
+enum class MoeWeighting { kRenormalised, kSoftmax };
+
 struct DecoderLayer {
   std::vector<float> attn_norm;       // [n_embd]
   AttentionWeights attn;
   std::vector<float> attn_post_norm;  // [n_embd] on the attention output before the residual (Gemma); empty without
   std::vector<float> ffn_norm;        // [n_embd]
   FfnWeights ffn;
+  MoeWeights moe;                     // instead of ffn in a mixture of experts
   std::vector<float> ffn_post_norm;   // [n_embd] on the FFN output before the residual (Gemma); empty without
   int32_t window = 0;                 // this layer's sliding window (0: none)
   bool local_rope = false;            // rotates with the local layers' RoPE (ModelConfig::rope_freq_base_swa)
@@ -88,6 +104,9 @@ class DecoderModel : public Model {
   void load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // ffn_norm, ffn_up ([2 n_ff, n_embd]: gate rows, then up rows), ffn_down.
   void load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
+  // ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps, and the shared expert
+  // (ffn_gate_inp_shexp, ffn_{gate,up,down}_shexp) when n_ff_shexp > 0.
+  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
 
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
@@ -111,6 +130,12 @@ class DecoderModel : public Model {
   // ffn_post_norm first when the layer has one; taps ffn_act (the input of
   // W_down) and layer_out.
   void gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
+  // The mixture in place of gated_ffn (SwiGLU experts): s.x += the chosen
+  // experts' outputs, weighted, (+ the shared expert's, gated). The step's
+  // tokens are grouped by expert, so each chosen expert's weights are read
+  // once per step (counted in s.expert_passes). Taps ffn_moe_probs and layer_out.
+  void moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
+               ForwardState& s) const;
 
   float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 
@@ -120,6 +145,11 @@ class DecoderModel : public Model {
  private:
   // Rotates the keys of batch.key_shifts in every layer (bounded caches).
   void shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const;
+  // Each token's experts and weights (s.moe_choice, s.moe_weight) from the
+  // router, then the (token, weight) pairs grouped by expert.
+  void route(const MoeWeights& m, MoeWeighting weighting, int64_t il, int64_t n_tokens, ForwardState& s) const;
+  // s.moe_out[0..n) = SwiGLU FFN of w on s.moe_in[0..n).
+  void expert_ffn(const FfnWeights& w, int64_t n_ff, int64_t n, ForwardState& s) const;
   // s.xb2 = rmsnorm(s.xb2) * w when w is not empty (a post-norm); then s.x += s.xb2.
   void add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t n_tokens,
                     ForwardState& s) const;
@@ -145,6 +175,8 @@ float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b);
 std::unique_ptr<Model> make_llama(ModelLoader& ld);
 std::unique_ptr<Model> make_qwen2(ModelLoader& ld);
 std::unique_ptr<Model> make_qwen3(ModelLoader& ld);
+std::unique_ptr<Model> make_qwen2moe(ModelLoader& ld);
+std::unique_ptr<Model> make_qwen3moe(ModelLoader& ld);
 std::unique_ptr<Model> make_gemma2(ModelLoader& ld);
 std::unique_ptr<Model> make_gemma3(ModelLoader& ld);
 std::unique_ptr<Model> make_phi3(ModelLoader& ld);

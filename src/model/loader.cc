@@ -71,6 +71,11 @@ kernels::WeightView ModelLoader::matrix(const std::string& name, int64_t cols, i
   return load_matrix(f_, name, cols, rows);
 }
 
+kernels::WeightView ModelLoader::experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {
+  tensors_.insert(name);
+  return load_expert_matrices(f_, name, cols, rows, n_expert);
+}
+
 std::vector<float> ModelLoader::vector(const std::string& name, int64_t n) {
   tensors_.insert(name);
   return load_vector(f_, name, n);

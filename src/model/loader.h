@@ -32,6 +32,8 @@ class ModelLoader {
   // (model/weights.h); the tensor is marked used.
   kernels::WeightView matrix(const std::string& name, int64_t cols, int64_t rows);
   std::vector<float> vector(const std::string& name, int64_t n);
+  // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).
+  kernels::WeightView experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
   bool has_tensor(std::string_view name) const { return f_.find_tensor(name) != nullptr; }
 
   // Marks a key as read by the caller.

@@ -42,6 +42,18 @@ struct ForwardState {
   // (ForwardBatch::key_depth), and their masked key positions.
   std::vector<kernels::AttentionSeq> layer_seqs;
   std::vector<std::vector<int32_t>> layer_key_pos;
+  // Mixture of experts: router probabilities [n_tokens, n_expert], each
+  // token's chosen experts and weights [n_tokens, n_expert_used], the
+  // step's (token, weight) pairs grouped by expert, and one expert's
+  // gathered input rows and outputs.
+  AlignedBuffer<float> router, moe_in, moe_out;
+  std::vector<int32_t> moe_choice, moe_offsets, moe_tokens;
+  std::vector<float> moe_weight, moe_token_weight;
+  // Expert load since the caller last cleared them, [n_layer * n_expert]:
+  // tokens routed to each expert, and passes over each expert's weights
+  // (one per step in which it has tokens: each selected expert's weights
+  // are read once per step, whatever the number of its tokens).
+  std::vector<int64_t> expert_tokens, expert_passes;
 };
 
 class Model {

@@ -20,6 +20,8 @@ const std::map<std::string, Factory, std::less<>>& factories() {
       {"mistral", make_llama},  // the llama topology; its sliding window from mistral.attention.sliding_window
       {"qwen2", make_qwen2},
       {"qwen3", make_qwen3},
+      {"qwen2moe", make_qwen2moe},
+      {"qwen3moe", make_qwen3moe},
       {"gemma2", make_gemma2},
       {"gemma3", make_gemma3},
       {"phi3", make_phi3},

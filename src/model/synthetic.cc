@@ -42,6 +42,7 @@ struct TensorPlan {
   int64_t cols, rows;
   float stddev;  // 0: a norm vector near 1
   std::vector<float> values = {};  // a vector with these exact values (rope_freqs), if not empty
+  int64_t experts = 0;  // > 0: a 3-D tensor of this many [rows, cols] matrices (ne = [cols, rows, experts])
 };
 
 }  // namespace
@@ -64,27 +65,43 @@ namespace {
 
 // What the architecture's name implies for the file.
 struct ArchTraits {
-  std::string file_arch;  // llama3 and mistral are llama files with more in them
+  std::string file_arch;  // llama3, mistral and mixtral are llama files with more in them
   bool gemma = false, phi3 = false, qkv_bias = false, qk_norm = false;
+  bool moe = false, shared_expert = false;
 };
 
 ArchTraits arch_traits(const std::string& arch) {
   TESSERA_CHECK(arch == "llama" || arch == "llama3" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" ||
-                    arch == "gemma2" || arch == "gemma3" || arch == "phi3",
-                kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3 or phi3", arch);
+                    arch == "gemma2" || arch == "gemma3" || arch == "phi3" || arch == "mixtral" ||
+                    arch == "qwen2moe" || arch == "qwen3moe",
+                kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3, phi3, "
+                "mixtral, qwen2moe or qwen3moe", arch);
   ArchTraits t;
-  t.file_arch = arch == "llama3" || arch == "mistral" ? "llama" : arch;
+  t.file_arch = arch == "llama3" || arch == "mistral" || arch == "mixtral" ? "llama" : arch;
   t.gemma = arch == "gemma2" || arch == "gemma3";
   t.phi3 = arch == "phi3";
-  t.qkv_bias = arch == "qwen2";
-  t.qk_norm = arch == "qwen3" || arch == "gemma3";
+  t.qkv_bias = arch == "qwen2" || arch == "qwen2moe";
+  t.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe";
+  t.moe = arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe";
+  t.shared_expert = arch == "qwen2moe";
   return t;
 }
 
 // Fills in the architecture's defaults and refuses what its files cannot hold.
 void resolve_spec(SyntheticModelSpec& s, const ArchTraits& t) {
   if (s.rope_freq_base == 0.0f) {
-    s.rope_freq_base = s.arch == "llama3" ? 500000.0f : s.arch == "qwen3" || s.arch == "gemma3" ? 1e6f : 10000.0f;
+    s.rope_freq_base = s.arch == "llama3"                                                   ? 500000.0f
+                       : s.arch == "qwen3" || s.arch == "gemma3" || s.arch == "qwen3moe" ? 1e6f
+                                                                                        : 10000.0f;
+  }
+  if (t.moe) {
+    TESSERA_CHECK(s.n_expert > 0 && s.n_expert_used > 0 && s.n_expert_used <= s.n_expert, kInvalidArgument,
+                  "{} experts, {} per token: need 0 < per token <= experts", s.n_expert, s.n_expert_used);
+    TESSERA_CHECK(s.arch != "mixtral" || s.n_ff_exp == 0 || s.n_ff_exp == s.n_ff, kInvalidArgument,
+                  "mixtral's experts are n_ff wide (no expert_feed_forward_length)");
+    if (s.n_ff_exp == 0) s.n_ff_exp = s.n_ff;
+    if (t.shared_expert && s.n_ff_shexp == 0) s.n_ff_shexp = s.n_ff;
+    TESSERA_CHECK(t.shared_expert || s.n_ff_shexp == 0, kInvalidArgument, "only qwen2moe has a shared expert");
   }
   if (s.arch == "mistral" && s.sliding_window == 0) s.sliding_window = 4096;
   // Gemma's local layers' window (Gemma 2: 4096, Gemma 3 1B: 512).
@@ -144,6 +161,12 @@ void write_hparams(gguf::Writer& w, const SyntheticModelSpec& s, const ArchTrait
   }
   // Phi-3's converter always writes the window (0: none, Phi-4).
   if (s.sliding_window > 0 || t.phi3) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (t.moe) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    if (t.file_arch != "llama") w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+    if (t.shared_expert) w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+  }
   if (s.arch == "gemma2") {  // Gemma 2's config values by default
     w.set_f32(a + "attn_logit_softcapping", s.attn_softcap > 0.0f ? s.attn_softcap : 50.0f);
     w.set_f32(a + "final_logit_softcapping", s.final_softcap > 0.0f ? s.final_softcap : 30.0f);
@@ -208,6 +231,30 @@ int64_t write_vocab(gguf::Writer& w, const SyntheticModelSpec& s) {
   return n_vocab;
 }
 
+// A mixture's tensors, as llama.cpp's converter writes them: the router
+// (kept F32, as llama-quantize keeps it), the experts stacked in 3-D tensors,
+// and Qwen2-MoE's shared expert with its gate vector.
+void plan_experts(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, const ArchTraits& t, int64_t il) {
+  const int64_t E = s.n_embd, F = s.n_ff_exp, NE = s.n_expert;
+  const float std_in = 0.02f;
+  const float std_out = 0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer));
+  auto n = [&](const char* name) { return fmt::format("blk.{}.{}", il, name); };
+  // Router logits of a few units' spread: the choice is clear-cut for most
+  // tokens, and the second expert's weight is not negligible.
+  const float std_router = 2.0f / std::sqrt(static_cast<float>(E));
+  plan.push_back({n("ffn_gate_inp.weight"), DType::kF32, E, NE, std_router});
+  plan.push_back({n("ffn_gate_exps.weight"), s.type, E, F, std_in, {}, NE});
+  plan.push_back({n("ffn_down_exps.weight"), s.type, F, E, std_out, {}, NE});
+  plan.push_back({n("ffn_up_exps.weight"), s.type, E, F, std_in, {}, NE});
+  if (t.shared_expert) {
+    const int64_t S = s.n_ff_shexp;
+    plan.push_back({n("ffn_gate_inp_shexp.weight"), DType::kF32, E, 1, std_router});
+    plan.push_back({n("ffn_gate_shexp.weight"), s.type, E, S, std_in});
+    plan.push_back({n("ffn_down_shexp.weight"), s.type, S, E, std_out});
+    plan.push_back({n("ffn_up_shexp.weight"), s.type, E, S, std_in});
+  }
+}
+
 // One block's tensors, with llama.cpp's names.
 void plan_block(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, const ArchTraits& t, int64_t il) {
   const int64_t E = s.n_embd, Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim, F = s.n_ff;
@@ -236,13 +283,16 @@ void plan_block(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, cons
   plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
   if (t.gemma) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
   plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
-  if (t.phi3) {
+  if (t.moe) {
+    plan_experts(plan, s, t, il);
+  } else if (t.phi3) {
     plan.push_back({n("ffn_up.weight"), s.type, E, 2 * F, std_in});  // gate rows, then up rows
+    plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
   } else {
     plan.push_back({n("ffn_gate.weight"), s.type, E, F, std_in});
     plan.push_back({n("ffn_up.weight"), s.type, E, F, std_in});
+    plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
   }
-  plan.push_back({n("ffn_down.weight"), s.type, F, E, std_out});
   if (t.gemma) plan.push_back({n("post_ffw_norm.weight"), DType::kF32, E, 1, 0.0f});
 }
 
@@ -276,15 +326,18 @@ void add_planned_tensors(gguf::Writer& w, const std::vector<TensorPlan>& plan, u
                   "tensor '{}': {} columns is not a multiple of the {} block size {}; choose dims "
                   "that are multiples of {}", t.name, t.cols, tr.name, tr.block_size, tr.block_size);
     const bool is_norm = t.stddev == 0.0f;
-    std::vector<int64_t> ne = t.rows == 1 ? std::vector<int64_t>{t.cols} : std::vector<int64_t>{t.cols, t.rows};
+    std::vector<int64_t> ne = t.experts > 0 ? std::vector<int64_t>{t.cols, t.rows, t.experts}
+                              : t.rows == 1 ? std::vector<int64_t>{t.cols}
+                                            : std::vector<int64_t>{t.cols, t.rows};
     const uint64_t stream = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
-    w.add_tensor(t.name, t.type, ne, [t, stream, is_norm, &pool](uint8_t* out, size_t) {
+    const int64_t rows = t.rows * std::max<int64_t>(t.experts, 1);
+    w.add_tensor(t.name, t.type, ne, [t, rows, stream, is_norm, &pool](uint8_t* out, size_t) {
       const size_t rb = row_bytes(t.type, t.cols);
       if (!t.values.empty()) {
         kernels::quantize_row(t.type, t.values.data(), out, t.cols);
         return;
       }
-      pool.parallel_for(t.rows, 1, [&](int64_t r0, int64_t r1) {
+      pool.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
         std::vector<float> row(static_cast<size_t>(t.cols));
         for (int64_t r = r0; r < r1; ++r) {
           if (is_norm) {

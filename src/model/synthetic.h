@@ -21,7 +21,9 @@ struct SyntheticModelSpec {
   // GeGLU, soft-capping, alternating local/global layers, always tied);
   // "gemma3" (gemma2 without soft-capping, with q/k norms, 5 local : 1 global
   // layers); "phi3" (fused attn_qkv and gate/up, LongRoPE factors with
-  // rope_scaling "longrope").
+  // rope_scaling "longrope"); mixtures of experts: "mixtral" (a llama file
+  // with llama.expert_count), "qwen2moe" (qwen2 attention, a shared expert)
+  // and "qwen3moe" (qwen3 attention).
   std::string arch = "llama";
   int64_t n_embd = 64;
   int64_t n_layer = 2;
@@ -52,6 +54,13 @@ struct SyntheticModelSpec {
   uint64_t seed = 1;
   std::string vocab_from;      // GGUF whose tokenizer.* metadata is copied
   int64_t n_vocab = 0;         // without vocab_from: a synthetic vocabulary of this size
+  // Mixtures (mixtral, qwen2moe, qwen3moe): experts, experts per token, an
+  // expert's FFN width (0: n_ff; mixtral's is always n_ff) and the shared
+  // expert's (qwen2moe; 0: n_ff).
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_ff_exp = 0;
+  int64_t n_ff_shexp = 0;
 };
 
 // "tiny", "110m", "1b" (shapes of ../shared/docs/PEER_BASELINE.md).

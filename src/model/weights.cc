@@ -19,14 +19,10 @@ const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, in
   return t;
 }
 
-}  // namespace
-
-kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
-  const int64_t ne[2] = {cols, rows};
-  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows) {
   if (!kernels::matmul_supports(t.type)) {
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has type {}, which Tessera cannot multiply "
-         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K)", f.path(), name, dtype_name(t.type));
+         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K)", f.path(), t.name, dtype_name(t.type));
   }
   kernels::WeightView w;
   w.type = t.type;
@@ -35,6 +31,19 @@ kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, in
   w.cols = cols;
   w.row_bytes = row_bytes(t.type, cols);
   return w;
+}
+
+}  // namespace
+
+kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
+  const int64_t ne[2] = {cols, rows};
+  return matrix_view(f, checked(f, name, 2, ne), cols, rows);
+}
+
+kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                         int64_t n_expert) {
+  const int64_t ne[3] = {cols, rows, n_expert};
+  return matrix_view(f, checked(f, name, 3, ne), cols, rows * n_expert);
 }
 
 kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {

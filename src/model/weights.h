@@ -24,6 +24,12 @@ kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, in
 inline constexpr const char* kPaddedColsKey = "tessera.padded_cols.";
 kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
 
+// The experts of a mixture, stored as llama.cpp stores them: one 3-D tensor
+// ne = [cols, rows, n_expert], expert e's matrix at rows [e * rows, (e + 1) *
+// rows) of the returned view (rows * n_expert rows of `cols`).
+kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                         int64_t n_expert);
+
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);
 

@@ -37,7 +37,14 @@ ARCHS = {
     "gemma2": {"qkv_bias": False, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
     "gemma3": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
     "phi3": {"qkv_bias": False, "neox": True, "qk_norm": False, "rope_freqs": False, "window": True},
+    "qwen2moe": {"qkv_bias": True, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
+    "qwen3moe": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
 }
+# Mixtures of experts (a llama file with llama.expert_count is Mixtral): a
+# softmax over the router's logits, the top expert_used_count experts, their
+# probabilities renormalised to sum to 1 or not, and Qwen2-MoE's shared
+# expert scaled by sigmoid(x . ffn_gate_inp_shexp).
+MOE_RENORMALISE = {"llama": True, "qwen2moe": False, "qwen3moe": True}
 # Gemma's hyperparameters as llama.cpp fills them in: soft-caps (gemma2's
 # defaults when the file has none), the layer count of the 27B model (whose
 # queries are scaled by n_embd / n_head instead of head_dim), the period of
@@ -107,6 +114,13 @@ class Config:
                 self.local = [il % period != period - 1 for il in range(self.n_layer)]
             self.local_base = float(g.get(a + "rope.freq_base_swa", gm["local_base"] or self.rope_base))
             self.local_factor = 1.0 if gm["local_base"] else self.rope_factor
+        self.n_expert = int(g.get(a + "expert_count", 0))
+        if self.n_expert:
+            self.n_expert_used = int(g.get(a + "expert_used_count"))
+            self.moe_renormalise = MOE_RENORMALISE[self.arch]
+            self.shared_expert = int(g.get(a + "expert_shared_feed_forward_length", 0)) > 0
+        elif self.arch in ("qwen2moe", "qwen3moe"):
+            raise GGUFError(f"{self.arch} without expert_count")
         assert self.n_head % self.n_head_kv == 0
         assert self.n_rot % 2 == 0 and self.n_rot <= self.head_dim
 
@@ -121,7 +135,23 @@ class Matrix:
         self.ggml_type = g.tensors[name].ggml_type
 
 
+class Experts:
+    """A stacked expert tensor (numpy shape [n_expert, rows, cols]) as one
+    Matrix-like object per expert."""
+
+    def __init__(self, g, name):
+        w = g.tensor(name)
+        self.ggml_type = g.tensors[name].ggml_type
+        self.each = []
+        for e in range(w.shape[0]):
+            m = Matrix.__new__(Matrix)
+            m.w, m.ggml_type = w[e], self.ggml_type
+            self.each.append(m)
+
+
 class LlamaRef:
+    count_flips = True  # Perturbed passes count the expert choices their rounding would change
+
     def __init__(self, path):
         g = GGUFFile(path)
         self.cfg = c = Config(g)
@@ -145,6 +175,12 @@ class LlamaRef:
                 L["ffn_gate"] = Matrix(g, p + "ffn_up.weight", (0, c.n_ff))
                 L["ffn_up"] = Matrix(g, p + "ffn_up.weight", (c.n_ff, 2 * c.n_ff))
                 names = ("attn_output", "ffn_down")
+            elif c.n_expert:
+                names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp")
+                for m in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                    L[m] = Experts(g, p + m + ".weight")
+                if c.shared_expert:
+                    names += ("ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
             else:
                 names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
             for m in names:
@@ -244,16 +280,67 @@ class LlamaRef:
         out = np.einsum("hts,shd->thd", p, v)
         return num.float_dot(out, np.einsum("hts,shd->thd", p, np.abs(v)), T)
 
+    def swiglu(self, h, gate, up, down, num):
+        g = num.matmul(h, gate)
+        act = num.transcendental(g / (1.0 + np.exp(-g)) * num.matmul(h, up))
+        return num.matmul(act, down)
+
+    def moe(self, h, L, il, num):
+        """Every expert on every token, then the chosen ones mixed in with
+        their weights (the engine instead groups tokens by expert). The
+        experts chosen by the exact pass are kept by perturbed passes: the
+        tolerance models rounding, not a different choice (compare_logits.py
+        checks separately that the choice is not a near tie)."""
+        c = self.cfg
+        logits = num.matmul(h, L["ffn_gate_inp"])  # [T, n_expert]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p = num.softmax_op(p / p.sum(axis=1, keepdims=True), c.n_expert)
+        if self.deciding:
+            order = np.argsort(-p, axis=1, kind="stable")
+            self.routes[il] = order[:, : c.n_expert_used]
+            srt = np.take_along_axis(p, order, axis=1)
+            k = c.n_expert_used
+            gap = srt[:, k - 1] - srt[:, k] if k < c.n_expert else np.full(len(p), np.inf)
+            self.route_gap = min(self.route_gap, float(gap.min()))
+        elif self.count_flips:  # would this pass's rounding have chosen other experts?
+            own = np.sort(np.argsort(-p, axis=1, kind="stable")[:, : c.n_expert_used], axis=1)
+            self.route_flips += int(np.any(own != np.sort(self.routes[il], axis=1), axis=1).sum())
+        chosen = self.routes[il]
+        w = np.take_along_axis(p, chosen, axis=1)
+        if c.moe_renormalise:
+            w = w / w.sum(axis=1, keepdims=True)
+        out = np.zeros_like(h)
+        for e in range(c.n_expert):
+            y = self.swiglu(h, L["ffn_gate_exps"].each[e], L["ffn_up_exps"].each[e], L["ffn_down_exps"].each[e], num)
+            we = np.where(chosen == e, w, 0.0).sum(axis=1)  # [T]: expert e's weight per token (0: not chosen)
+            out = num.pointwise(out + we[:, None] * y)
+        if c.shared_expert:
+            gate = num.matmul(h, L["ffn_gate_inp_shexp"]).reshape(-1, 1)  # a vector [n_embd]: one logit per token
+            sig = num.transcendental(1.0 / (1.0 + np.exp(-gate)))
+            y = self.swiglu(h, L["ffn_gate_shexp"], L["ffn_up_shexp"], L["ffn_down_shexp"], num)
+            out = num.pointwise(out + sig * y)
+        return out
+
     # -- the model ---------------------------------------------------------
 
-    def forward(self, tokens, num=None):
-        """Logits [T, n_vocab] (float64) for every position of `tokens`."""
+    def forward(self, tokens, num=None, routes=None):
+        """Logits [T, n_vocab] (float64) for every position of `tokens`.
+        A mixture's experts are chosen by an Exact pass (plain or int8) unless
+        `routes` ({layer: [T, k] expert ids}) are given; Perturbed passes keep
+        the last choice."""
         num = num or Exact()
         c = self.cfg
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.min() < 0 or tokens.max() >= self.n_vocab:
             raise ValueError("token id out of range")
         T = len(tokens)
+        self.deciding = type(num) is Exact and routes is None  # not a Perturbed pass
+        if self.deciding:
+            # The experts each token's layer chose, the closest call, and how
+            # many choices the perturbed passes since would have made otherwise.
+            self.routes, self.route_gap, self.route_flips = {}, np.inf, 0
+        elif routes is not None:
+            self.routes, self.route_flips = dict(routes), 0
         positions = np.arange(T, dtype=np.float64)
         x = self.tok_embd.w[tokens]  # [T, n_embd]
         if c.embd_scale != 1.0:
@@ -283,6 +370,9 @@ class LlamaRef:
                 o = self.rmsnorm(o, L["post_attention_norm"], num)
             x = num.pointwise(x + o)
             h = self.rmsnorm(x, L["ffn_norm"], num)
+            if c.n_expert:
+                x = num.pointwise(x + self.moe(h, L, il, num))
+                continue
             gate = num.matmul(h, L["ffn_gate"])
             up = num.matmul(h, L["ffn_up"])
             if c.gemma:  # GELU, tanh approximation

@@ -120,6 +120,16 @@ model gemma3-q4-w5        36  --dim 128 --layers 6 --heads 8 --kv-heads 2 --ff 2
 model phi3-f32-gqa2       40  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch phi3 --type f32 --seed 34
 model phi3-f16-longrope   48  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --arch phi3 --rope-scaling longrope --ctx 4096 --rope-orig-ctx 16 --type f16 --tied --seed 35
 model phi3-q8-w12-part    44  --dim 128 --layers 2 --heads 4 --kv-heads 1 --rope-dims 16 --ff 256 --arch phi3 --sliding-window 12 --type q8_0 --seed 36
+# Mixtures of experts: Mixtral (a llama file with llama.expert_count; top-k
+# renormalised), Qwen2-MoE (QKV biases, top-k weights as they are, a shared
+# expert behind its sigmoid gate), Qwen3-MoE (q/k norms, renormalised); k = 1,
+# 2 and 4 of 4 to 16 experts, expert widths apart from the dense width.
+model mixtral-f32-k2      40  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 96  --arch mixtral --experts 8 --experts-used 2 --type f32 --seed 37
+model mixtral-q8-k1-e4    33  --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 128 --arch mixtral --experts 4 --experts-used 1 --type q8_0 --seed 38
+model qwen2moe-f16-k4     45  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch qwen2moe --experts 16 --experts-used 4 --ff-exp 64 --ff-shexp 96 --type f16 --seed 39
+model qwen2moe-q4-k2      36  --dim 128 --layers 2 --heads 8 --kv-heads 2 --ff 256 --arch qwen2moe --experts 8 --experts-used 2 --ff-exp 64 --type q4_0 --seed 40
+model qwen3moe-bf16-k2    41  --dim 64  --layers 3 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 8 --experts-used 2 --ff-exp 32 --type bf16 --seed 41
+model qwen3moe-q8-k4-e16  30  --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 256 --arch qwen3moe --experts 16 --experts-used 4 --ff-exp 64 --type q8_0 --tied --seed 42
 
 # The real model: BOS plus the first 63 golden greedy tokens. Teacher-forced,
 # the reference's argmax must reproduce the golden ids (checking the reference

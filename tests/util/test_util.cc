@@ -7,7 +7,20 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace tessera::testing {
+
+void expect_load_error(const std::string& path, std::string_view needle) {
+  try {
+    load_model(path);
+    ADD_FAILURE() << path << " loaded; expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string_view(e.what()).find(needle), std::string_view::npos)
+        << "message '" << e.what() << "' does not contain '" << needle << "'";
+    EXPECT_EQ(std::string_view(e.what()).find('\n'), std::string_view::npos) << "not one line: " << e.what();
+  }
+}
 
 std::string shared_dir() {
   if (const char* env = std::getenv("TESSERA_SHARED")) return env;

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <gtest/gtest.h>
 
@@ -30,6 +31,9 @@ const LoadedWithTokenizer& stories260k();
 // A fresh directory under $TMPDIR, removed at process exit.
 std::string temp_dir();
 std::string temp_path(const std::string& name);
+
+// load_model(path) must throw an Error whose one-line message contains `needle`.
+void expect_load_error(const std::string& path, std::string_view needle);
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
