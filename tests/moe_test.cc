@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "format/gguf_writer.h"
 #include "model/model.h"
 #include "model/synthetic.h"
+#include "server/metrics.h"
 #include "util/test_util.h"
 
 namespace tessera::engine {
@@ -73,6 +75,30 @@ TEST(Moe, EachChosenExpertIsReadOncePerStep) {
   for (int64_t il = 0; il < L; ++il) EXPECT_EQ(passes_after[il] - passes_before[il], 2) << "layer " << il;
 }
 
+// The per-token baseline (TESSERA_MOE_PER_TOKEN=1) computes the same sums
+// in the same order, so the two executions give the same bits; the grouped
+// one reads fewer expert weights.
+TEST(Moe, GroupedAndPerTokenExecutionGiveTheSameLogits) {
+  const std::string path = moe_model("qwen2moe", 8, 2, "moe-modes");
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(5 + (i * 29) % 240);
+  std::vector<float> logits[2];
+  int64_t passes[2] = {0, 0};
+  for (int per_token : {0, 1}) {
+    setenv("TESSERA_MOE_PER_TOKEN", per_token ? "1" : "0", 1);
+    const LoadedModel lm = load_model(path);
+    ThreadPool pool(2);
+    SequenceRunner r(*lm.model, {.n_ctx = 128}, pool);
+    const std::span<const float> l = r.append(prompt, /*all_logits=*/true);
+    logits[per_token].assign(l.begin(), l.end());
+    passes[per_token] = std::accumulate(r.state().expert_passes.begin(), r.state().expert_passes.end(), int64_t{0});
+  }
+  unsetenv("TESSERA_MOE_PER_TOKEN");
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(passes[1], 40 * 2 * 2) << "per token: k passes per token and layer";
+  EXPECT_LE(passes[0], 8 * 2) << "grouped: at most one pass per expert and layer";
+}
+
 TEST(Moe, BytesPerTokenCountTheChosenExpertsOnly) {
   const LoadedModel k1 = load_model(moe_model("qwen3moe", 8, 1, "moe-k1"));
   const LoadedModel k4 = load_model(moe_model("qwen3moe", 8, 4, "moe-k4"));
@@ -114,6 +140,16 @@ TEST(Moe, BatchedRequestsGetTheTokensTheyGetAlone) {
     while (e.has_unfinished()) {
       for (const RequestOutput& o : e.step()) got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
     }
+    // Expert load in the engine's stats and in /metrics: every layer saw
+    // the same tokens, k experts each.
+    const EngineStats st = e.stats();
+    ASSERT_EQ(st.expert_tokens_total.size(), static_cast<size_t>(lm.model->config().n_layer * 8)) << arch;
+    const std::vector<int64_t> load = per_layer(st.expert_tokens_total, 8);
+    EXPECT_GT(load[0], 0);
+    EXPECT_EQ(load[0] % 2, 0);
+    for (int64_t l : load) EXPECT_EQ(l, load[0]) << arch;
+    const std::string metrics = server::Metrics().render(&st, 0, nullptr);
+    EXPECT_NE(metrics.find("tessera_moe_expert_tokens_total{layer=\"1\",expert=\"7\"} "), std::string::npos);
     for (const auto& [id, p] : want) {
       ThreadPool pool(1);
       SequenceRunner ref(*lm.model, {.n_ctx = 256}, pool);

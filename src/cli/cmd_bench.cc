@@ -4,9 +4,11 @@
 // --batched: decode of B sequences at once like llama-batched-bench.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "cli/command.h"
@@ -202,6 +204,21 @@ void print_single(const BenchArgs& a, const engine::BenchResult& r, const std::s
   std::printf("\n");
 }
 
+// A mixture's expert load: tokens per expert of each layer into the JSON;
+// returns the worst layer's busiest-expert / mean ratio (0: dense).
+double expert_load(const ModelConfig& c, const std::vector<int64_t>& tokens, nlohmann::json& j) {
+  if (c.n_expert == 0 || tokens.size() != static_cast<size_t>(c.n_layer * c.n_expert)) return 0.0;
+  double worst = 0.0;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const auto first = tokens.begin() + il * c.n_expert, last = first + c.n_expert;
+    j["expert_tokens"].push_back(std::vector<int64_t>(first, last));
+    const double total = static_cast<double>(std::accumulate(first, last, int64_t{0}));
+    if (total > 0) worst = std::max(worst, static_cast<double>(*std::max_element(first, last)) * c.n_expert / total);
+  }
+  j["expert_max_over_mean"] = worst;
+  return worst;
+}
+
 // ppN / tgN of one sequence, with both rooflines.
 int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, const MachineFigures& m, nlohmann::json& j) {
   engine::BenchOptions opt;
@@ -228,12 +245,18 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   j["tg_tokens"] = a.n_gen;
   j["tg_tps"] = r.tg_tps;
   j["tg_samples"] = r.tg_samples;
+  const double imbalance = expert_load(lm.model->config(), r.expert_tokens, j);
   const DecodeRoofline d = decode_roofline(m.bw_gbps, tg_bw, r, bpt, j);
   const PromptPeak p = prompt_peak(a, lm, type, m, r.pp_tps, j);
   if (a.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     print_single(a, r, type, pool.size(), bpt, d, p, j);
+    if (imbalance > 0) {
+      std::printf("experts: %lld of %lld per token; busiest expert of a layer has %.2fx the mean load (worst layer)\n",
+                  static_cast<long long>(lm.model->config().n_expert_used),
+                  static_cast<long long>(lm.model->config().n_expert), imbalance);
+    }
   }
   return 0;
 }

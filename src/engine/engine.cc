@@ -902,6 +902,8 @@ void Engine::update_stats() {
   s.spec_verify_steps_total = spec_verify_steps_;
   s.requests_failed_total = failed_total_;
   s.engine_restarts_total = restarts_total_;
+  s.n_expert = model_.config().n_expert;
+  s.expert_tokens_total = runner_->state().expert_tokens;
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

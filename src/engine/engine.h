@@ -116,6 +116,10 @@ struct EngineStats {
   int64_t spec_verify_steps_total = 0;     // sequence-steps that verified a draft
   int64_t requests_failed_total = 0;       // ended by a fault in their own work
   int64_t engine_restarts_total = 0;       // shared-state faults recovered from
+  // A mixture of experts' load: tokens routed to each expert of each layer,
+  // [n_layer * n_expert] (empty for a dense model; since the last restart).
+  int64_t n_expert = 0;
+  std::vector<int64_t> expert_tokens_total;
 };
 
 // A validated request, ready to be queued: Engine::prepare does the work

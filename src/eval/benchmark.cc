@@ -51,6 +51,7 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
   }
   res.pp_tps = median(res.pp_samples);
   res.tg_tps = median(res.tg_samples);
+  res.expert_tokens = runner.state().expert_tokens;
   return res;
 }
 

@@ -30,6 +30,8 @@ struct BenchResult {
   double tg_tps = 0.0;               // median
   std::vector<double> pp_samples;    // tokens/s of each repetition
   std::vector<double> tg_samples;
+  // A mixture's load over every pass: tokens per (layer, expert), [n_layer * n_expert].
+  std::vector<int64_t> expert_tokens;
 };
 
 // Median of v (mean of the middle two for an even count; 0 if empty).

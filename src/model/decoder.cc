@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/error.h"
@@ -50,6 +51,8 @@ float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b) {
 DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool neox) {
   cfg_ = ld.read_config(options);
   cfg_.rope_neox = neox;
+  const char* per_token = std::getenv("TESSERA_MOE_PER_TOKEN");
+  moe_per_token_ = per_token != nullptr && std::string_view(per_token) == "1";
 }
 
 void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
@@ -400,18 +403,10 @@ void DecoderModel::expert_ffn(const FfnWeights& w, int64_t F, int64_t n, Forward
   kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
 }
 
-void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
-                           ForwardState& s) const {
-  const MoeWeights& m = L.moe;
-  const int64_t T = batch.n_tokens(), E = cfg_.n_embd, NE = cfg_.n_expert;
-  route(m, weighting, il, T, s);
-  std::fill_n(s.xb2.data(), T * E, 0.0f);
-  if (s.expert_tokens.size() != static_cast<size_t>(cfg_.n_layer * NE)) {
-    s.expert_tokens.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
-    s.expert_passes.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
-  }
-  // One pass per chosen expert over all of its tokens of the step; each
-  // token's sum is in expert order, whatever the batch.
+// One pass per chosen expert over all of its tokens of the step; each
+// token's sum is in expert order, whatever the batch.
+void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, NE = cfg_.n_expert;
   for (int64_t e = 0; e < NE; ++e) {
     const int32_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
     if (n == 0) continue;
@@ -427,6 +422,45 @@ void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_
     }
     s.expert_tokens[il * NE + e] += n;
     s.expert_passes[il * NE + e] += 1;
+  }
+}
+
+// The baseline grouping is measured against (TESSERA_MOE_PER_TOKEN=1): each
+// token's experts in turn, one row at a time, so an expert's weights are
+// read once per token that chose it. Same sums, in the same order.
+void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used;
+  std::vector<int32_t> order(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s.moe_choice[t * K + a] < s.moe_choice[t * K + b]; });
+    float* y = s.xb2.data() + t * E;
+    for (int32_t k : order) {
+      const int32_t e = s.moe_choice[t * K + k];
+      std::copy_n(s.xb.data() + t * E, E, s.moe_in.data());
+      expert_ffn(m.experts[e], cfg_.n_ff_exp, 1, s);
+      const float w = s.moe_weight[t * K + k];
+      for (int64_t j = 0; j < E; ++j) y[j] += w * s.moe_out[j];
+      s.expert_tokens[il * NE + e] += 1;
+      s.expert_passes[il * NE + e] += 1;
+    }
+  }
+}
+
+void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
+                           ForwardState& s) const {
+  const MoeWeights& m = L.moe;
+  const int64_t T = batch.n_tokens(), E = cfg_.n_embd, NE = cfg_.n_expert;
+  route(m, weighting, il, T, s);
+  std::fill_n(s.xb2.data(), T * E, 0.0f);
+  if (s.expert_tokens.size() != static_cast<size_t>(cfg_.n_layer * NE)) {
+    s.expert_tokens.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
+    s.expert_passes.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
+  }
+  if (moe_per_token_) {
+    per_token_experts(m, il, T, s);
+  } else {
+    grouped_experts(m, il, s);
   }
   if (cfg_.n_ff_shexp > 0) {
     // The shared expert, on every token, scaled by sigmoid(x . gate_inp_shexp).

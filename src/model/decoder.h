@@ -148,6 +148,10 @@ class DecoderModel : public Model {
   // Each token's experts and weights (s.moe_choice, s.moe_weight) from the
   // router, then the (token, weight) pairs grouped by expert.
   void route(const MoeWeights& m, MoeWeighting weighting, int64_t il, int64_t n_tokens, ForwardState& s) const;
+  // The chosen experts' weighted outputs into s.xb2: grouped by expert (each
+  // expert's weights read once per step), or token by token (the baseline).
+  void grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const;
+  void per_token_experts(const MoeWeights& m, int64_t il, int64_t n_tokens, ForwardState& s) const;
   // s.moe_out[0..n) = SwiGLU FFN of w on s.moe_in[0..n).
   void expert_ffn(const FfnWeights& w, int64_t n_ff, int64_t n, ForwardState& s) const;
   // s.xb2 = rmsnorm(s.xb2) * w when w is not empty (a post-norm); then s.x += s.xb2.
@@ -164,6 +168,9 @@ class DecoderModel : public Model {
   kernels::RopeParams rope_swa_;     // the local layers' (cfg_.swa_window > 0)
   kernels::RopeParams rope_long_;    // positions from long_rope_from_ on (rope_long_factors_ not empty)
   int64_t long_rope_from_ = 0;
+  // TESSERA_MOE_PER_TOKEN=1 (read at load): experts run token by token, the
+  // baseline that bench compares expert-grouped execution against.
+  bool moe_per_token_ = false;
 };
 
 // Gemma's query scale, as llama.cpp sets it (GGUF has no

@@ -138,6 +138,14 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
            st->spec_verify_steps_total);
     scalar(out, "tessera_generation_tokens_per_step", "gauge", "Tokens generated per engine step, over the run.",
            st->steps_total > 0 ? static_cast<double>(st->generation_tokens_total) / st->steps_total : 0.0);
+    if (st->n_expert > 0 && !st->expert_tokens_total.empty()) {
+      header(out, "tessera_moe_expert_tokens_total", "counter", "Tokens routed to each expert of each layer.");
+      for (size_t i = 0; i < st->expert_tokens_total.size(); ++i) {
+        out += fmt::format("tessera_moe_expert_tokens_total{{layer=\"{}\",expert=\"{}\"}} {}\n",
+                           i / static_cast<size_t>(st->n_expert), i % static_cast<size_t>(st->n_expert),
+                           st->expert_tokens_total[i]);
+      }
+    }
   }
   if (pool != nullptr) {
     scalar(out, "tessera_lora_adapters_registered", "gauge", "LoRA adapters served by name.",
