@@ -164,6 +164,7 @@ SyntheticModelSpec spec_for(const std::string& arch, DType type) {
     s.n_ctx = 64;
   }
   if (arch == "qwen2") s.tied_output = true;
+  if (arch == "qwen2moe" || arch == "qwen3moe") s.n_ff_exp = 32;  // expert width apart from the dense one
   return s;
 }
 
@@ -222,7 +223,7 @@ std::string twin_name(const ::testing::TestParamInfo<HfTwin::ParamType>& p) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfTwin,
                          ::testing::Combine(::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "gemma2",
-                                                              "gemma3", "phi3"),
+                                                              "gemma3", "phi3", "mixtral", "qwen2moe", "qwen3moe"),
                                             ::testing::Values(DType::kF32, DType::kF16, DType::kBF16)),
                          twin_name);
 

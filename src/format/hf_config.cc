@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -22,7 +23,9 @@ constexpr NamePair kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
-constexpr NamePair kLlamaLayer[] = {
+// A llama-style layer's attention and norms (biases: Qwen2; q/k norms: Qwen3),
+// then its FFN: a dense MLP, or a mixture's router (and shared expert).
+constexpr NamePair kLlamaAttention[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
     {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -34,6 +37,8 @@ constexpr NamePair kLlamaLayer[] = {
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"self_attn.o_proj.weight", "attn_output.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
+};
+constexpr NamePair kLlamaMlp[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
@@ -66,15 +71,51 @@ constexpr NamePair kPhi3Layer[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
 
+// Mixtral: the llama attention with a router and experts in place of the MLP.
+constexpr NamePair kMixtralRouter[] = {
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+};
+constexpr NamePair kMixtralExperts[] = {
+    {"block_sparse_moe.experts.*.w1.weight", "ffn_gate_exps.weight"},
+    {"block_sparse_moe.experts.*.w2.weight", "ffn_down_exps.weight"},
+    {"block_sparse_moe.experts.*.w3.weight", "ffn_up_exps.weight"},
+};
+
+// Qwen2-MoE / Qwen3-MoE: the qwen attention (biases or q/k norms) with a
+// router, experts and (Qwen2-MoE) a shared expert behind a sigmoid gate.
+constexpr NamePair kQwenMoeRouter[] = {
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+};
+constexpr NamePair kQwenMoeExperts[] = {
+    {"mlp.experts.*.gate_proj.weight", "ffn_gate_exps.weight"},
+    {"mlp.experts.*.up_proj.weight", "ffn_up_exps.weight"},
+    {"mlp.experts.*.down_proj.weight", "ffn_down_exps.weight"},
+};
+
 constexpr Family kFamilies[] = {
-    {"llama", "LlamaForCausalLM", "llama", "hidden_act", "silu", kLlamaLayer, true, false, false},
-    {"mistral", "MistralForCausalLM", "llama", "hidden_act", "silu", kLlamaLayer, true, false, true},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", "hidden_act", "silu", kLlamaLayer, false, false, false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", "hidden_act", "silu", kLlamaLayer, false, false, false},
-    {"gemma2", "Gemma2ForCausalLM", "gemma2", "hidden_activation", "gelu_pytorch_tanh", kGemmaLayer, false, true, true},
-    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", "hidden_activation", "gelu_pytorch_tanh", kGemmaLayer, false, true,
-     true},
-    {"phi3", "Phi3ForCausalLM", "phi3", "hidden_act", "silu", kPhi3Layer, false, false, true},
+    {"llama", "LlamaForCausalLM", "llama", "hidden_act", "silu", kLlamaAttention, kLlamaMlp, true, false, false, {},
+     nullptr, false},
+    {"mistral", "MistralForCausalLM", "llama", "hidden_act", "silu", kLlamaAttention, kLlamaMlp, true, false, true, {},
+     nullptr, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", "hidden_act", "silu", kLlamaAttention, kLlamaMlp, false, false, false, {},
+     nullptr, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", "hidden_act", "silu", kLlamaAttention, kLlamaMlp, false, false, false, {},
+     nullptr, false},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2", "hidden_activation", "gelu_pytorch_tanh", kGemmaLayer, {}, false, true,
+     true, {}, nullptr, false},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", "hidden_activation", "gelu_pytorch_tanh", kGemmaLayer, {}, false,
+     true, true, {}, nullptr, false},
+    {"phi3", "Phi3ForCausalLM", "phi3", "hidden_act", "silu", kPhi3Layer, {}, false, false, true, {}, nullptr, false},
+    {"mixtral", "MixtralForCausalLM", "llama", "hidden_act", "silu", kLlamaAttention, kMixtralRouter, true, false, true,
+     kMixtralExperts, "num_local_experts", true},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", "qwen2moe", "hidden_act", "silu", kLlamaAttention, kQwenMoeRouter, false,
+     false, false, kQwenMoeExperts, "num_experts", false},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", "hidden_act", "silu", kLlamaAttention, kQwenMoeRouter, false,
+     false, false, kQwenMoeExperts, "num_experts", true},
 };
 
 // Hyperparameters that are one number in both formats (GGUF key after "<arch>.").
@@ -96,6 +137,9 @@ constexpr ConfigKey kConfigKeys[] = {
     {"final_logit_softcapping", "final_logit_softcapping", true},
     {"rope_local_base_freq", "rope.freq_base_swa", true},
     {"sliding_window_pattern", "attention.sliding_window_pattern", false},
+    {"num_experts_per_tok", "expert_used_count", false},
+    {"moe_intermediate_size", "expert_feed_forward_length", false},
+    {"shared_expert_intermediate_size", "expert_shared_feed_forward_length", false},
 };
 
 // The one list of config.json keys that do not change what the model
@@ -122,6 +166,9 @@ constexpr IgnoredKey kIgnoredKeys[] = {
     {"pretraining_tp", "how training sliced the matrices; the product is the same"},
     {"max_window_layers", "used only with use_sliding_window, which is checked"},
     {"auto_map", "remote-code class names; the family comes from model_type"},
+    {"router_aux_loss_coef", "training only (the load-balancing loss)"},
+    {"output_router_logits", "training only (the load-balancing loss)"},
+    {"router_jitter_noise", "training only"},
 };
 
 const IgnoredKey* ignored(std::string_view key) {
@@ -228,6 +275,19 @@ json llama3_scaling_of(const gguf::File& f, const gguf::TensorInfo& t, const Mod
   fail(ErrorCode::kInvalidArgument, "{}: rope_freqs.weight is not a llama3 rope_scaling HF can express", f.path());
 }
 
+// A mixture's expert count (its family's key), and what Tessera fixes per
+// architecture as llama.cpp does: every layer a mixture, renormalised top-k
+// or not.
+void translate_moe(Config& c, const Family& fam, const std::string& p, TranslatedConfig& out) {
+  const json* v = c.find(fam.expert_count_key);
+  TESSERA_CHECK(v != nullptr, kCorruptFile, "{}: missing '{}' ({} is a mixture of experts)", c.where(),
+                fam.expert_count_key, fam.model_type);
+  out.metadata.emplace_back(p + "expert_count", u32_value(c.uint(fam.expert_count_key, *v)));
+  c.expect("norm_topk_prob", fam.norm_topk_prob, "fixed for this architecture, as in llama.cpp");
+  c.expect("decoder_sparse_step", 1, "every layer is a mixture");
+  c.expect("mlp_only_layers", json::array(), "every layer is a mixture");
+}
+
 // rope_scaling: linear and YaRN as metadata, Llama 3's as rope_freqs.weight,
 // Phi-3's LongRoPE as its factor tensors.
 void translate_rope_scaling(Config& c, const Family& fam, const std::string& p, int64_t n_rot, double base,
@@ -325,8 +385,10 @@ const Family& family_by_model_type(std::string_view model_type, const std::strin
 const Family& family_for_export(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
   const bool window = f.has(arch + ".attention.sliding_window");
+  const bool moe = f.has(arch + ".expert_count");
   for (const Family& fam : kFamilies) {
-    if (arch == fam.arch && (arch != "llama" || fam.window == window)) return fam;
+    if (arch != fam.arch || moe != !fam.expert_names.empty()) continue;
+    if (arch != "llama" || moe || fam.window == window) return fam;
   }
   fail(ErrorCode::kInvalidArgument, "{}: architecture '{}' has no Hugging Face export", f.path(), arch);
 }
@@ -342,8 +404,60 @@ std::string to_gguf_name(const Family& fam, std::string_view hf) {
   const std::string_view index = hf.substr(kLayers.size(), dot - kLayers.size());
   if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string_view::npos) return "";
   const std::string_view rest = hf.substr(dot + 1);
-  for (const NamePair& n : fam.layer_names) {
-    if (rest == n.hf) return fmt::format("blk.{}.{}", index, n.gguf);
+  for (std::span<const NamePair> names : {fam.layer_names, fam.ffn_names}) {
+    for (const NamePair& n : names) {
+      if (rest == n.hf) return fmt::format("blk.{}.{}", index, n.gguf);
+    }
+  }
+  return "";
+}
+
+namespace {
+
+// "model.layers.N." -> N and the rest; nullopt when hf is not a layer's tensor.
+std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::string_view hf) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (hf.substr(0, kLayers.size()) != kLayers) return std::nullopt;
+  const size_t dot = hf.find('.', kLayers.size());
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string_view index = hf.substr(kLayers.size(), dot - kLayers.size());
+  if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  return std::make_pair(index, hf.substr(dot + 1));
+}
+
+}  // namespace
+
+ExpertName to_gguf_expert_name(const Family& fam, std::string_view hf) {
+  const auto layer = split_layer(hf);
+  if (!layer) return {};
+  const std::string_view rest = layer->second;
+  for (const NamePair& n : fam.expert_names) {
+    const std::string_view pattern = n.hf;
+    const size_t star = pattern.find('*');
+    const std::string_view head = pattern.substr(0, star), tail = pattern.substr(star + 1);
+    if (rest.size() <= head.size() + tail.size() || rest.substr(0, head.size()) != head ||
+        rest.substr(rest.size() - tail.size()) != tail) {
+      continue;
+    }
+    const std::string_view digits = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+    if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    return {fmt::format("blk.{}.{}", layer->first, n.gguf), std::stoll(std::string(digits))};
+  }
+  return {};
+}
+
+std::string to_hf_expert_name(const Family& fam, std::string_view gguf_name, int64_t expert) {
+  if (gguf_name.substr(0, 4) != "blk.") return "";
+  const size_t dot = gguf_name.find('.', 4);
+  if (dot == std::string_view::npos) return "";
+  const std::string_view rest = gguf_name.substr(dot + 1);
+  for (const NamePair& n : fam.expert_names) {
+    if (rest != n.gguf) continue;
+    std::string hf = n.hf;
+    hf.replace(hf.find('*'), 1, std::to_string(expert));
+    return fmt::format("model.layers.{}.{}", gguf_name.substr(4, dot - 4), hf);
   }
   return "";
 }
@@ -356,8 +470,10 @@ std::string to_hf_name(const Family& fam, std::string_view gguf_name) {
   const size_t dot = gguf_name.find('.', 4);
   if (dot == std::string_view::npos) return "";
   const std::string_view rest = gguf_name.substr(dot + 1);
-  for (const NamePair& n : fam.layer_names) {
-    if (rest == n.gguf) return fmt::format("model.layers.{}.{}", gguf_name.substr(4, dot - 4), n.hf);
+  for (std::span<const NamePair> names : {fam.layer_names, fam.ffn_names}) {
+    for (const NamePair& n : names) {
+      if (rest == n.gguf) return fmt::format("model.layers.{}.{}", gguf_name.substr(4, dot - 4), n.hf);
+    }
   }
   return "";
 }
@@ -437,6 +553,7 @@ TranslatedConfig translate_config(const json& j, const Family& fam, const std::s
   c.expect(fam.act_key, fam.act, "Tessera's model uses this activation");
   c.expect(std::string_view(fam.act_key) == "hidden_act" ? "hidden_activation" : "hidden_act", fam.act,
            "Tessera's model uses this activation");
+  if (!fam.expert_names.empty()) translate_moe(c, fam, p, out);
   c.expect("attention_bias", false, "biases only on Qwen2's q/k/v");
   c.expect("mlp_bias", false, "no FFN biases");
   // Gemma ties by default (its classes), the others do not.
@@ -459,7 +576,7 @@ json export_config(const gguf::File& f, const Family& fam) {
       j[k.hf] = f.get_uint(p + k.gguf);
     }
   }
-  const ModelConfig m = read_config(f);
+  const ModelConfig m = read_config(f, {.moe = !fam.expert_names.empty()});
   j["head_dim"] = m.head_dim;
   if (m.n_rot != m.head_dim) {
     TESSERA_CHECK(std::string_view(fam.arch) == "phi3", kInvalidArgument, "{}: {} rotated dims of {} per head: HF's "
@@ -474,6 +591,10 @@ json export_config(const gguf::File& f, const Family& fam) {
     j["sliding_window"] = w == 0 ? json() : json(w);
   }
   if (fam.norm_plus_one) j["query_pre_attn_scalar"] = gemma_query_scalar(m, fam.arch);
+  if (!fam.expert_names.empty()) {
+    j[fam.expert_count_key] = m.n_expert;
+    j["norm_topk_prob"] = fam.norm_topk_prob;
+  }
   if (m.rope_scaling == RopeScaling::kLinear && m.rope_freq_scale != 1.0f && f.has(p + "rope.scaling.type")) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", static_cast<float>(f.get_float(p + "rope.scaling.factor"))}};
   } else if (m.rope_scaling == RopeScaling::kYarn) {

@@ -29,10 +29,24 @@ struct Family {
   const char* arch;        // GGUF general.architecture
   const char* act_key;     // "hidden_act" or "hidden_activation"
   const char* act;         // the activation Tessera computes
-  std::span<const NamePair> layer_names;
+  std::span<const NamePair> layer_names;  // attention and norms (all of a layer, where ffn_names is empty)
+  std::span<const NamePair> ffn_names;    // the FFN: a dense MLP, or a mixture's router and shared expert
   bool permute_qk;         // llama family: q/k rows rotate-half -> interleaved
   bool norm_plus_one;      // gemma: RMSNorm weights w -> 1 + w
   bool window;             // config.json's sliding_window is the model's (else refused when enabled)
+  // A mixture of experts: per-expert HF tensors ("*" in the HF name stands for
+  // the expert's index) stacked into one 3-D GGUF tensor each; the config.json
+  // key of the expert count; whether the top-k weights are renormalised
+  // (HF's norm_topk_prob, fixed per architecture as in llama.cpp).
+  std::span<const NamePair> expert_names;
+  const char* expert_count_key;
+  bool norm_topk_prob;
+};
+
+// An HF expert tensor's GGUF stack ("blk.N.ffn_up_exps.weight") and its index in it.
+struct ExpertName {
+  std::string gguf;
+  int64_t expert = -1;
 };
 
 // A string metadata value.
@@ -47,6 +61,9 @@ const Family& family_for_export(const gguf::File& f);
 // HF name -> GGUF name in a family; "" when the table has none.
 std::string to_gguf_name(const Family& fam, std::string_view hf_name);
 std::string to_hf_name(const Family& fam, std::string_view gguf_name);
+// The same for the experts of a mixture: "" / expert -1 when not an expert tensor.
+ExpertName to_gguf_expert_name(const Family& fam, std::string_view hf_name);
+std::string to_hf_expert_name(const Family& fam, std::string_view gguf_name, int64_t expert);
 
 // config.json translated: GGUF metadata, the F32 vectors the converter
 // computes from it (rope_freqs.weight, rope_factors_*), and what the tensor

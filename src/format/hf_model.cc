@@ -102,6 +102,43 @@ std::shared_ptr<const void> own(std::vector<uint8_t> bytes, gguf::TensorInfo& t)
   return p;
 }
 
+// One expert's matrix of a stack, as found in the folder.
+struct ExpertPart {
+  gguf::TensorInfo t;
+  std::string where;
+};
+
+// The per-expert matrices of each stack ("blk.N.ffn_up_exps.weight") copied
+// into one 3-D tensor, [cols, rows, n_expert] as llama.cpp's converter
+// stacks them: every expert 0..n-1 present once, all of one shape and type.
+void stack_experts(const std::string& dir, std::map<std::string, std::map<int64_t, ExpertPart>>& stacks,
+                   std::vector<gguf::TensorInfo>& tensors, std::vector<std::shared_ptr<const void>>& owners) {
+  for (auto& [name, parts] : stacks) {
+    const int64_t n = static_cast<int64_t>(parts.size());
+    TESSERA_CHECK(parts.begin()->first == 0 && parts.rbegin()->first == n - 1, kCorruptFile,
+                  "{}: the experts of '{}' are not numbered 0..{} (found {} to {})", dir, name, n - 1,
+                  parts.begin()->first, parts.rbegin()->first);
+    const gguf::TensorInfo& first = parts.begin()->second.t;
+    std::vector<uint8_t> bytes(first.n_bytes * static_cast<size_t>(n));
+    for (const auto& [e, part] : parts) {
+      TESSERA_CHECK(part.t.n_dims == 2 && first.n_dims == 2 && part.t.ne[0] == first.ne[0] &&
+                        part.t.ne[1] == first.ne[1] && part.t.type == first.type,
+                    kCorruptFile, "{} is {} {}, but expert 0 of its stack is {} {}", part.where,
+                    dtype_name(part.t.type), part.t.shape_string(), dtype_name(first.type), first.shape_string());
+      std::memcpy(bytes.data() + static_cast<size_t>(e) * first.n_bytes, part.t.data, first.n_bytes);
+    }
+    gguf::TensorInfo t;
+    t.name = name;
+    t.type = first.type;
+    t.n_dims = 3;
+    t.ne[0] = first.ne[0];
+    t.ne[1] = first.ne[1];
+    t.ne[2] = n;
+    owners.push_back(own(std::move(bytes), t));
+    tensors.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 bool is_folder(const std::string& path) {
@@ -133,6 +170,7 @@ gguf::File open_folder(const std::string& dir) {
 
   std::vector<std::shared_ptr<const void>> owners;
   std::vector<gguf::TensorInfo> tensors;
+  std::map<std::string, std::map<int64_t, ExpertPart>> stacks;  // a mixture's experts, by GGUF stack
   for (const auto& file : open_weights(dir)) {
     owners.push_back(file->mapping());
     for (const safetensors::Tensor& st : file->tensors()) {
@@ -141,6 +179,8 @@ gguf::File open_folder(const std::string& dir) {
       if (ends_with(st.name, ".self_attn.rotary_emb.inv_freq")) continue;  // recomputed from rope_theta
       gguf::TensorInfo t;
       t.name = to_gguf_name(fam, st.name);
+      const ExpertName expert = to_gguf_expert_name(fam, st.name);
+      if (expert.expert >= 0) t.name = expert.gguf;
       if (t.name.empty()) {
         fail(ErrorCode::kCorruptFile, "{} is not used by Tessera's '{}' model (it may change what the model computes)",
              where, fam.model_type);
@@ -154,6 +194,11 @@ gguf::File open_folder(const std::string& dir) {
       TESSERA_CHECK(t.n_elements() > 0, kCorruptFile, "{} is empty", where);
       t.data = st.data;
       t.n_bytes = st.n_bytes;
+      if (expert.expert >= 0) {
+        const bool fresh = stacks[t.name].emplace(expert.expert, ExpertPart{t, where}).second;
+        TESSERA_CHECK(fresh, kCorruptFile, "{}: expert {} of '{}' appears twice", where, expert.expert, t.name);
+        continue;
+      }
       if (fam.permute_qk && (ends_with(t.name, ".attn_q.weight") || ends_with(t.name, ".attn_k.weight"))) {
         const int64_t heads = ends_with(t.name, ".attn_q.weight") ? tc.n_head : tc.n_head_kv;
         TESSERA_CHECK(t.n_dims == 2 && t.ne[1] % (2 * heads) == 0, kCorruptFile, "{}: {} rows do not split into {} "
@@ -166,6 +211,7 @@ gguf::File open_folder(const std::string& dir) {
       tensors.push_back(std::move(t));
     }
   }
+  stack_experts(dir, stacks, tensors, owners);
   for (auto& [name, values] : tc.vectors) {
     gguf::TensorInfo t;
     t.name = name;
@@ -207,6 +253,19 @@ void export_folder(const gguf::File& f, const std::string& dir, const ExportOpti
   std::vector<safetensors::TensorToWrite> out;
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name == "rope_freqs.weight" || t.name.rfind("rope_factors_", 0) == 0) continue;  // in config.json
+    if (!to_hf_expert_name(fam, t.name, 0).empty()) {  // a stack of experts: one HF tensor each
+      TESSERA_CHECK(t.n_dims == 3, kInvalidArgument, "{}: '{}' is not a 3-D stack of experts", f.path(), t.name);
+      const size_t per_expert = t.n_bytes / static_cast<size_t>(t.ne[2]);
+      for (int64_t e = 0; e < t.ne[2]; ++e) {
+        safetensors::TensorToWrite w;
+        w.name = to_hf_expert_name(fam, t.name, e);
+        w.type = t.type;
+        w.shape = {t.ne[1], t.ne[0]};
+        w.data = t.data + static_cast<size_t>(e) * per_expert;
+        out.push_back(std::move(w));
+      }
+      continue;
+    }
     safetensors::TensorToWrite w;
     w.name = to_hf_name(fam, t.name);
     TESSERA_CHECK(!w.name.empty(), kInvalidArgument, "{}: tensor '{}' has no name in HF's '{}'", f.path(), t.name,

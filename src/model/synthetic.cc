@@ -43,6 +43,7 @@ struct TensorPlan {
   float stddev;  // 0: a norm vector near 1
   std::vector<float> values = {};  // a vector with these exact values (rope_freqs), if not empty
   int64_t experts = 0;  // > 0: a 3-D tensor of this many [rows, cols] matrices (ne = [cols, rows, experts])
+  bool one_row_matrix = false;  // rows == 1 written as ne = [cols, 1], as HF's [1, cols] converts
 };
 
 }  // namespace
@@ -248,7 +249,7 @@ void plan_experts(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, co
   plan.push_back({n("ffn_up_exps.weight"), s.type, E, F, std_in, {}, NE});
   if (t.shared_expert) {
     const int64_t S = s.n_ff_shexp;
-    plan.push_back({n("ffn_gate_inp_shexp.weight"), DType::kF32, E, 1, std_router});
+    plan.push_back({n("ffn_gate_inp_shexp.weight"), DType::kF32, E, 1, std_router, {}, 0, true});
     plan.push_back({n("ffn_gate_shexp.weight"), s.type, E, S, std_in});
     plan.push_back({n("ffn_down_shexp.weight"), s.type, S, E, std_out});
     plan.push_back({n("ffn_up_shexp.weight"), s.type, E, S, std_in});
@@ -327,7 +328,7 @@ void add_planned_tensors(gguf::Writer& w, const std::vector<TensorPlan>& plan, u
                   "that are multiples of {}", t.name, t.cols, tr.name, tr.block_size, tr.block_size);
     const bool is_norm = t.stddev == 0.0f;
     std::vector<int64_t> ne = t.experts > 0 ? std::vector<int64_t>{t.cols, t.rows, t.experts}
-                              : t.rows == 1 ? std::vector<int64_t>{t.cols}
+                              : t.rows == 1 && !t.one_row_matrix ? std::vector<int64_t>{t.cols}
                                             : std::vector<int64_t>{t.cols, t.rows};
     const uint64_t stream = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(t.name);
     const int64_t rows = t.rows * std::max<int64_t>(t.experts, 1);

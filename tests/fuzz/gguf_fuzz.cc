@@ -50,9 +50,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       g_sink = g_sink + t.data[0] + t.data[t.n_bytes - 1];
     }
-    // Hyperparameters, as load_model() reads them.
+    // Hyperparameters, as load_model() reads them: plain, and with every
+    // optional group an architecture may ask for (windows, mixtures of experts).
     if (!f.get_string_or("general.architecture", "").empty()) {
       g_sink = g_sink + static_cast<uint64_t>(read_config(f).n_layer);
+      const ModelConfig c = read_config(f, {.sliding_window = true, .moe = true});
+      g_sink = g_sink + static_cast<uint64_t>(c.n_expert + c.n_expert_used + c.n_ff_exp + c.n_ff_shexp);
     }
   } catch (const Error&) {
     // The expected outcome for malformed input.
