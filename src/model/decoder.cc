@@ -6,6 +6,8 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/memory.h"
 #include "kernels/attention.h"
 #include "kernels/quant.h"
 #include "adapters/lora.h"
@@ -168,7 +170,31 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
 }
 
-void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+void DecoderModel::decide_expert_layout(const gguf::File& f) {
+  experts_layout_decided_ = true;
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.find("_exps.") != std::string::npos) bytes += t.n_bytes;
+  }
+  const uint64_t available = memory_available_bytes();
+  const char* force = std::getenv("TESSERA_EXPERTS_IN_PLACE");
+  experts_in_place_ = force != nullptr && *force != '\0' ? std::string_view(force) == "1" : bytes > available / 2;
+  if (experts_in_place_) {
+    TESSERA_LOG_INFO("experts: {:.2f} GiB used in place from the mapped file (page cache), not repacked ({}; "
+                     "{:.2f} GiB of memory available)", static_cast<double>(bytes) / (1 << 30),
+                     force != nullptr && *force != '\0' ? "TESSERA_EXPERTS_IN_PLACE=1" : "more than half of it",
+                     static_cast<double>(available) / (1 << 30));
+  }
+}
+
+void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) {
+  if (!experts_layout_decided_) decide_expert_layout(ld.file());
+  const auto prepare = [this](const kernels::WeightView& v) {
+    if (!experts_in_place_) return kernels::prepare_weight(v);
+    kernels::PreparedWeight p;
+    p.view = v;
+    return p;
+  };
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
   MoeWeights& m = L.moe;
@@ -178,9 +204,9 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
   const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F, E, NE);
   m.experts.resize(static_cast<size_t>(NE));
   for (int64_t e = 0; e < NE; ++e) {
-    m.experts[e].gate = kernels::prepare_weight(row_range(gate, e * F, F));
-    m.experts[e].up = kernels::prepare_weight(row_range(up, e * F, F));
-    m.experts[e].down = kernels::prepare_weight(row_range(down, e * E, E));
+    m.experts[e].gate = prepare(row_range(gate, e * F, F));
+    m.experts[e].up = prepare(row_range(up, e * F, F));
+    m.experts[e].down = prepare(row_range(down, e * E, E));
   }
   if (cfg_.n_ff_shexp > 0) {
     const int64_t S = cfg_.n_ff_shexp;

@@ -106,7 +106,7 @@ class DecoderModel : public Model {
   void load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps, and the shared expert
   // (ffn_gate_inp_shexp, ffn_{gate,up,down}_shexp) when n_ff_shexp > 0.
-  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
+  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L);
 
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
@@ -171,6 +171,13 @@ class DecoderModel : public Model {
   // TESSERA_MOE_PER_TOKEN=1 (read at load): experts run token by token, the
   // baseline that bench compares expert-grouped execution against.
   bool moe_per_token_ = false;
+  // A mixture whose experts would take more than half the memory available
+  // (core/memory.h) uses them in place from the mapped file, so the page
+  // cache holds what fits; otherwise they are repacked like every matrix.
+  // TESSERA_EXPERTS_IN_PLACE=1 / 0 decides instead. Set by the first load_moe.
+  bool experts_in_place_ = false;
+  bool experts_layout_decided_ = false;
+  void decide_expert_layout(const gguf::File& f);
 };
 
 // Gemma's query scale, as llama.cpp sets it (GGUF has no
