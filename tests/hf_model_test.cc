@@ -561,6 +561,30 @@ void expect_error(const std::string& path, const std::vector<std::string>& parts
   for (const std::string& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "want '" << p << "' in: " << e;
 }
 
+// Gemma's query_pre_attn_scalar apart from what llama.cpp derives from the
+// shape (Gemma-2-27B-like configs): the folder's queries are scaled by
+// 1/sqrt(scalar), kept through convert as gemma2.attention.scale, and
+// written back on export.
+TEST(HfFolder, GemmaQueryPreAttnScalarApartFromHeadDim) {
+  const Twin t = make_twin("gemma2", DType::kF32);
+  const std::string d = copy_folder(t.hf, "gemma2-scalar");
+  edit_config(d, [](json& j) { j["query_pre_attn_scalar"] = 36; });  // head_dim 16
+  const LoadedModel lm = load_model(d);
+  EXPECT_FLOAT_EQ(lm.model->config().attn_scale, 1.0f / 6.0f);
+  EXPECT_NE(logits_of(d), logits_of(t.hf));  // the scale matters at these shapes
+  const std::string out = testing::temp_path("gemma2-scalar.gguf");
+  write_gguf(*lm.file, out);
+  EXPECT_FLOAT_EQ(static_cast<float>(gguf::File::open(out).get_float("gemma2.attention.scale")), 1.0f / 6.0f);
+  EXPECT_EQ(logits_of(out), logits_of(d));
+  const std::string back = testing::temp_path("gemma2-scalar-back");
+  hf::export_folder(gguf::File::open(out), back);
+  EXPECT_EQ(json::parse(testing::read_file(back + "/config.json"))["query_pre_attn_scalar"], 36);
+  // The derived value writes no key: the GGUF stays what llama.cpp reads.
+  const std::string plain = testing::temp_path("gemma2-plain.gguf");
+  write_gguf(*load_model(t.hf).file, plain);
+  EXPECT_FALSE(gguf::File::open(plain).has("gemma2.attention.scale"));
+}
+
 TEST(HfFolder, ErrorsNameTheFileKeyOrTensor) {
   const Twin t = make_twin("qwen3", DType::kF32);
 

@@ -538,16 +538,22 @@ TranslatedConfig translate_config(const json& j, const Family& fam, const std::s
       }
     }
   }
-  if (const json* v = c.find("query_pre_attn_scalar")) {  // Gemma: Tessera derives it as llama.cpp does
+  if (const json* v = c.find("query_pre_attn_scalar")) {
+    // Gemma: queries scaled by 1/sqrt(query_pre_attn_scalar). llama.cpp
+    // derives it from the shape (GGUF has no key for it); where the config
+    // says otherwise the scale is written as <arch>.attention.scale.
+    TESSERA_CHECK(fam.norm_plus_one, kCorruptFile, "{}: 'query_pre_attn_scalar' is Gemma's, not {}'s", where,
+                  fam.model_type);
     ModelConfig m;
     m.n_embd = static_cast<int64_t>(number["hidden_size"]);
     m.n_head = out.n_head;
     m.n_layer = static_cast<int64_t>(number["num_hidden_layers"]);
     m.head_dim = head_dim;
-    const double want = gemma_query_scalar(m, fam.arch);
-    if (c.number("query_pre_attn_scalar", *v) != want) {
-      fail(ErrorCode::kCorruptFile, "{}: 'query_pre_attn_scalar' = {} is not supported (Tessera uses {} for this "
-           "shape)", where, v->dump(), want);
+    const double scalar = c.number("query_pre_attn_scalar", *v);
+    TESSERA_CHECK(scalar >= 1.0 && scalar <= 1e6, kCorruptFile, "{}: 'query_pre_attn_scalar' = {} is out of range",
+                  where, v->dump());
+    if (scalar != gemma_query_scalar(m, fam.arch)) {
+      out.metadata.emplace_back(p + "attention.scale", f32_value(1.0 / std::sqrt(scalar)));
     }
   }
   c.expect(fam.act_key, fam.act, "Tessera's model uses this activation");
@@ -576,7 +582,7 @@ json export_config(const gguf::File& f, const Family& fam) {
       j[k.hf] = f.get_uint(p + k.gguf);
     }
   }
-  const ModelConfig m = read_config(f, {.moe = !fam.expert_names.empty()});
+  const ModelConfig m = read_config(f, {.moe = !fam.expert_names.empty(), .attention_scale = true});
   j["head_dim"] = m.head_dim;
   if (m.n_rot != m.head_dim) {
     TESSERA_CHECK(std::string_view(fam.arch) == "phi3", kInvalidArgument, "{}: {} rotated dims of {} per head: HF's "
@@ -590,7 +596,11 @@ json export_config(const gguf::File& f, const Family& fam) {
     const uint64_t w = f.get_uint(p + "attention.sliding_window");
     j["sliding_window"] = w == 0 ? json() : json(w);
   }
-  if (fam.norm_plus_one) j["query_pre_attn_scalar"] = gemma_query_scalar(m, fam.arch);
+  if (fam.norm_plus_one) {
+    const std::string scale_key = p + "attention.scale";
+    j["query_pre_attn_scalar"] = f.has(scale_key) ? std::round(1.0 / std::pow(f.get_float(scale_key), 2.0))
+                                                  : gemma_query_scalar(m, fam.arch);
+  }
   if (!fam.expert_names.empty()) {
     j[fam.expert_count_key] = m.n_expert;
     j["norm_topk_prob"] = fam.norm_topk_prob;

@@ -181,6 +181,12 @@ ModelConfig read_config(const gguf::File& f, const ConfigOptions& options,
     c.final_softcap = k.softcap(p + "final_logit_softcapping", options.final_softcap_default);
   }
   if (options.moe || options.moe_required) read_moe(f, k, p, options, c);
+  if (options.attention_scale && k.has(p + "attention.scale")) {
+    c.attn_scale = static_cast<float>(f.get_float(p + "attention.scale"));
+    if (!(c.attn_scale > 0.0f && c.attn_scale <= 1.0f)) {
+      fail(ErrorCode::kCorruptFile, "{}: '{}attention.scale' = {} is out of range (0, 1]", f.path(), p, c.attn_scale);
+    }
+  }
   return c;
 }
 

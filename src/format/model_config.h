@@ -95,6 +95,10 @@ struct ConfigOptions {
   bool moe = false;
   bool moe_required = false;
   float attn_softcap = 0.0f, final_softcap_default = 0.0f;
+  // "<arch>.attention.scale" (the query scale, ModelConfig::attn_scale) is
+  // read when `attention_scale`: Tessera writes it for Gemma folders whose
+  // query_pre_attn_scalar is not what llama.cpp derives from the shape.
+  bool attention_scale = false;
 };
 
 // Reads and validates the hyperparameters common to Llama-style models.

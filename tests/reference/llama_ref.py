@@ -106,6 +106,9 @@ class Config:
             self.embd_scale = np.sqrt(self.n_embd)
             if self.n_layer == gm["n_layer_27b"]:
                 self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+            # A query_pre_attn_scalar apart from the rule, as Tessera's
+            # convert writes it: the scale itself.
+            self.scale = float(g.get(a + "attention.scale", self.scale))
             self.attn_softcap = float(g.get(a + "attn_logit_softcapping", gm["attn_softcap"]))
             self.final_softcap = float(g.get(a + "final_logit_softcapping", gm["final_softcap"]))
             self.local_window = int(g.get(a + "attention.sliding_window", gm["window"]))

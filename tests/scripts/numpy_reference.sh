@@ -130,6 +130,16 @@ model qwen2moe-f16-k4     45  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 1
 model qwen2moe-q4-k2      36  --dim 128 --layers 2 --heads 8 --kv-heads 2 --ff 256 --arch qwen2moe --experts 8 --experts-used 2 --ff-exp 64 --type q4_0 --seed 40
 model qwen3moe-bf16-k2    41  --dim 64  --layers 3 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 8 --experts-used 2 --ff-exp 32 --type bf16 --seed 41
 model qwen3moe-q8-k4-e16  30  --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 256 --arch qwen3moe --experts 16 --experts-used 4 --ff-exp 64 --type q8_0 --tied --seed 42
+# Gemma 2 from a Hugging Face folder whose query_pre_attn_scalar (36) is not
+# head_dim (16), converted to GGUF: queries scaled by 1/6.
+"$TESSERA" make-model --format hf -o "$TMP/gemma2-scalar-hf" --arch gemma2 --dim 64 --layers 2 --heads 4 --kv-heads 2 \
+  --ff 128 --n-vocab 384 --seed 43 -t 2 >/dev/null 2>&1
+"$PY" -c "import json,sys; p=sys.argv[1]+'/config.json'; j=json.load(open(p)); j['query_pre_attn_scalar']=36; json.dump(j,open(p,'w'))" \
+  "$TMP/gemma2-scalar-hf"
+"$TESSERA" convert "$TMP/gemma2-scalar-hf" -o "$TMP/gemma2-scalar.gguf" >/dev/null 2>&1 ||
+  { echo "FAIL gemma2-scalar: convert"; failures=$((failures + 1)); }
+random_tokens 30 384
+compare gemma2-scalar36 "$TMP/gemma2-scalar.gguf" "$TOKENS"
 
 # The real model: BOS plus the first 63 golden greedy tokens. Teacher-forced,
 # the reference's argmax must reproduce the golden ids (checking the reference

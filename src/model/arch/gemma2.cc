@@ -21,7 +21,7 @@ class Gemma2 final : public DecoderModel {
   explicit Gemma2(ModelLoader& ld)
       : DecoderModel(ld,
                      {.swa_period = 2, .swa_window = 4096, .softcap = true, .attn_softcap = 50.0f,
-                      .final_softcap_default = 30.0f},
+                      .final_softcap_default = 30.0f, .attention_scale = true},
                      /*neox=*/true) {
     load_common(ld, /*rope_freqs=*/false, /*tied=*/true);
     for (int64_t il = 0; il < cfg_.n_layer; ++il) {
@@ -30,7 +30,7 @@ class Gemma2 final : public DecoderModel {
       load_ffn(ld, il, layers_[il]);
     }
     embd_scale_ = std::sqrt(static_cast<float>(cfg_.n_embd));
-    cfg_.attn_scale = gemma_query_scale(cfg_, /*n_layer_27b=*/46);
+    if (cfg_.attn_scale == 0.0f) cfg_.attn_scale = gemma_query_scale(cfg_, /*n_layer_27b=*/46);
   }
 
  private:

@@ -17,7 +17,7 @@ namespace {
 class Gemma3 final : public DecoderModel {
  public:
   explicit Gemma3(ModelLoader& ld)
-      : DecoderModel(ld, {.swa_period = 6, .swa_rope_base = 10000.0f, .final_softcap = true}, /*neox=*/true) {
+      : DecoderModel(ld, {.swa_period = 6, .swa_rope_base = 10000.0f, .final_softcap = true, .attention_scale = true}, /*neox=*/true) {
     load_common(ld, /*rope_freqs=*/false);
     for (int64_t il = 0; il < cfg_.n_layer; ++il) {
       load_attention(ld, il, /*bias=*/false, layers_[il]);
@@ -26,7 +26,7 @@ class Gemma3 final : public DecoderModel {
       load_ffn(ld, il, layers_[il]);
     }
     embd_scale_ = std::sqrt(static_cast<float>(cfg_.n_embd));
-    cfg_.attn_scale = gemma_query_scale(cfg_, /*n_layer_27b=*/62);
+    if (cfg_.attn_scale == 0.0f) cfg_.attn_scale = gemma_query_scale(cfg_, /*n_layer_27b=*/62);
   }
 
  private:
