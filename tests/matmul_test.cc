@@ -446,6 +446,58 @@ TEST(MatmulShared, EqualsSeparateProducts) {
   }
 }
 
+// matmul_grouped(): weights each over its own input rows (a mixture's
+// experts), some sharing one input (gate and up), some with no tokens, give
+// for each the bits of matmul() of that weight on that input alone, for
+// every ISA, type and thread count; a weight of another type falls back.
+TEST(MatmulGrouped, EqualsSeparateProducts) {
+  std::mt19937 rng(777);
+  ThreadPool pool2(2), pool3(3);
+  Workspace ws;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (DType type : kTypes) {
+      const int64_t cols = dtype_traits(type).block_size == 256 ? 256 : 96;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::string(dtype_name(type)));
+      std::vector<Matrix> ms;
+      std::vector<PreparedWeight> pws;
+      for (int64_t rows : {40, 40, 13, 300, 8}) ms.push_back(random_matrix(type, rows, cols, rng, 0, 0));
+      ms.push_back(random_matrix(type == DType::kF32 ? DType::kQ8_0 : DType::kF32, 5, cols, rng, 0, 0));
+      for (const Matrix& m : ms) pws.push_back(prepare_weight(m.view()));
+      const std::vector<float> x = random_activations(30, cols, rng);
+      // (weight, first input row, tokens): 0 and 1 share rows 0..3 (gate and
+      // up), 2 has no tokens, 3 and 4 read their own rows.
+      struct Pick {
+        size_t w;
+        int64_t t0, n;
+      };
+      for (bool other_type : {false, true}) {
+        std::vector<Pick> picks = {{0, 0, 3}, {1, 0, 3}, {2, 3, 0}, {3, 3, 25}, {4, 28, 1}};
+        if (other_type) picks.push_back({5, 10, 4});
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+          const KernelContext ctx{pool, isa, &ws};
+          std::vector<std::vector<float>> grouped(picks.size()), alone(picks.size());
+          std::vector<GroupedMatmul> jobs;
+          for (size_t i = 0; i < picks.size(); ++i) {
+            const int64_t rows = ms[picks[i].w].rows;
+            grouped[i].assign(static_cast<size_t>(picks[i].n * rows), -1.0f);
+            alone[i].assign(static_cast<size_t>(picks[i].n * rows), -2.0f);
+            jobs.push_back({&pws[picks[i].w], x.data() + picks[i].t0 * cols, cols, picks[i].n, grouped[i].data(), rows});
+          }
+          matmul_grouped(jobs, ctx);
+          for (size_t i = 0; i < picks.size(); ++i) {
+            const int64_t rows = ms[picks[i].w].rows;
+            matmul(pws[picks[i].w], x.data() + picks[i].t0 * cols, cols, picks[i].n, alone[i].data(), rows, ctx);
+            ASSERT_TRUE(grouped[i].empty() ||
+                        std::memcmp(grouped[i].data(), alone[i].data(), grouped[i].size() * sizeof(float)) == 0)
+                << "job " << i << (other_type ? " (with a weight of another type)" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulApi, RejectsBadArguments) {
   std::vector<uint8_t> w(34 * 4);
   std::vector<float> x(64), y(64);

@@ -3,9 +3,11 @@
 // The kernels themselves are in matmul_ref.cc and matmul_<isa>.cc.
 #include "kernels/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/block_values.h"
@@ -58,6 +60,13 @@ struct Job {
 
 void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, const float* x, int64_t x_stride,
                 int64_t n_tokens, const KernelContext& ctx);
+
+void run_grouped(const MatmulKernels& kernels, std::span<const GroupedMatmul> jobs, const KernelContext& ctx);
+
+// A job's kernel arguments over input x (quantized into act), and the
+// kernel that computes its rows (below).
+MatmulRangeFn job_args(const MatmulKernels& kernels, const TypeInfo& info, const Job& job, const float* x,
+                       int64_t x_stride, const uint8_t* act, const ActLayout& layout, MatmulArgs* out);
 
 }  // namespace
 
@@ -275,6 +284,22 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int
   run_matmul(matmul_kernels(ctx.isa), jobs, outs.size(), x, x_stride, n_tokens, ctx);
 }
 
+void matmul_grouped(std::span<const GroupedMatmul> jobs, const KernelContext& ctx) {
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  if (jobs.empty()) return;
+  const WeightView& w0 = jobs[0].w->view;
+  bool same = w0.input_cols() == w0.cols;
+  for (const GroupedMatmul& j : jobs) {
+    same = same && j.w->view.type == w0.type && j.w->view.cols == w0.cols && j.w->view.x_cols == w0.x_cols;
+  }
+  if (!same) {
+    for (const GroupedMatmul& j : jobs) matmul(*j.w, j.x, j.x_stride, j.n_tokens, j.y, j.y_stride, ctx);
+    return;
+  }
+  run_grouped(matmul_kernels(ctx.isa), jobs, ctx);
+}
+
 namespace {
 
 void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64_t y_stride) {
@@ -294,6 +319,35 @@ void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64
   TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.input_cols() && y_stride >= w.rows)),
                 kInvalidArgument, "matmul: {} tokens with x stride {} (< {} columns) or y stride {} (< {} rows)",
                 n_tokens, x_stride, w.input_cols(), y_stride, w.rows);
+}
+
+// A job's kernel arguments over input x (quantized into act), and the
+// kernel that computes its rows: the packed one when the weight was repacked.
+MatmulRangeFn job_args(const MatmulKernels& kernels, const TypeInfo& info, const Job& job, const float* x,
+                       int64_t x_stride, const uint8_t* act, const ActLayout& layout, MatmulArgs* out) {
+  const WeightView& w = *job.w;
+  MatmulArgs& a = *out;
+  a.w = w.data;
+  a.rows = w.rows;
+  a.cols = w.cols;
+  a.row_bytes = w.row_bytes;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.y = job.y;
+  a.y_stride = job.y_stride;
+  a.act = act;
+  a.act_layout = layout;
+  MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  if (job.packed != nullptr) {
+    Packed kind = Packed::kQ8_0;
+    packed_kind(w.type, &kind);  // the weight was packed, so it has one
+    const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
+    if (p != nullptr) {
+      range = p;
+      a.w = job.packed;
+    }
+  }
+  return range;
 }
 
 // Every job has the same weight type and column count, so the activation is
@@ -340,27 +394,7 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   int64_t units = 0, work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     const WeightView& w = *jobs[j].w;
-    MatmulArgs& a = args[j];
-    a.w = w.data;
-    a.rows = w.rows;
-    a.cols = w.cols;
-    a.row_bytes = w.row_bytes;
-    a.x = x;
-    a.x_stride = x_stride;
-    a.y = jobs[j].y;
-    a.y_stride = jobs[j].y_stride;
-    a.act = act;
-    a.act_layout = layout;
-    range[j] = kernels.range[static_cast<int>(info.wtype)];
-    if (jobs[j].packed != nullptr) {
-      Packed kind = Packed::kQ8_0;
-      packed_kind(w.type, &kind);  // the weight was packed, so it has one
-      const MatmulRangeFn p = kernels.packed_range[static_cast<int>(kind)];
-      if (p != nullptr) {
-        range[j] = p;
-        a.w = jobs[j].packed;
-      }
-    }
+    range[j] = job_args(kernels, info, jobs[j], x, x_stride, act, layout, &args[j]);
     const int64_t u = (w.rows + tile - 1) / tile;
     units += u;
     unit_end[j] = units;
@@ -423,6 +457,101 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
         }
       }
     }
+  });
+}
+
+// matmul_grouped: the inputs (each distinct one once) are quantized in token
+// chunks claimed across all of them, then the row tiles of every job are
+// claimed as in run_matmul, each over all of its job's tokens.
+void run_grouped(const MatmulKernels& kernels, std::span<const GroupedMatmul> jobs, const KernelContext& ctx) {
+  const size_t n_jobs = jobs.size();
+  const WeightView& w0 = jobs[0].w->view;
+  TypeInfo info{};
+  type_info(w0.type, &info);
+  const bool quantized = info.block != 0;
+  const ActLayout layout = quantized ? act_layout(w0.cols, info.block, info.group) : ActLayout{};
+  // The distinct inputs, in job order, and each job's one.
+  struct Input {
+    const float* x;
+    int64_t x_stride, n_tokens, first_row;  // first_row: where its rows start in the act buffer
+  };
+  std::vector<Input> inputs;
+  std::vector<size_t> input_of(n_jobs);
+  int64_t act_rows = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const GroupedMatmul& g = jobs[j];
+    check_weight(g.w->view, g.x_stride, g.n_tokens, g.y_stride);
+    if (inputs.empty() || inputs.back().x != g.x || inputs.back().x_stride != g.x_stride ||
+        inputs.back().n_tokens != g.n_tokens) {
+      inputs.push_back({g.x, g.x_stride, g.n_tokens, act_rows});
+      act_rows += g.n_tokens;
+    }
+    input_of[j] = inputs.size() - 1;
+  }
+  Workspace local;
+  Workspace* ws = ctx.ws != nullptr ? ctx.ws : &local;
+  uint8_t* act = nullptr;
+  if (quantized) {
+    ws->act.ensure(static_cast<size_t>(act_rows) * layout.row_bytes);
+    act = ws->act.data();
+  }
+  std::vector<MatmulArgs> args(n_jobs);
+  std::vector<MatmulRangeFn> range(n_jobs);
+  std::vector<int64_t> unit_end(n_jobs);
+  const int64_t tile = quantized ? kRowTile : 4;
+  int64_t units = 0, work = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const GroupedMatmul& g = jobs[j];
+    const Job job{&g.w->view, g.w->packed.empty() ? nullptr : g.w->packed.data(), g.y, g.y_stride};
+    const uint8_t* a = quantized ? act + static_cast<size_t>(inputs[input_of[j]].first_row) * layout.row_bytes : nullptr;
+    range[j] = job_args(kernels, info, job, g.x, g.x_stride, a, layout, &args[j]);
+    units += g.n_tokens > 0 ? (g.w->view.rows + tile - 1) / tile : 0;
+    unit_end[j] = units;
+    work += g.w->view.rows * g.w->view.cols * g.n_tokens;
+  }
+  const QuantizeActFn quantize = kernels.quantize_act;
+  // Tokens [t0, t1) of the flattened inputs, quantized input by input.
+  const auto quantize_rows = [&](int64_t t0, int64_t t1) {
+    for (const Input& in : inputs) {
+      const int64_t lo = std::max(t0, in.first_row), hi = std::min(t1, in.first_row + in.n_tokens);
+      if (lo < hi) {
+        quantize(in.x, in.x_stride, lo - in.first_row, hi - in.first_row,
+                 act + static_cast<size_t>(in.first_row) * layout.row_bytes, layout);
+      }
+    }
+  };
+  // Row tiles [c0, c1) of the flattened jobs.
+  const auto rows = [&](int64_t c0, int64_t c1, size_t* from) {
+    while (unit_end[*from] <= c0) ++*from;
+    for (size_t k = *from; k < n_jobs; ++k) {
+      const int64_t first = k == 0 ? 0 : unit_end[k - 1];
+      if (first >= c1) break;
+      const int64_t lo = std::max(c0, first), hi = std::min(c1, unit_end[k]);
+      if (lo >= hi) continue;  // a job without tokens
+      const int64_t r0 = (lo - first) * tile, r1 = std::min((hi - first) * tile, args[k].rows);
+      range[k](args[k], r0, r1, 0, jobs[k].n_tokens);
+    }
+  };
+  ThreadPool* pool = parallel_pool(ctx, work, quantized ? kMinParallelQuantMatmulMacs : kMinParallelFloatMatmulMacs);
+  if (pool == nullptr) {
+    if (quantized) quantize_rows(0, act_rows);
+    size_t from = 0;
+    if (units > 0) rows(0, units, &from);
+    return;
+  }
+  GuidedChunks quantize_chunks(act_rows, 1), row_chunks(units, 1);
+  std::atomic<int64_t> quantized_rows{0};
+  pool->run_dynamic([&](int, int n) {
+    int64_t c0 = 0, c1 = 0;
+    if (quantized) {
+      while (quantize_chunks.claim(n, &c0, &c1)) {
+        quantize_rows(c0, c1);
+        quantized_rows.fetch_add(c1 - c0, std::memory_order_release);
+      }
+      while (quantized_rows.load(std::memory_order_acquire) < act_rows) std::this_thread::yield();
+    }
+    size_t from = 0;  // chunks only move forward
+    while (row_chunks.claim(n, &c0, &c1)) rows(c0, c1, &from);
   });
 }
 

@@ -74,6 +74,23 @@ constexpr size_t kMaxSharedInput = 4;
 void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t x_stride, int64_t n_tokens,
                          const KernelContext& ctx);
 
+// Products of several weights, each over its own input rows (a mixture's
+// experts, each over the tokens routed to it): one thread-pool dispatch
+// quantizes every input and then covers the row tiles of every weight. Jobs
+// whose input is the same (pointer, stride and token count: an expert's
+// gate and up) share its quantized rows. Each output is bit-identical to
+// matmul() of its weight on its input alone. Weights of different types or
+// widths, or padded ones, fall back to one matmul each.
+struct GroupedMatmul {
+  const PreparedWeight* w;
+  const float* x;  // [n_tokens, x_stride]
+  int64_t x_stride;
+  int64_t n_tokens;
+  float* y;  // [n_tokens, y_stride]
+  int64_t y_stride;
+};
+void matmul_grouped(std::span<const GroupedMatmul> jobs, const KernelContext& ctx);
+
 // The same with an explicit kernel table (tests and benchmarks use this to
 // run a table that is not the one of an Isa, e.g. the emulated-VNNI one).
 struct MatmulKernels;

@@ -429,25 +429,40 @@ void DecoderModel::expert_ffn(const FfnWeights& w, int64_t F, int64_t n, Forward
   kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
 }
 
-// One pass per chosen expert over all of its tokens of the step; each
-// token's sum is in expert order, whatever the batch.
+// One pass per chosen expert over all of its tokens of the step, every
+// expert in one dispatch (kernels::matmul_grouped): the step's rows are
+// gathered in expert order, gate and up of every expert run together, then
+// every down; each token's sum is in expert order, whatever the batch.
 void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const {
-  const int64_t E = cfg_.n_embd, NE = cfg_.n_expert;
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
+  const int64_t rows = static_cast<int64_t>(s.moe_tokens.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(s.xb.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, E, s.moe_in.data() + i * E);
+  }
+  std::vector<kernels::GroupedMatmul>& jobs = s.moe_jobs;
+  jobs.clear();
   for (int64_t e = 0; e < NE; ++e) {
-    const int32_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
     if (n == 0) continue;
-    for (int32_t i = 0; i < n; ++i) {
-      std::copy_n(s.xb.data() + static_cast<int64_t>(s.moe_tokens[begin + i]) * E, E, s.moe_in.data() + i * E);
-    }
-    expert_ffn(m.experts[e], cfg_.n_ff_exp, n, s);
-    for (int32_t i = 0; i < n; ++i) {
-      float* y = s.xb2.data() + static_cast<int64_t>(s.moe_tokens[begin + i]) * E;
-      const float* o = s.moe_out.data() + static_cast<int64_t>(i) * E;
-      const float w = s.moe_token_weight[begin + i];
-      for (int64_t j = 0; j < E; ++j) y[j] += w * o[j];
-    }
+    const float* x = s.moe_in.data() + begin * E;
+    jobs.push_back({&m.experts[e].gate, x, E, n, s.ff_gate.data() + begin * F, F});
+    jobs.push_back({&m.experts[e].up, x, E, n, s.ff_up.data() + begin * F, F});
     s.expert_tokens[il * NE + e] += n;
     s.expert_passes[il * NE + e] += 1;
+  }
+  kernels::matmul_grouped(jobs, s.ctx);
+  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
+  jobs.clear();
+  for (int64_t e = 0; e < NE; ++e) {
+    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    if (n > 0) jobs.push_back({&m.experts[e].down, s.ff_gate.data() + begin * F, F, n, s.moe_out.data() + begin * E, E});
+  }
+  kernels::matmul_grouped(jobs, s.ctx);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* y = s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E;
+    const float* o = s.moe_out.data() + i * E;
+    const float w = s.moe_token_weight[i];
+    for (int64_t j = 0; j < E; ++j) y[j] += w * o[j];
   }
 }
 
@@ -559,12 +574,14 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   s.att.ensure(t * cfg_.q_dim());
   s.k.ensure(t * cfg_.kv_dim());
   s.v.ensure(t * cfg_.kv_dim());
-  const int64_t ff = std::max({cfg_.n_ff, cfg_.n_ff_exp, cfg_.n_ff_shexp});
-  s.ff_gate.ensure(t * ff);
-  s.ff_up.ensure(t * ff);
+  // A mixture's expert rows: every token k times (grouped_experts).
+  const size_t moe_rows = t * static_cast<size_t>(std::max<int64_t>(cfg_.n_expert_used, 1));
+  const size_t ff = std::max({t * cfg_.n_ff, moe_rows * cfg_.n_ff_exp, t * cfg_.n_ff_shexp});
+  s.ff_gate.ensure(ff);
+  s.ff_up.ensure(ff);
   if (cfg_.moe()) {
-    s.moe_in.ensure(t * E);
-    s.moe_out.ensure(t * E);
+    s.moe_in.ensure(moe_rows * E);
+    s.moe_out.ensure(moe_rows * E);
   }
   s.logits.ensure(static_cast<size_t>(R) * V);
   if (s.ctx.ws == nullptr) s.ctx.ws = &s.ws;
