@@ -116,6 +116,19 @@ SamplingParams greedy(int32_t n) {
   return p;
 }
 
+// Greedy tokens of a prompt run alone, without the scheduler.
+std::vector<int32_t> greedy_alone(const Model& model, const std::vector<int32_t>& prompt, int n) {
+  ThreadPool pool(1);
+  SequenceRunner ref(model, {.n_ctx = 256}, pool);
+  std::span<const float> logits = ref.append(prompt);
+  std::vector<int32_t> seq;
+  for (int i = 0; i < n; ++i) {
+    seq.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    logits = ref.append(std::span(&seq.back(), 1));
+  }
+  return seq;
+}
+
 // Continuous batching mixes requests' tokens in one step, so experts see
 // rows of several requests at once: each request still gets the tokens it
 // gets alone.
@@ -150,18 +163,41 @@ TEST(Moe, BatchedRequestsGetTheTokensTheyGetAlone) {
     for (int64_t l : load) EXPECT_EQ(l, load[0]) << arch;
     const std::string metrics = server::Metrics().render(&st, 0, nullptr);
     EXPECT_NE(metrics.find("tessera_moe_expert_tokens_total{layer=\"1\",expert=\"7\"} "), std::string::npos);
-    for (const auto& [id, p] : want) {
-      ThreadPool pool(1);
-      SequenceRunner ref(*lm.model, {.n_ctx = 256}, pool);
-      std::span<const float> logits = ref.append(p);
-      std::vector<int32_t> seq;
-      for (int i = 0; i < 20; ++i) {
-        seq.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-        logits = ref.append(std::span(&seq.back(), 1));
-      }
-      EXPECT_EQ(got[id], seq) << arch << " request " << id;
-    }
+    for (const auto& [id, p] : want) EXPECT_EQ(got[id], greedy_alone(*lm.model, p, 20)) << arch << " request " << id;
   }
+}
+
+// Prefix caching and speculative decoding (n-gram drafts, every proposal
+// verified) on a mixture: requests sharing a prefix, with repetition to
+// draft from, get the tokens they get alone; drafts were verified and the
+// prefix was served from the cache.
+TEST(Moe, PrefixCachingAndSpeculativeDecodingGiveTheTokensOfARunAlone) {
+  const LoadedModel lm = load_model(moe_model("qwen2moe", 8, 2, "moe-spec"));
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < 40; ++i) prefix.push_back(3 + (i % 7) * 31);  // repeats: n-gram drafts match
+  EngineConfig c;
+  c.max_model_len = 256;
+  c.threads = 2;
+  c.kv_type = DType::kF32;
+  c.block_size = 8;
+  c.enable_prefix_caching = true;
+  c.spec_method = spec::Method::kNgram;
+  c.spec_adaptive = false;
+  Engine e(*lm.model, nullptr, c);
+  for (int r = 0; r < 3; ++r) {  // one after another, so later ones hit the cache
+    std::vector<int32_t> p = prefix;
+    p.push_back(100 + r);
+    const RequestId id = e.add_request(p, greedy(24));
+    std::vector<int32_t> got;
+    while (e.has_unfinished()) {
+      for (const RequestOutput& o : e.step()) {
+        if (o.id == id) got.insert(got.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    EXPECT_EQ(got, greedy_alone(*lm.model, p, 24)) << "request " << r;
+  }
+  EXPECT_GT(e.stats().prefix_hit_tokens_total, 0);
+  EXPECT_GT(e.stats().spec_drafted_tokens_total, 0);
 }
 
 // A llama.cpp-style LoRA adapter GGUF with one rank-4 pair on blk.0.<target>.
