@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Greedy tokens of random-weight models of each architecture (make-model's
 # llama.cpp layouts: llama3's rope_freqs.weight, qwen3's q/k norms, YaRN,
-# mistral's sliding_window key, gemma2 / gemma3 / phi3) against llama.cpp's, recorded with the peer
+# mistral's sliding_window key, gemma2 / gemma3 / phi3, the mixtral / qwen2moe
+# / qwen3moe mixtures) against llama.cpp's, recorded with the peer
 # (node-llama-cpp, bench/setup_peer; version in the data file) in
 # tests/reference/llamacpp_greedy.json. make-model is deterministic, so the
 # recorded tokens stay valid; the engine is teacher-forced on prompt + the
@@ -101,6 +102,11 @@ model gemma3-f32-w8      --dim 64  --layers 7 --heads 4 --kv-heads 2 --ff 128 --
 model gemma3-bf16-linear --dim 64  --layers 6 --heads 4 --kv-heads 1 --head-dim 32 --ff 128 --arch gemma3 --sliding-window 16 --rope-scaling linear --rope-scaling-factor 8 --type bf16 --tied --seed 42
 model phi3-f32           --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch phi3 --type f32 --seed 43
 model phi3-f32-longrope  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --arch phi3 --rope-scaling longrope --ctx 4096 --rope-orig-ctx 2048 --type f32 --seed 44
+# Mixtures of experts: Mixtral (a llama file with llama.expert_count),
+# Qwen2-MoE with its shared expert, Qwen3-MoE; k = 1, 2 and 4.
+model mixtral-f32-k2     --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch mixtral --experts 8 --experts-used 2 --type f32 --seed 45
+model qwen2moe-f32-k4    --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch qwen2moe --experts 8 --experts-used 4 --ff-exp 64 --ff-shexp 96 --type f32 --seed 46
+model qwen3moe-f32-k1    --dim 64  --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 4 --experts-used 1 --ff-exp 64 --type f32 --seed 47
 
 if [ "$MODE" = --record ]; then
   printf '%s\n' "${records[@]}" | "$PY" -c '
