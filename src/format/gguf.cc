@@ -1,5 +1,7 @@
 #include "format/gguf.h"
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -195,10 +197,69 @@ std::string TensorInfo::shape_string() const {
   return s + "]";
 }
 
+namespace {
+
+// A split model's part names, as llama.cpp's gguf-split writes them:
+// PREFIX-00001-of-00005.gguf ... PREFIX-00005-of-00005.gguf.
+std::string split_part_path(const std::string& prefix, uint64_t no, uint64_t count) {
+  return fmt::format("{}-{:05}-of-{:05}.gguf", prefix, no, count);
+}
+
+// The prefix of part `no` (1-based)'s path, or "" when the name is not one.
+std::string split_prefix(const std::string& path, uint64_t no, uint64_t count) {
+  const std::string tail = fmt::format("-{:05}-of-{:05}.gguf", no, count);
+  if (path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0) return "";
+  return path.substr(0, path.size() - tail.size());
+}
+
+}  // namespace
+
 File File::open(const std::string& path) {
   auto mapping = std::make_shared<MappedFile>(path);
   File f = parse(mapping->data(), mapping->size(), path);
   f.owners_.push_back(std::move(mapping));
+  if (f.has("split.count") && f.get_uint("split.count") > 1) return open_split(std::move(f));
+  return f;
+}
+
+// Part 1 holds the metadata and some tensors; parts 2..N hold the split.*
+// keys and the rest of the tensors. Each part stays mapped.
+File File::open_split(File first) {
+  const std::string& path = first.path_;
+  const uint64_t count = first.get_uint("split.count");
+  TESSERA_CHECK(count <= 9999, kCorruptFile, "{}: 'split.count' = {} is out of range", path, count);
+  const uint64_t no = first.get_uint_or("split.no", 0);
+  if (no != 0) {
+    const std::string other = split_prefix(path, no + 1, count);
+    fail(ErrorCode::kInvalidArgument, "{} is part {} of a model split in {} files: open the first part ({})", path,
+         no + 1, count, split_part_path(other.empty() ? "PREFIX" : other, 1, count));
+  }
+  const std::string prefix = split_prefix(path, 1, count);
+  TESSERA_CHECK(!prefix.empty(), kCorruptFile, "{}: 'split.count' = {}, but the name does not end in "
+                "-00001-of-{:05}.gguf, so its other parts cannot be found", path, count, count);
+  std::vector<TensorInfo> tensors = first.tensors_;
+  std::vector<std::shared_ptr<const void>> owners = first.owners_;
+  for (uint64_t i = 1; i < count; ++i) {
+    const std::string part_path = split_part_path(prefix, i + 1, count);
+    std::error_code ec;
+    TESSERA_CHECK(std::filesystem::exists(part_path, ec), kIo, "{}: part {} of {} is missing ({})", path, i + 1,
+                  count, part_path);
+    auto mapping = std::make_shared<MappedFile>(part_path);
+    const File part = parse(mapping->data(), mapping->size(), part_path);
+    TESSERA_CHECK(part.get_uint_or("split.count", 0) == count && part.get_uint_or("split.no", count) == i,
+                  kCorruptFile, "{}: part {} of {} says it is part {} of {} (split.no, split.count)", part_path, i + 1,
+                  count, part.get_uint_or("split.no", count) + 1, part.get_uint_or("split.count", 0));
+    tensors.insert(tensors.end(), part.tensors_.begin(), part.tensors_.end());
+    owners.push_back(std::move(mapping));
+  }
+  if (first.has("split.tensors.count")) {
+    const uint64_t want = first.get_uint("split.tensors.count");
+    TESSERA_CHECK(want == tensors.size(), kCorruptFile, "{}: 'split.tensors.count' = {}, but the {} parts hold {} "
+                  "tensors", path, want, count, tensors.size());
+  }
+  File f = assemble(path, first.kv_, std::move(tensors), std::move(owners));
+  f.version_ = first.version_;
+  f.alignment_ = first.alignment_;
   return f;
 }
 

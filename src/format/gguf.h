@@ -75,7 +75,10 @@ struct TensorInfo {
 
 class File {
  public:
-  // Maps and parses `path`. Throws Error(kIo) or Error(kCorruptFile).
+  // Maps and parses `path`. Throws Error(kIo) or Error(kCorruptFile). A
+  // model split by llama.cpp's gguf-split (split.count > 1) is opened from
+  // its first part, PREFIX-00001-of-0000N.gguf: every part is mapped and
+  // their tensors form one file (a missing or mismatched part is named).
   static File open(const std::string& path);
   // Parses an in-memory image (used by tests and the fuzzer); `data` must
   // outlive the File.
@@ -118,6 +121,7 @@ class File {
   const TensorInfo& tensor(std::string_view name) const;
 
  private:
+  static File open_split(File first);
   File() = default;
   std::string path_;
   std::vector<std::shared_ptr<const void>> owners_;  // what tensor data points into

@@ -24,7 +24,7 @@ constexpr Ignored kIgnoredKeys[] = {
     {"general.", "descriptive (name, license, file type, base models, ...)"},
     {"tokenizer.", "read by the tokenizer, not the model"},
     {"quantize.imatrix.", "how the weights were quantized"},
-    {"split.", "shard bookkeeping (one-file models only)"},
+    {"split.", "shard bookkeeping of a split model (gguf::File::open joins the parts)"},
 };
 
 // Tensors llama.cpp's converters wrote that hold nothing the metadata does
@@ -90,10 +90,6 @@ void ModelLoader::finish() const {
     if (why == nullptr) {
       fail(ErrorCode::kCorruptFile, "{}: metadata key '{}' is not supported by Tessera's '{}' model (it may change "
            "what the model computes)", f_.path(), key, arch);
-    }
-    if (key == "split.count" && f_.get_uint(key) > 1) {
-      fail(ErrorCode::kCorruptFile, "{}: 'split.count' = {}: models split over several files are not supported",
-           f_.path(), f_.get_uint(key));
     }
     ignored[why].push_back(key);
   }
