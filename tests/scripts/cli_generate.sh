@@ -154,4 +154,24 @@ assert all(r["completion_tokens"] == 4 + i for i, r in enumerate(rows)), rows
 assert all(r["text"].startswith(", there") for r in rows)
 print("ok: batch output in input order, resumed after interruption")
 PY
+
+# tessera info: the type mix, and a mixture's share of active parameters
+# (64-wide layers of 8 experts of 128, 2 per token: counted from the shapes).
+"$TESSERA" make-model --arch mixtral --experts 8 --experts-used 2 --type q8_0 --n-vocab 64 -o "$TMP/moe.gguf" \
+  >/dev/null 2>&1
+"$TESSERA" info -m "$TMP/moe.gguf" >"$TMP/info.txt"
+python3 - "$TMP/info.txt" <<'PY' || fail=1
+import re, sys
+text = open(sys.argv[1]).read()
+layers, embd, ff, experts = 2, 64, 128, 8
+expert_params = layers * experts * 3 * embd * ff
+q8 = re.search(r"Q8_0 +(\d+) tensors +(\d+) parameters .* 8\.50 bits per weight", text)
+assert q8, text
+m = re.search(r"experts: ([\d.]+)% of the parameters .* a token uses 2 of 8 per layer: ([\d.e+]+) active", text)
+assert m, text
+total = float(re.search(r"weights: ([\d.e+]+) parameters", text).group(1))
+active = float(m.group(2))
+assert abs(active - (total - expert_params + expert_params * 2 / 8)) <= 1e-3 * total, (active, total)
+print("ok: info prints the type mix and a mixture's active parameters")
+PY
 exit $fail
