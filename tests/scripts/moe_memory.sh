@@ -30,25 +30,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A memory cgroup of our own: v2 (unified) or v1 (memory controller).
+# A memory cgroup of our own: v2 (unified) or v1 (memory controller). A
+# machine where this process may not create one (no controller, read-only
+# /sys/fs/cgroup, not root) cannot run this test: it says so and why.
 name="tessera-moe-memory-$$"
+skip() { echo "SKIP moe_memory: $1 (a memory limit for one process needs a cgroup of its own)"; exit 0; }
 if [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+  mkdir "/sys/fs/cgroup/$name" 2>/dev/null || skip "cannot create /sys/fs/cgroup/$name"
   GROUP="/sys/fs/cgroup/$name"
   PARENT_PROCS=/sys/fs/cgroup/cgroup.procs
-  mkdir "$GROUP"
-  echo "$LIMIT" >"$GROUP/memory.max"
+  echo "$LIMIT" >"$GROUP/memory.max" 2>/dev/null || skip "cannot set $GROUP/memory.max"
   echo 0 >"$GROUP/memory.swap.max" 2>/dev/null || true
   PEAK_FILE="$GROUP/memory.peak"
 elif [ -d /sys/fs/cgroup/memory ]; then
+  mkdir "/sys/fs/cgroup/memory/$name" 2>/dev/null || skip "cannot create /sys/fs/cgroup/memory/$name"
   GROUP="/sys/fs/cgroup/memory/$name"
   PARENT_PROCS=/sys/fs/cgroup/memory/cgroup.procs
-  mkdir "$GROUP"
-  echo "$LIMIT" >"$GROUP/memory.limit_in_bytes"
+  echo "$LIMIT" >"$GROUP/memory.limit_in_bytes" 2>/dev/null || skip "cannot set $GROUP/memory.limit_in_bytes"
   echo "$LIMIT" >"$GROUP/memory.memsw.limit_in_bytes" 2>/dev/null || true  # no swapping out of the limit
   PEAK_FILE="$GROUP/memory.max_usage_in_bytes"
 else
-  echo "FAIL: no memory cgroup controller at /sys/fs/cgroup (needed to limit the process's memory)"
-  exit 1
+  skip "no memory cgroup controller at /sys/fs/cgroup"
 fi
 
 model="$TMP/moe.gguf"
@@ -80,9 +82,14 @@ grep -q "used in place from the mapped file" "$TMP/in-place-limited.err" ||
   { echo "FAIL: the experts were not used in place under the limit:"; cat "$TMP/in-place-limited.err"; exit 1; }
 cmp -s "$TMP/free.out" "$TMP/in-place-limited.out" ||
   { echo "FAIL: tokens under the limit differ: $(cat "$TMP/in-place-limited.out") vs $(cat "$TMP/free.out")"; exit 1; }
-peak=$(cat "$PEAK_FILE")
-[ "$peak" -ge $((LIMIT * 9 / 10)) ] ||
-  { echo "FAIL: the group's peak usage $peak never came near the limit $LIMIT: the test did not squeeze the page cache"; exit 1; }
+peak=$LIMIT
+if [ -r "$PEAK_FILE" ]; then  # cgroup v2's memory.peak needs Linux 5.19
+  peak=$(cat "$PEAK_FILE")
+  [ "$peak" -ge $((LIMIT * 9 / 10)) ] ||
+    { echo "FAIL: the group's peak usage $peak never came near the limit $LIMIT: the test did not squeeze the page cache"; exit 1; }
+else
+  echo "moe_memory: no $PEAK_FILE (kernel without it): the peak is not checked"
+fi
 
 evict
 if run repacked-limited TESSERA_EXPERTS_IN_PLACE=0; then
