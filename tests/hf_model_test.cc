@@ -585,6 +585,20 @@ TEST(HfFolder, GemmaQueryPreAttnScalarApartFromHeadDim) {
   EXPECT_FALSE(gguf::File::open(plain).has("gemma2.attention.scale"));
 }
 
+// Rewrites a folder's model.safetensors with the tensors `keep` keeps (and
+// may rename or reshape).
+void rewrite(const std::string& dir, const std::function<bool(safetensors::TensorToWrite&)>& keep) {
+  const std::string s = testing::read_file(dir + "/model.safetensors");
+  const std::vector<uint8_t> bytes(s.begin(), s.end());
+  const safetensors::File f = safetensors::File::parse(bytes.data(), bytes.size());
+  std::vector<safetensors::TensorToWrite> out;
+  for (const safetensors::Tensor& x : f.tensors()) {
+    safetensors::TensorToWrite w{x.name, safetensors::to_dtype(x.dtype, x.name), x.shape, x.data};
+    if (keep(w)) out.push_back(w);
+  }
+  safetensors::write(dir + "/model.safetensors", out);
+}
+
 TEST(HfFolder, ErrorsNameTheFileKeyOrTensor) {
   const Twin t = make_twin("qwen3", DType::kF32);
 
@@ -621,17 +635,6 @@ TEST(HfFolder, ErrorsNameTheFileKeyOrTensor) {
   expect_error(d, {"model.safetensors", "tensor '"});
 
   // One tensor left out, another renamed.
-  const auto rewrite = [&](const std::string& dir, const std::function<bool(safetensors::TensorToWrite&)>& keep) {
-    const std::string s = testing::read_file(dir + "/model.safetensors");
-    const std::vector<uint8_t> bytes(s.begin(), s.end());
-    const safetensors::File f = safetensors::File::parse(bytes.data(), bytes.size());
-    std::vector<safetensors::TensorToWrite> out;
-    for (const safetensors::Tensor& x : f.tensors()) {
-      safetensors::TensorToWrite w{x.name, safetensors::to_dtype(x.dtype, x.name), x.shape, x.data};
-      if (keep(w)) out.push_back(w);
-    }
-    safetensors::write(dir + "/model.safetensors", out);
-  };
   d = copy_folder(t.hf, "e-missing");
   rewrite(d, [](safetensors::TensorToWrite& w) { return w.name != "model.layers.1.mlp.up_proj.weight"; });
   expect_error(d, {"missing tensor 'model.layers.1.mlp.up_proj.weight'"});
@@ -654,6 +657,35 @@ TEST(HfFolder, ErrorsNameTheFileKeyOrTensor) {
   testing::write_file(d + "/model.safetensors.index.json",
                       R"({"weight_map": {"model.norm.weight": "../model-00001-of-00009.safetensors"}})");
   expect_error(d, {"is not a file in the folder"});
+}
+
+// A mixture's folder: experts stacked only when each of 0..n-1 is there
+// once with one shape, and the config's routing must be the architecture's.
+TEST(HfFolder, MixtureErrorsNameTheExpertOrKey) {
+  const Twin t = make_twin("qwen3moe", DType::kF32);
+  std::string d = copy_folder(t.hf, "moe-gap");
+  rewrite(d, [](safetensors::TensorToWrite& w) { return w.name != "model.layers.0.mlp.experts.3.up_proj.weight"; });
+  expect_error(d, {"the experts of 'blk.0.ffn_up_exps.weight' are not numbered 0..6 (found 0 to 7)"});
+
+  d = copy_folder(t.hf, "moe-last");
+  rewrite(d, [](safetensors::TensorToWrite& w) { return w.name.find("experts.7.") == std::string::npos; });
+  expect_error(d, {"tensor 'blk.0.ffn_gate_exps.weight' has shape [64, 32, 7], expected [64, 32, 8]"});
+
+  d = copy_folder(t.hf, "moe-shape");
+  rewrite(d, [](safetensors::TensorToWrite& w) {
+    if (w.name == "model.layers.1.mlp.experts.2.down_proj.weight") w.shape = {32, 64};
+    return true;
+  });
+  expect_error(d, {"model.layers.1.mlp.experts.2.down_proj.weight' is F32 [64, 32], but expert 0 of its stack is "
+                   "F32 [32, 64]"});
+
+  d = copy_folder(t.hf, "moe-norm");
+  edit_config(d, [](json& j) { j["norm_topk_prob"] = false; });
+  expect_error(d, {"'norm_topk_prob' = false is not supported"});
+
+  d = copy_folder(t.hf, "moe-count");
+  edit_config(d, [](json& j) { j.erase("num_experts"); });
+  expect_error(d, {"missing 'num_experts' (qwen3_moe is a mixture of experts)"});
 }
 
 }  // namespace
