@@ -59,13 +59,7 @@ EngineConfig small_config() {
   return c;
 }
 
-SamplingParams greedy(int32_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::greedy;
 
 TEST(Engine, GreedyContinuationMatchesLlamaCpp) {
   const auto& s = stories();

@@ -108,13 +108,7 @@ TEST(Moe, BytesPerTokenCountTheChosenExpertsOnly) {
   EXPECT_EQ(k4.model->matmul_work().per_token - k1.model->matmul_work().per_token, 3 * 3 * E * F * L);
 }
 
-SamplingParams greedy(int32_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::greedy;
 
 // Greedy tokens of a prompt run alone, without the scheduler.
 std::vector<int32_t> greedy_alone(const Model& model, const std::vector<int32_t>& prompt, int n) {

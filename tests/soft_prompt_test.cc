@@ -63,14 +63,7 @@ engine::EngineConfig config() {
   return c;
 }
 
-engine::SamplingParams greedy(int32_t n) {
-  engine::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  p.logprobs = 0;
-  return p;
-}
+using testing::greedy;
 
 struct RunResult {
   std::vector<int32_t> tokens;

@@ -393,25 +393,6 @@ const Family& family_for_export(const gguf::File& f) {
   fail(ErrorCode::kInvalidArgument, "{}: architecture '{}' has no Hugging Face export", f.path(), arch);
 }
 
-std::string to_gguf_name(const Family& fam, std::string_view hf) {
-  for (const NamePair& n : kGlobalNames) {
-    if (hf == n.hf) return n.gguf;
-  }
-  constexpr std::string_view kLayers = "model.layers.";
-  if (hf.substr(0, kLayers.size()) != kLayers) return "";
-  const size_t dot = hf.find('.', kLayers.size());
-  if (dot == std::string_view::npos) return "";
-  const std::string_view index = hf.substr(kLayers.size(), dot - kLayers.size());
-  if (index.empty() || index.size() > 6 || index.find_first_not_of("0123456789") != std::string_view::npos) return "";
-  const std::string_view rest = hf.substr(dot + 1);
-  for (std::span<const NamePair> names : {fam.layer_names, fam.ffn_names}) {
-    for (const NamePair& n : names) {
-      if (rest == n.hf) return fmt::format("blk.{}.{}", index, n.gguf);
-    }
-  }
-  return "";
-}
-
 namespace {
 
 // "model.layers.N." -> N and the rest; nullopt when hf is not a layer's tensor.
@@ -428,6 +409,20 @@ std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::st
 }
 
 }  // namespace
+
+std::string to_gguf_name(const Family& fam, std::string_view hf) {
+  for (const NamePair& n : kGlobalNames) {
+    if (hf == n.hf) return n.gguf;
+  }
+  const auto layer = split_layer(hf);
+  if (!layer) return "";
+  for (std::span<const NamePair> names : {fam.layer_names, fam.ffn_names}) {
+    for (const NamePair& n : names) {
+      if (layer->second == n.hf) return fmt::format("blk.{}.{}", layer->first, n.gguf);
+    }
+  }
+  return "";
+}
 
 ExpertName to_gguf_expert_name(const Family& fam, std::string_view hf) {
   const auto layer = split_layer(hf);

@@ -95,6 +95,7 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
   rope_swa_ = rope_;
   rope_swa_.freq_base = cfg_.rope_freq_base_swa;
   rope_swa_.freq_scale = cfg_.rope_freq_scale_swa;
+  if (cfg_.moe()) decide_expert_layout(f);
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   for (int64_t il = 0; il < cfg_.n_layer; ++il) {
     DecoderLayer& L = layers_[il];
@@ -171,7 +172,6 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
 }
 
 void DecoderModel::decide_expert_layout(const gguf::File& f) {
-  experts_layout_decided_ = true;
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name.find("_exps.") != std::string::npos) bytes += t.n_bytes;
@@ -187,8 +187,7 @@ void DecoderModel::decide_expert_layout(const gguf::File& f) {
   }
 }
 
-void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) {
-  if (!experts_layout_decided_) decide_expert_layout(ld.file());
+void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const auto prepare = [this](const kernels::WeightView& v) {
     if (!experts_in_place_) return kernels::prepare_weight(v);
     kernels::PreparedWeight p;
@@ -218,6 +217,11 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) {
 }
 
 namespace {
+
+// y[0..n) += w * x[0..n): a chosen expert's output into its token's sum.
+void add_scaled(float* y, const float* x, float w, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) y[j] += w * x[j];
+}
 
 size_t ffn_bytes(const FfnWeights& f) {
   return matrix_bytes(f.gate.view) + matrix_bytes(f.up.view) + matrix_bytes(f.down.view);
@@ -459,10 +463,8 @@ void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState
   }
   kernels::matmul_grouped(jobs, s.ctx);
   for (int64_t i = 0; i < rows; ++i) {
-    float* y = s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E;
-    const float* o = s.moe_out.data() + i * E;
-    const float w = s.moe_token_weight[i];
-    for (int64_t j = 0; j < E; ++j) y[j] += w * o[j];
+    add_scaled(s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, s.moe_out.data() + i * E,
+               s.moe_token_weight[i], E);
   }
 }
 
@@ -475,13 +477,11 @@ void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T,
   for (int64_t t = 0; t < T; ++t) {
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s.moe_choice[t * K + a] < s.moe_choice[t * K + b]; });
-    float* y = s.xb2.data() + t * E;
     for (int32_t k : order) {
       const int32_t e = s.moe_choice[t * K + k];
       std::copy_n(s.xb.data() + t * E, E, s.moe_in.data());
       expert_ffn(m.experts[e], cfg_.n_ff_exp, 1, s);
-      const float w = s.moe_weight[t * K + k];
-      for (int64_t j = 0; j < E; ++j) y[j] += w * s.moe_out[j];
+      add_scaled(s.xb2.data() + t * E, s.moe_out.data(), s.moe_weight[t * K + k], E);
       s.expert_tokens[il * NE + e] += 1;
       s.expert_passes[il * NE + e] += 1;
     }
@@ -510,12 +510,7 @@ void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_
     kernels::matmul(m.shared_gate, s.xb.data(), E, T, gate, 1, s.ctx);
     for (int64_t t = 0; t < T; ++t) gate[t] = 1.0f / (1.0f + std::exp(-gate[t]));
     expert_ffn(m.shared, cfg_.n_ff_shexp, T, s);
-    for (int64_t t = 0; t < T; ++t) {
-      float* y = s.xb2.data() + t * E;
-      const float* o = s.moe_out.data() + t * E;
-      const float g = gate[t];
-      for (int64_t j = 0; j < E; ++j) y[j] += g * o[j];
-    }
+    for (int64_t t = 0; t < T; ++t) add_scaled(s.xb2.data() + t * E, s.moe_out.data() + t * E, gate[t], E);
   }
   add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);

@@ -106,7 +106,7 @@ class DecoderModel : public Model {
   void load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps, and the shared expert
   // (ffn_gate_inp_shexp, ffn_{gate,up,down}_shexp) when n_ff_shexp > 0.
-  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L);
+  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
 
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
@@ -174,9 +174,8 @@ class DecoderModel : public Model {
   // A mixture whose experts would take more than half the memory available
   // (core/memory.h) uses them in place from the mapped file, so the page
   // cache holds what fits; otherwise they are repacked like every matrix.
-  // TESSERA_EXPERTS_IN_PLACE=1 / 0 decides instead. Set by the first load_moe.
+  // TESSERA_EXPERTS_IN_PLACE=1 / 0 decides instead. Set by load_common.
   bool experts_in_place_ = false;
-  bool experts_layout_decided_ = false;
   void decide_expert_layout(const gguf::File& f);
 };
 

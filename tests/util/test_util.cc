@@ -11,6 +11,14 @@
 
 namespace tessera::testing {
 
+engine::SamplingParams greedy(int32_t n) {
+  engine::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
 void expect_load_error(const std::string& path, std::string_view needle) {
   try {
     load_model(path);

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/sampling_params.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,9 @@ struct LoadedWithTokenizer {
   std::unique_ptr<Tokenizer> tok;
 };
 const LoadedWithTokenizer& stories260k();
+
+// Greedy decoding of n tokens that does not stop at EOS.
+engine::SamplingParams greedy(int32_t n);
 
 // A fresh directory under $TMPDIR, removed at process exit.
 std::string temp_dir();
