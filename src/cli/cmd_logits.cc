@@ -33,9 +33,11 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }
 
 struct LogitsArgs {
-  std::string model, tokens, out, kv_type = "f32";
+  std::string model, tokens, out, kv_type = "f32", long_rope = "sequence";
   int threads = 0;
   int64_t batch = 512;
+  int64_t ctx = 0;          // 0: the number of tokens
+  int64_t decode_from = -1;  // >= 0: tokens from this one on appended one at a time
   AdapterOptions adapters;
 };
 
@@ -47,6 +49,10 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
   sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
   sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
+  sub.add_option("-c,--ctx", a->ctx, "Context length (default: the number of tokens)");
+  sub.add_option("--decode-from", a->decode_from,
+                 "Append the tokens from this index on one at a time (a decode), the ones before in -b chunks");
+  add_long_rope_option(sub, a->long_rope);
   a->adapters.add_to(sub, AdapterScope::kSequence);
   return [a]() {
     const LoadedModel lm = load_model(a->model);
@@ -55,12 +61,23 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
     TESSERA_CHECK(kv.has_value(), kInvalidArgument, "unknown KV type '{}'", a->kv_type);
     ThreadPool pool(a->threads);
     const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    TESSERA_CHECK(a->ctx == 0 || a->ctx >= n, kInvalidArgument, "--ctx {} is shorter than the {} tokens", a->ctx, n);
     engine::SequenceRunner runner(*lm.model,
-                                  {.n_ctx = static_cast<int64_t>(ids.size()), .kv_type = *kv, .max_batch_tokens = a->batch,
-                                   .lora = lora.get()},
+                                  {.n_ctx = a->ctx > 0 ? a->ctx : n, .kv_type = *kv, .max_batch_tokens = a->batch,
+                                   .lora = lora.get(), .long_rope = parse_long_rope(a->long_rope)},
                                   pool);
-    const auto logits = runner.append(ids, /*all_logits=*/true);
     const int64_t V = lm.model->config().n_vocab;
+    std::vector<float> logits;
+    const int64_t split = a->decode_from < 0 ? n : std::min(a->decode_from, n);
+    if (split > 0) {
+      const auto rows = runner.append(std::span(ids).first(static_cast<size_t>(split)), /*all_logits=*/true);
+      logits.assign(rows.begin(), rows.end());
+    }
+    for (int64_t t = split; t < n; ++t) {
+      const auto row = runner.append(std::span(ids).subspan(static_cast<size_t>(t), 1));
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
     if (!a->out.empty()) {
       std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(a->out.c_str(), "wb"), &std::fclose);
       TESSERA_CHECK(f != nullptr, kIo, "cannot write '{}'", a->out);

@@ -38,6 +38,7 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
   app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
   app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
+  add_long_rope_option(app, long_rope);
   if (!engine_options) return;
   app.add_option_function<std::string>("--kv-memory", [this](const std::string& s) {
     kv_memory = static_cast<int64_t>(parse_bytes(s));
@@ -196,6 +197,22 @@ DType RunOptions::kv_dtype() const {
   return *t;
 }
 
+LongRopeMode parse_long_rope(const std::string& name) {
+  if (name == "sequence") return LongRopeMode::kSequence;
+  TESSERA_CHECK(name == "context", kInvalidArgument, "--long-rope '{}' must be sequence or context", name);
+  return LongRopeMode::kContext;
+}
+
+void add_long_rope_option(CLI::App& app, std::string& value) {
+  app.add_option("--long-rope", value,
+                 "Phi-3 LongRoPE: 'sequence' (transformers: a sequence past the original context turns with the long "
+                 "factors, computed again when it crosses) or 'context' (llama.cpp: every sequence, when --ctx is "
+                 "longer than the original context)")
+      ->capture_default_str();
+}
+
+LongRopeMode RunOptions::long_rope_mode() const { return parse_long_rope(long_rope); }
+
 engine::EngineConfig RunOptions::engine_config() const {
   engine::EngineConfig c;
   c.threads = threads;
@@ -207,6 +224,7 @@ engine::EngineConfig RunOptions::engine_config() const {
   c.max_num_seqs = max_num_seqs;
   c.max_num_batched_tokens = max_batch_tokens;
   c.enable_prefix_caching = !no_prefix_cache;
+  c.long_rope = long_rope_mode();
   return c;
 }
 

@@ -44,14 +44,22 @@ struct RunOptions {
   int32_t max_num_seqs = 64;
   int32_t max_batch_tokens = 512;
   bool no_prefix_cache = false;
+  std::string long_rope = "sequence";
 
   // model_optional: -m may be omitted; resolve_model() then picks the
   // bundled stories260K (models/ in the repository or the install).
   void add_to(CLI::App& app, bool engine_options = true, bool model_optional = false);
   void resolve_model();
   DType kv_dtype() const;
+  LongRopeMode long_rope_mode() const;
   engine::EngineConfig engine_config() const;
 };
+
+// --long-rope sequence|context (model/model.h LongRopeMode); throws Error
+// for another name.
+LongRopeMode parse_long_rope(const std::string& name);
+// Registers --long-rope into `value`.
+void add_long_rope_option(CLI::App& app, std::string& value);
 
 // --temp, --top-k, ... ; defaults as llama.cpp's CLI uses.
 struct SamplingOptions {

@@ -77,6 +77,8 @@ void Engine::make_scheduler() {
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   sc.block_hash = config_.prefix_block_hash;
   sc.sliding_window = model_.config().sliding_window;  // every layer's window (0: none)
+  sc.long_rope_after = model_.long_rope_after();
+  sc.long_rope_by_context = config_.long_rope == LongRopeMode::kContext;
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   {
     // Other threads read the scheduler's limits under mu_ (prepare); the
@@ -895,6 +897,7 @@ void Engine::update_stats() {
   s.prefix_query_tokens_total = scheduler_->stats().prefix_query_tokens;
   s.prefix_hit_tokens_total = scheduler_->stats().prefix_hit_tokens;
   s.preemptions_total = scheduler_->stats().preemptions;
+  s.long_rope_restarts_total = scheduler_->stats().long_rope_restarts;
   s.steps_total = steps_total_;
   s.requests_finished_total = finished_total_;
   s.spec_drafted_tokens_total = spec_drafted_;

@@ -67,6 +67,7 @@ struct EngineConfig {
   kv::BlockHashFn prefix_block_hash;  // empty: XXH3 keyed per process (kv/prefix_hash.h); tests inject collisions
   int threads = 0;                // 0: all cores
   uint64_t seed = 0;              // for requests without a seed; 0: random
+  LongRopeMode long_rope = LongRopeMode::kSequence;  // Phi-3's LongRoPE regimes (model/model.h)
 
   // Speculative decoding (spec/): a drafter proposes up to spec_k tokens per
   // decoding sequence and the step verifies them. Adaptive: each draft's
@@ -109,6 +110,7 @@ struct EngineStats {
   int64_t prefix_cached_blocks = 0;
   int64_t prefix_evictions_total = 0;
   int64_t preemptions_total = 0;
+  int64_t long_rope_restarts_total = 0;  // requests computed again in LongRoPE's long regime
   int64_t steps_total = 0;
   int64_t requests_finished_total = 0;
   int64_t spec_drafted_tokens_total = 0;   // draft tokens verified

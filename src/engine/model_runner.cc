@@ -31,6 +31,9 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
       batch_.slots.push_back(r.blocks.slot(p, bs));
     }
     batch_.seqs.push_back(attention_seq(r.blocks, q_begin, start, s.num_new_tokens, bs));
+    // The regime the scheduler chose (a bounded cache: by its keys).
+    const bool long_rope = r.params.kv_policy.bounded() ? batch_.seqs.back().kv_len > model_.long_rope_after() : r.long_rope;
+    batch_.long_rope.push_back(long_rope ? 1 : 0);
     if (r.params.kv_policy.kind == kv::KvPolicyKind::kSpAtten) {
       batch_.key_depth.resize(batch_.seqs.size() - 1, nullptr);  // the sequences before: none
       batch_.key_depth.push_back(r.blocks.key_depth.data());

@@ -79,6 +79,8 @@ struct Request {
   kv::BlockTable blocks;
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   int32_t num_preemptions = 0;
+  // The RoPE regime its cache holds (SchedulerConfig::long_rope_after).
+  bool long_rope = false;
   // Block hashes of this request's full blocks so far (prefix caching), and
   // how many of its blocks are registered in the cache under them.
   std::vector<uint64_t> block_hashes;

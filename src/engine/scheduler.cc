@@ -77,9 +77,9 @@ Request* Scheduler::add_running_after(std::unique_ptr<Request> req, const Reques
   return r;
 }
 
-void Scheduler::take_cached_prefix(Request* r) {
+void Scheduler::take_cached_prefix(Request* r, bool count) {
   const int32_t bs = kv_.block_size();
-  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, config_.cache_key ^ r->cache_salt, config_.block_hash);
+  kv::extend_block_hashes(r->block_hashes, r->tokens, bs, hash_seed(*r), config_.block_hash);
   // A bounded request takes no more than its budget: up to there its cache
   // is dense, the same whoever computed it; past it, it would have evicted.
   const kv::KvPolicy& policy = r->params.kv_policy;
@@ -99,7 +99,7 @@ void Scheduler::take_cached_prefix(Request* r) {
   r->blocks.num_tokens = cached;
   r->num_computed_tokens = cached;
   r->num_registered_blocks = static_cast<int64_t>(r->blocks.blocks.size());
-  if (r->num_preemptions == 0) {
+  if (count && r->num_preemptions == 0) {
     r->num_cached_tokens = cached;
     stats_.prefix_query_tokens += r->num_prompt_tokens;
     stats_.prefix_hit_tokens += cached;
@@ -114,10 +114,15 @@ SchedulerOutput Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     restart_window(r);
+    enter_long_regime(r);
     const int64_t pending = r->num_tokens() - r->num_computed_tokens;
     // A draft rides on a decode step (its last token pending), as far as
-    // the budget allows.
-    if (pending != 1 || r->params.kv_policy.bounded()) r->draft.clear();
+    // the budget allows, and never across a change of RoPE regime.
+    if (pending != 1 || r->params.kv_policy.bounded() ||
+        (config_.long_rope_after > 0 && !r->long_rope &&
+         r->num_tokens() + static_cast<int64_t>(r->draft.size()) > config_.long_rope_after)) {
+      r->draft.clear();
+    }
     int64_t n = std::min({pending + static_cast<int64_t>(r->draft.size()), budget, step_cap(*r)});
     if (n <= 0) {
       ++i;
@@ -161,6 +166,10 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t seats = forks_later ? r->params.n : 1;
     if (static_cast<int64_t>(running_.size()) + seats > config_.max_num_seqs) break;
     restart_window(r);
+    if (r->num_computed_tokens == 0 && r->blocks.blocks.empty() && long_regime(*r) != r->long_rope) {
+      r->long_rope = !r->long_rope;  // (re)admitted past the original context
+      r->block_hashes.clear();       // seeded with the regime
+    }
     if (config_.enable_prefix_caching && r->blocks.blocks.empty() && !r->blocks.mapped()) take_cached_prefix(r);
     // Preloaded K/V past the cached prefix is written, not computed: it
     // takes blocks but no token budget.
@@ -198,6 +207,30 @@ void Scheduler::restart_window(Request* r) {
   r->num_registered_blocks = 0;
 }
 
+bool Scheduler::long_regime(const Request& r) const {
+  if (config_.long_rope_after <= 0 || r.params.kv_policy.bounded()) return false;
+  return config_.long_rope_by_context ? config_.max_model_len > config_.long_rope_after
+                                      : r.num_tokens() > config_.long_rope_after;
+}
+
+void Scheduler::enter_long_regime(Request* r) {
+  // Preloaded modules (Prompt Cache) were computed apart: they keep theirs.
+  if (r->long_rope || r->preloaded || !long_regime(*r)) return;
+  kv_.free(r->blocks);
+  r->draft.clear();
+  r->num_computed_tokens = 0;
+  r->num_registered_blocks = 0;
+  r->block_hashes.clear();
+  r->long_rope = true;
+  ++stats_.long_rope_restarts;
+  if (config_.enable_prefix_caching) take_cached_prefix(r, /*count=*/false);
+}
+
+uint64_t Scheduler::hash_seed(const Request& r) const {
+  constexpr uint64_t kLongRope = 0x9e3779b97f4a7c15ULL;  // any constant: the long regime's blocks are apart
+  return config_.cache_key ^ r.cache_salt ^ (r.long_rope ? kLongRope : 0);
+}
+
 int64_t Scheduler::step_cap(const Request& r) const { return kv::max_step_tokens(r.params.kv_policy); }
 
 bool Scheduler::evict_for_step(Request* r, int64_t n, SchedulerOutput& out) {
@@ -216,7 +249,7 @@ void Scheduler::register_full_blocks(Request* r) {
   const int64_t full = r->num_computed_tokens / bs;
   if (full <= r->num_registered_blocks) return;
   kv::extend_block_hashes(r->block_hashes, std::span<const int32_t>(r->tokens.data(), full * bs), bs,
-                          config_.cache_key ^ r->cache_salt, config_.block_hash);
+                          hash_seed(*r), config_.block_hash);
   for (int64_t b = r->num_registered_blocks; b < full; ++b) {
     kv_.pool().set_hash(r->blocks.blocks[b], block_key(*r, b));
   }
@@ -226,7 +259,7 @@ void Scheduler::register_full_blocks(Request* r) {
 kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
   const int32_t bs = kv_.block_size();
   const kv::BlockId parent = b == 0 ? kv::kNullBlock : r.blocks.blocks[b - 1];
-  return {r.block_hashes[b], parent, config_.cache_key ^ r.cache_salt,
+  return {r.block_hashes[b], parent, hash_seed(r),
           std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(b) * bs, bs)};
 }
 

@@ -36,6 +36,14 @@ struct SchedulerConfig {
   // blocks wholly before a sequence's window are given back as it moves.
   int64_t sliding_window = 0;
   kv::BlockHashFn block_hash;  // empty: kv::block_hash (this process's keyed XXH3); tests inject collisions
+  // A two-regime RoPE model (Phi-3's LongRoPE; Model::long_rope_after): a
+  // request longer than long_rope_after tokens runs in the long regime (or
+  // every request, when long_rope_by_context and max_model_len is longer).
+  // A running request that grows past it is computed again from its first
+  // token in the long regime, as transformers' generate does. The regime is
+  // part of its blocks' prefix-cache identity. 0: one regime.
+  int64_t long_rope_after = 0;
+  bool long_rope_by_context = false;
 };
 
 struct ScheduledRequest {
@@ -72,6 +80,7 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;    // of which found
+  int64_t long_rope_restarts = 0;   // requests computed again in the long RoPE regime
 };
 
 class Scheduler {
@@ -126,6 +135,14 @@ class Scheduler {
 
  private:
   void preempt(Request* req);
+  // The RoPE regime req runs in once its cache is empty (Request::long_rope).
+  bool long_regime(const Request& req) const;
+  // A running request whose text grew past SchedulerConfig::long_rope_after
+  // while its cache holds the short regime: the cache is emptied and the
+  // request computed again (its long-regime prefix, if cached, taken).
+  void enter_long_regime(Request* req);
+  // The seed of req's block hashes (model, adapter, regime).
+  uint64_t hash_seed(const Request& req) const;
   // Bounded policies: the most tokens req may compute this step, and the
   // evictions that make room for n of them (copies and key shifts into out).
   // False if the pool is short of blocks for the copies (nothing changed).
@@ -138,7 +155,7 @@ class Scheduler {
   void restart_window(Request* req);
   // Prefix-cache lookup for a request about to be admitted with nothing
   // computed: takes the cached blocks of its longest cached prefix.
-  void take_cached_prefix(Request* req);
+  void take_cached_prefix(Request* req, bool count = true);
   void register_full_blocks(Request* req);
   // Gives back the blocks that left req's sliding window.
   void drop_out_of_window(Request* req);

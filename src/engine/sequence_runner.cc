@@ -41,6 +41,10 @@ void SequenceRunner::reset() {
   kv_manager_.free(table_);
   n_appended_ = 0;
   recent_.clear();
+  long_regime_ = false;
+  history_.clear();
+  history_pos_.clear();
+  history_opaque_ = false;
 }
 
 DenseKv SequenceRunner::export_kv(int64_t from, int64_t to) const {
@@ -63,6 +67,7 @@ void SequenceRunner::load(const DenseKv& kv) {
   for (int64_t p = start; p < start + kv.n_tokens; ++p) slots.push_back(table_.slot(p, kv_manager_.block_size()));
   kv_cache_.write(kv, 0, kv.n_tokens, slots);
   n_appended_ += kv.n_tokens;
+  history_opaque_ = true;
 }
 
 std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, bool all_logits,
@@ -82,6 +87,7 @@ std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, b
   TESSERA_CHECK(policy.bounded() || n_past() + n <= n_ctx_, kOutOfRange,
                 "{} tokens exceed the context of {} ({} already used)", n, n_ctx_, n_past());
   if (all_logits) all_logits_.ensure(static_cast<size_t>(n * V));
+  if (!policy.bounded()) enter_rope_regime(n);
   const int64_t step = std::min(opt_.max_batch_tokens, kv::max_step_tokens(policy));
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(step, n - done);
@@ -97,6 +103,13 @@ std::span<const float> SequenceRunner::append(std::span<const int32_t> tokens, b
     done += chunk;
     n_appended_ += chunk;
   }
+  if (model_.long_rope_after() > 0 && opt_.long_rope == LongRopeMode::kSequence && !long_regime_) {
+    for (int64_t i = 0; i < n; ++i) {
+      history_.push_back(tokens[i]);
+      history_pos_.push_back(positions.empty() ? static_cast<int32_t>(n_appended_ - n + i) : positions[i]);
+    }
+    history_opaque_ = history_opaque_ || !embd_rows.empty();
+  }
   if (all_logits) return {all_logits_.data(), static_cast<size_t>(n * V)};
   return {state_.logits.data(), static_cast<size_t>(V)};
 }
@@ -110,6 +123,27 @@ void SequenceRunner::recompute_window(int64_t n_new) {
   const std::vector<int32_t> kept(recent_.end() - keep, recent_.end());
   kv_manager_.free(table_);
   if (!kept.empty()) run_chunk(kept, {}, {}, false, false, 0);
+}
+
+void SequenceRunner::enter_rope_regime(int64_t n) {
+  if (long_regime_ || !long_rope_regime(model_, opt_.long_rope, n_past() + n, n_ctx_)) return;
+  long_regime_ = true;
+  if (n_past() == 0) return;
+  TESSERA_CHECK(!history_opaque_, kInvalidArgument,
+                "the sequence grows past the model's original context ({} tokens) and must be computed again with the "
+                "long RoPE factors, but some of its tokens were loaded as K/V or embedding rows (use --long-rope "
+                "context, or a prompt that is long from the start)",
+                model_.long_rope_after());
+  const std::vector<int32_t> tokens = std::move(history_), positions = std::move(history_pos_);
+  history_.clear();
+  history_pos_.clear();
+  kv_manager_.free(table_);
+  const std::span<const int32_t> all(tokens), pos(positions);
+  for (size_t done = 0; done < tokens.size();) {
+    const size_t chunk = std::min(static_cast<size_t>(opt_.max_batch_tokens), tokens.size() - done);
+    run_chunk(all.subspan(done, chunk), pos.subspan(done, chunk), {}, false, false, 0);
+    done += chunk;
+  }
 }
 
 void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -142,6 +176,7 @@ void SequenceRunner::run_chunk(std::span<const int32_t> tokens, std::span<const 
   batch_.seqs.push_back(attention_seq(table_, 0, start, chunk, bs));
   if (opt_.kv_policy.kind == kv::KvPolicyKind::kSpAtten) batch_.key_depth.push_back(table_.key_depth.data());
   if (opt_.lora != nullptr) batch_.seq_lora.push_back(opt_.lora);
+  if (!opt_.kv_policy.bounded()) batch_.long_rope.push_back(long_regime_ ? 1 : 0);
   if (all_logits) {
     for (int64_t i = 0; i < chunk; ++i) batch_.logit_rows.push_back(static_cast<int32_t>(i));
   } else if (want_last) {

@@ -26,6 +26,10 @@ struct SequenceRunnerOptions {
   // (the cache holds at most the budget). kRecompute keeps the last budget
   // tokens and computes them again whenever a step would exceed it.
   kv::KvPolicy kv_policy{};
+  // A two-regime RoPE (Phi-3's LongRoPE; model/model.h): by the sequence's
+  // length (an append that makes it longer than the original context computes
+  // the whole sequence again in the long regime) or by n_ctx (llama.cpp).
+  LongRopeMode long_rope = LongRopeMode::kSequence;
 };
 
 class SequenceRunner {
@@ -75,6 +79,9 @@ class SequenceRunner {
                  std::span<const float* const> embd_rows, bool all_logits, bool want_last, int64_t row0);
   // kRecompute: the cache is emptied and the kept tokens computed again.
   void recompute_window(int64_t n_new);
+  // Before appending n tokens: enters the long RoPE regime when the sequence
+  // becomes long enough, computing the tokens so far again in it.
+  void enter_rope_regime(int64_t n);
 
   const Model& model_;
   SequenceRunnerOptions opt_;
@@ -87,6 +94,12 @@ class SequenceRunner {
   AlignedBuffer<float> all_logits_;
   int64_t n_appended_ = 0;
   std::vector<int32_t> recent_;  // kRecompute: the last budget tokens of the sequence
+  bool long_regime_ = false;     // the cache holds the long RoPE regime
+  // A two-regime model under kSequence: the tokens so far and their
+  // positions, to compute them again; opaque when some were loaded as K/V or
+  // given as embedding rows (they cannot be recomputed).
+  std::vector<int32_t> history_, history_pos_;
+  bool history_opaque_ = false;
 };
 
 }  // namespace tessera::engine

@@ -59,7 +59,10 @@ void run_chunks(const Model& model, const Tokenizer& tok, std::span<const int32_
                 const PerplexityOptions& opt, const Chunking& ch, ThreadPool& pool,
                 const std::function<void(int64_t, int64_t)>& progress, RowFn&& row) {
   const int64_t V = model.config().n_vocab;
-  SequenceRunner runner(model, {.n_ctx = ch.n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora}, pool);
+  SequenceRunner runner(model,
+                        {.n_ctx = ch.n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
+                         .long_rope = opt.long_rope},
+                        pool);
   std::vector<int32_t> chunk(static_cast<size_t>(ch.n_ctx));
   for (int64_t c = 0; c < ch.n_chunks; ++c) {
     std::copy(tokens.begin() + c * ch.n_ctx, tokens.begin() + (c + 1) * ch.n_ctx, chunk.begin());

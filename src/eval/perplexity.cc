@@ -40,7 +40,10 @@ PerplexityResult perplexity(const Model& model, const Tokenizer& tok, std::span<
   res.n_chunks = n_chunks;
   const int64_t V = model.config().n_vocab;
   const int64_t first = n_ctx / 2;
-  SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora}, pool);
+  SequenceRunner runner(model,
+                        {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
+                         .long_rope = opt.long_rope},
+                        pool);
   std::vector<int32_t> chunk(static_cast<size_t>(n_ctx));
   double nll = 0.0, nll2 = 0.0;
   for (int64_t c = 0; c < n_chunks; ++c) {
@@ -73,7 +76,8 @@ PerplexityResult perplexity_stream(const Model& model, std::span<const int32_t> 
   const bool bounded = opt.kv_policy.bounded();
   SequenceRunner runner(model,
                         {.n_ctx = bounded ? opt.kv_policy.budget : n, .kv_type = opt.kv_type,
-                         .max_batch_tokens = opt.n_batch, .lora = opt.lora, .kv_policy = opt.kv_policy},
+                         .max_batch_tokens = opt.n_batch, .lora = opt.lora, .kv_policy = opt.kv_policy,
+                         .long_rope = opt.long_rope},
                         pool);
   const int64_t V = model.config().n_vocab;
   const int64_t step = bounded ? 1 : opt.n_batch;

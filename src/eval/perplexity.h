@@ -29,6 +29,7 @@ struct PerplexityOptions {
   const LoraAdapter* lora = nullptr;  // an adapter to evaluate with (adapters/lora.h)
   // perplexity_stream(): the KV policy (docs/KV_POLICIES.md).
   kv::KvPolicy kv_policy{};
+  LongRopeMode long_rope = LongRopeMode::kSequence;  // model/model.h
 };
 
 struct PerplexityResult {

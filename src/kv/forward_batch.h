@@ -38,6 +38,10 @@ struct ForwardBatch {
   // nullptr for a sequence every layer sees whole; empty when no sequence of
   // the step has one.
   std::vector<const uint8_t*> key_depth;
+  // Two-regime RoPE (Model::long_rope_after): per sequence, 1 when it runs
+  // in the long regime. Empty: a sequence is long when its keys outnumber
+  // the original context (a whole sequence in one step, as transformers).
+  std::vector<uint8_t> long_rope;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
@@ -50,6 +54,7 @@ struct ForwardBatch {
     embd_rows.clear();
     key_shifts.clear();
     key_depth.clear();
+    long_rope.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens
 };
 

@@ -112,11 +112,11 @@ void DecoderModel::load_long_rope(ModelLoader& ld) {
   rope_.freq_factors = rope_factors_.data();
   rope_long_ = rope_;
   rope_long_.freq_factors = rope_long_factors_.data();
-  long_rope_from_ = cfg_.yarn_orig_ctx;
+  long_rope_after_ = cfg_.yarn_orig_ctx;
 }
 
-const kernels::RopeParams& DecoderModel::rope_at(int64_t pos) const {
-  return !rope_long_factors_.empty() && pos >= long_rope_from_ ? rope_long_ : rope_;
+const kernels::RopeParams& DecoderModel::rope_for(bool long_regime) const {
+  return long_regime && !rope_long_factors_.empty() ? rope_long_ : rope_;
 }
 
 void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const {
@@ -604,9 +604,15 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
   const int64_t half = cfg_.n_rot / 2;
   s.rope_cos.ensure(t * static_cast<size_t>(half));
   s.rope_sin.ensure(t * static_cast<size_t>(half));
-  for (int64_t i = 0; i < T; ++i) {
-    kernels::rope_angles(batch.positions[i], rope_at(batch.positions[i]), s.rope_cos.data() + i * half,
-                         s.rope_sin.data() + i * half);
+  TESSERA_CHECK(batch.long_rope.empty() || batch.long_rope.size() == batch.seqs.size(), kInvalidArgument,
+                "long_rope names {} sequences of {}", batch.long_rope.size(), batch.seqs.size());
+  for (size_t q = 0; q < batch.seqs.size(); ++q) {
+    const kernels::AttentionSeq& seq = batch.seqs[q];
+    const bool long_regime = batch.long_rope.empty() ? seq.kv_len > long_rope_after_ : batch.long_rope[q] != 0;
+    const kernels::RopeParams& rp = rope_for(long_regime);
+    for (int64_t i = seq.q_begin; i < seq.q_begin + seq.q_len; ++i) {
+      kernels::rope_angles(batch.positions[i], rp, s.rope_cos.data() + i * half, s.rope_sin.data() + i * half);
+    }
   }
   if (cfg_.swa_window > 0) {
     s.rope_cos_swa.ensure(t * static_cast<size_t>(half));

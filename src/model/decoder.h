@@ -71,6 +71,7 @@ class DecoderModel : public Model {
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override;
   MatmulWork matmul_work() const override;
+  int64_t long_rope_after() const override { return rope_long_factors_.empty() ? 0 : long_rope_after_; }
 
  protected:
   // Reads the hyperparameters; `neox` is the architecture's RoPE ordering.
@@ -87,10 +88,10 @@ class DecoderModel : public Model {
   // and RoPE (every layer's sliding window, or the interleaved local ones).
   void load_common(ModelLoader& ld, bool rope_freqs, bool tied = false);
   // Phi-3's LongRoPE: rope_factors_short.weight / rope_factors_long.weight
-  // ([n_rot / 2] divisors of the angles), if the file has them. Positions
-  // before rope.scaling.original_context_length turn with the short factors,
-  // later ones with the long factors (what Hugging Face and vLLM compute for
-  // a decode step there).
+  // ([n_rot / 2] divisors of the angles), if the file has them. A sequence
+  // no longer than rope.scaling.original_context_length turns with the short
+  // factors, a longer one with the long factors at every position
+  // (ForwardBatch::long_rope; Model::long_rope_after).
   void load_long_rope(ModelLoader& ld);
   // attn_norm, attn_{q,k,v,output}.weight, with attn_{q,k,v}.bias when `bias`.
   void load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const;
@@ -158,7 +159,7 @@ class DecoderModel : public Model {
   void add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t n_tokens,
                     ForwardState& s) const;
   // The RoPE of a token at `pos` on the global layers (Phi-3's short or long factors).
-  const kernels::RopeParams& rope_at(int64_t pos) const;
+  const kernels::RopeParams& rope_for(bool long_regime) const;
   kernels::WeightView tok_embd_;     // [n_vocab rows, n_embd cols], rows looked up
   std::vector<float> out_norm_;      // [n_embd]
   kernels::PreparedWeight output_;   // [n_vocab, n_embd] (of tok_embd_ when tied)
@@ -166,8 +167,8 @@ class DecoderModel : public Model {
   std::vector<float> rope_long_factors_;  // [n_rot / 2] (rope_factors_long.weight), or empty
   kernels::RopeParams rope_;         // every layer's, or the global layers'
   kernels::RopeParams rope_swa_;     // the local layers' (cfg_.swa_window > 0)
-  kernels::RopeParams rope_long_;    // positions from long_rope_from_ on (rope_long_factors_ not empty)
-  int64_t long_rope_from_ = 0;
+  kernels::RopeParams rope_long_;    // sequences longer than long_rope_after_ (rope_long_factors_ not empty)
+  int64_t long_rope_after_ = 0;
   // TESSERA_MOE_PER_TOKEN=1 (read at load): experts run token by token, the
   // baseline that bench compares expert-grouped execution against.
   bool moe_per_token_ = false;

@@ -80,7 +80,28 @@ class Model {
     int64_t per_logit_row = 0;
   };
   virtual MatmulWork matmul_work() const = 0;
+
+  // > 0: the model has two RoPE regimes (Phi-3's LongRoPE): a sequence longer
+  // than this many tokens turns every position with the long factors, a
+  // shorter one with the short factors (ForwardBatch::long_rope says which
+  // per sequence). 0: one regime.
+  virtual int64_t long_rope_after() const { return 0; }
 };
+
+// Which sequences of a two-regime model (Model::long_rope_after) run in the
+// long regime. kSequence (default; Hugging Face transformers): a sequence
+// longer than the original context, all of it; a sequence that grows past it
+// is computed again (transformers' generate drops its cache there). kContext
+// (llama.cpp): every sequence, when the configured context is longer.
+enum class LongRopeMode { kSequence, kContext };
+
+// Whether a sequence of `seq_len` tokens runs in the long regime under `mode`
+// with a context of `n_ctx` (false when the model has one regime).
+inline bool long_rope_regime(const Model& m, LongRopeMode mode, int64_t seq_len, int64_t n_ctx) {
+  const int64_t after = m.long_rope_after();
+  if (after <= 0) return false;
+  return mode == LongRopeMode::kContext ? n_ctx > after : seq_len > after;
+}
 
 class Tokenizer;
 

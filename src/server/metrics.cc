@@ -125,6 +125,8 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
     scalar(out, "tessera_prefix_cache_evictions_total", "counter", "Cached blocks evicted for reuse.",
            st->prefix_evictions_total);
     scalar(out, "tessera_preemptions_total", "counter", "Sequences preempted (recomputed later).", st->preemptions_total);
+    scalar(out, "tessera_long_rope_restarts_total", "counter",
+           "Sequences computed again on growing past LongRoPE's original context.", st->long_rope_restarts_total);
     scalar(out, "tessera_requests_failed_total", "counter",
            "Sequences ended by a fault in their own work (the others stepped on).", st->requests_failed_total);
     scalar(out, "tessera_engine_restarts_total", "counter",

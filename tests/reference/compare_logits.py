@@ -77,11 +77,14 @@ def main():
     ap.add_argument("--tokens", required=True)
     ap.add_argument("--expect-argmax", help="ids the exact reference's argmax must produce (golden data)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--rope-regime", default="sequence", choices=["sequence", "row", "long", "short"],
+                    help="Phi-3 LongRoPE (LlamaRef.rope_regime)")
     ap.add_argument("outputs", nargs="+", help="NAME=FILE of raw f32 engine logits")
     args = ap.parse_args()
 
     tokens = [int(t) for t in args.tokens.split(",")]
     model = LlamaRef(args.model)
+    model.rope_regime = args.rope_regime
     routes = None
     if model.cfg.n_expert and uses_int8(model):
         # A mixture whose matmuls round activations to int8: that rounding,

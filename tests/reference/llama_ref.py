@@ -244,10 +244,9 @@ class LlamaRef:
         half = c.n_rot // 2
         inv_freq, mscale = self.rope_frequencies(local)
         angle = np.outer(positions, inv_freq)                       # [T, half]
-        if c.long_factors is not None:  # Phi-3: per position, short or long factors
+        if c.long_factors is not None:  # Phi-3: the whole pass turns with the short or the long factors
             base = c.rope_base ** (-2.0 * np.arange(half) / c.n_rot) / c.rope_factor
-            long = (positions >= c.orig_ctx)[:, None]
-            angle = np.where(long, np.outer(positions, base / c.long_factors), np.outer(positions, base / c.short_factors))
+            angle = np.outer(positions, base / (c.long_factors if self.long_pass else c.short_factors))
         rot = mscale * np.exp(1j * angle)[:, None, :]               # [T, 1, half]
         if c.neox:
             re_idx, im_idx = np.arange(half), np.arange(half) + half
@@ -326,7 +325,32 @@ class LlamaRef:
 
     # -- the model ---------------------------------------------------------
 
+    # Phi-3's LongRoPE regime (transformers' Phi3 rotary embedding): a pass
+    # over a sequence longer than the original context turns every position
+    # with the long factors ("sequence"). "row": each row's logits as a decode
+    # reaches it, i.e. the last row of a pass over the tokens up to it (rows
+    # from the original context on come from the long pass). "long" / "short":
+    # forced (llama.cpp chooses by its configured context).
+    rope_regime = "sequence"
+
     def forward(self, tokens, num=None, routes=None):
+        c = self.cfg
+        T = len(tokens)
+        self.long_pass = False
+        if c.long_factors is None or self.rope_regime == "short":
+            return self._forward(tokens, num, routes)
+        if self.rope_regime == "long" or (self.rope_regime == "sequence" and T > c.orig_ctx):
+            self.long_pass = True
+            return self._forward(tokens, num, routes)
+        out = self._forward(tokens, num, routes)
+        if self.rope_regime == "row" and T > c.orig_ctx:
+            assert routes is None, "row regime: not for mixtures"
+            self.long_pass = True
+            out[c.orig_ctx:] = self._forward(tokens, num, routes)[c.orig_ctx:]
+            self.long_pass = False
+        return out
+
+    def _forward(self, tokens, num=None, routes=None):
         """Logits [T, n_vocab] (float64) for every position of `tokens`.
         A mixture's experts are chosen by an Exact pass (plain or int8) unless
         `routes` ({layer: [T, k] expert ids}) are given; Perturbed passes keep
@@ -401,8 +425,11 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("-o", "--out", help="write float64 [T, n_vocab] here; else print argmax per row")
+    ap.add_argument("--rope-regime", default="sequence", choices=["sequence", "row", "long", "short"],
+                    help="Phi-3 LongRoPE (LlamaRef.rope_regime)")
     args = ap.parse_args()
     ref = LlamaRef(args.model)
+    ref.rope_regime = args.rope_regime
     logits = ref.forward([int(t) for t in args.tokens.split(",")])
     if args.out:
         logits.astype("<f8").tofile(args.out)

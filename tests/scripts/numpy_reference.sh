@@ -40,15 +40,17 @@ random_tokens() {
   for ((i = 0; i < n; i++)); do TOKENS+="${TOKENS:+,}$(( (RANDOM * 32768 + RANDOM) % v ))"; done
 }
 
-# compare LABEL MODEL TOKENS [EXTRA ARGS FOR compare_logits.py]
+# compare LABEL MODEL TOKENS [EXTRA ARGS FOR compare_logits.py]; LOGITS_ARGS
+# go to every `tessera logits`.
+LOGITS_ARGS=()
 compare() {
   local label=$1 model=$2 tokens=$3
   shift 3
   local d="$TMP/$label"
   mkdir -p "$d"
-  TESSERA_ISA=scalar "$TESSERA" logits -m "$model" --tokens "$tokens" -t 1 -o "$d/scalar.f32"
-  "$TESSERA" logits -m "$model" --tokens "$tokens" -o "$d/default.f32"
-  "$TESSERA" logits -m "$model" --tokens "$tokens" -b 7 -t 2 -o "$d/chunked.f32"
+  TESSERA_ISA=scalar "$TESSERA" logits -m "$model" --tokens "$tokens" -t 1 -o "$d/scalar.f32" "${LOGITS_ARGS[@]}"
+  "$TESSERA" logits -m "$model" --tokens "$tokens" -o "$d/default.f32" "${LOGITS_ARGS[@]}"
+  "$TESSERA" logits -m "$model" --tokens "$tokens" -b 7 -t 2 -o "$d/chunked.f32" "${LOGITS_ARGS[@]}"
   # matmul.h promises batch invariance: chunking the prompt must not change
   # a single bit of any logit.
   if ! cmp -s "$d/default.f32" "$d/chunked.f32"; then
@@ -115,10 +117,21 @@ model gemma2-q8-defaults  30  --dim 128 --layers 2 --heads 4 --kv-heads 4 --ff 2
 model gemma3-f32-w8-tied  50  --dim 64  --layers 7 --heads 4 --kv-heads 2 --ff 128 --arch gemma3 --sliding-window 8 --type f32 --tied --seed 31
 model gemma3-bf16-linear  45  --dim 64  --layers 6 --heads 4 --kv-heads 1 --head-dim 32 --ff 128 --arch gemma3 --sliding-window 16 --rope-scaling linear --rope-scaling-factor 8 --final-softcap 0.3 --type bf16 --seed 32
 model gemma3-q4-w5        36  --dim 128 --layers 6 --heads 8 --kv-heads 2 --ff 256 --arch gemma3 --sliding-window 5 --type q4_0 --seed 33
-# Phi-3 (fused attn_qkv and gate/up; LongRoPE with an original context of 16,
-# so that later positions turn with the long factors; a sliding window).
+# Phi-3 (fused attn_qkv and gate/up; LongRoPE with an original context of 16;
+# a sliding window).
 model phi3-f32-gqa2       40  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch phi3 --type f32 --seed 34
 model phi3-f16-longrope   48  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --arch phi3 --rope-scaling longrope --ctx 4096 --rope-orig-ctx 16 --type f16 --tied --seed 35
+# LongRoPE's regimes as transformers computes them: 48 tokens turn long
+# whole (above, in chunks of 7 too); a decode from token 5 crosses the original
+# context (each row as the last of one pass over the tokens up to it: rows from
+# 16 on recomputed long); llama.cpp's choice by the context (--long-rope
+# context --ctx 64: 12 tokens turn long). The engine: tests/long_rope_test.cc.
+LOGITS_ARGS=(--decode-from 5)
+compare phi3-longrope-decode "$TMP/phi3-f16-longrope.gguf" "$TOKENS" --rope-regime row
+LOGITS_ARGS=(--long-rope context --ctx 64)
+random_tokens 12 384
+compare phi3-longrope-context "$TMP/phi3-f16-longrope.gguf" "$TOKENS" --rope-regime long
+LOGITS_ARGS=()
 model phi3-q8-w12-part    44  --dim 128 --layers 2 --heads 4 --kv-heads 1 --rope-dims 16 --ff 256 --arch phi3 --sliding-window 12 --type q8_0 --seed 36
 # Mixtures of experts: Mixtral (a llama file with llama.expert_count; top-k
 # renormalised), Qwen2-MoE (QKV biases, top-k weights as they are, a shared
