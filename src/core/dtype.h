@@ -42,6 +42,11 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kTQ1_0 = 34,
   kTQ2_0 = 35,
+  // Tessera's own: QMoE's entropy-coded ternary experts (kernels/qmoe.h,
+  // docs/FORMATS.md). Variable size: its bytes say how many they are.
+  // ggml has no type of this number, so llama.cpp refuses such a file,
+  // naming the tensor.
+  kQMoE = 4096,
 };
 
 struct DTypeTraits {
@@ -56,6 +61,10 @@ DTypeTraits dtype_traits(DType t);  // t must be a defined type
 
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);  // "f32", "q8_0", ...
+
+// Whether a tensor of type t has a size fixed by its shape (every GGUF type),
+// or carries its own (kQMoE).
+inline bool dtype_fixed_size(DType t) { return t != DType::kQMoE; }
 
 // Bytes used by a row of n elements (n must be a multiple of the block size).
 inline size_t row_bytes(DType t, int64_t n) {

@@ -199,6 +199,23 @@ std::string TensorInfo::shape_string() const {
 
 namespace {
 
+// The byte size of a tensor of a variable-size type (QMOE: "QMOE", u32
+// version, u64 size), read from its first bytes.
+uint64_t variable_size(const std::string& path, const TensorInfo& t, const uint8_t* data, uint64_t data_size) {
+  if (t.offset > data_size || data_size - t.offset < 16) {
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' ({}) starts past the end of the file", path, t.name,
+         dtype_name(t.type));
+  }
+  const uint8_t* p = data + t.offset;
+  if (std::memcmp(p, "QMOE", 4) != 0) {
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' of type {} does not start with its header", path, t.name,
+         dtype_name(t.type));
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, p + 8, sizeof(n));
+  return n;
+}
+
 // A split model's part names, as llama.cpp's gguf-split writes them:
 // PREFIX-00001-of-00005.gguf ... PREFIX-00005-of-00005.gguf.
 std::string split_part_path(const std::string& prefix, uint64_t no, uint64_t count) {
@@ -363,10 +380,10 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
                             t.name, t.ne[0], traits->name, traits->block_size));
     }
     const uint64_t blocks = static_cast<uint64_t>(total / traits->block_size);
-    if (blocks > size / traits->type_size) {
+    if (dtype_fixed_size(t.type) && blocks > size / traits->type_size) {
       c.corrupt(fmt::format("tensor '{}' {} of {} is larger than the file", t.name, t.shape_string(), traits->name));
     }
-    t.n_bytes = blocks * traits->type_size;
+    t.n_bytes = blocks * traits->type_size;  // a variable-size type's: from its bytes, below
     t.offset = c.read<uint64_t>(t.name);
     if (t.offset % f.alignment_ != 0) {
       c.corrupt(fmt::format("tensor '{}' offset {} is not a multiple of the alignment {}", t.name, t.offset, f.alignment_));
@@ -384,6 +401,7 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
   }
   const uint64_t data_size = size - std::min<uint64_t>(f.data_offset_, size);
   for (TensorInfo& t : f.tensors_) {
+    if (!dtype_fixed_size(t.type)) t.n_bytes = variable_size(f.path_, t, data + f.data_offset_, data_size);
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
       fail(ErrorCode::kCorruptFile,
            "{}: tensor '{}' ({} bytes at data offset {}) extends past the end of the file "

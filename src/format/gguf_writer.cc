@@ -139,8 +139,20 @@ void Writer::add_tensor(const std::string& name, DType type, std::vector<int64_t
                 tr.name, tr.block_size);
   int64_t rows = 1;
   for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
+  TESSERA_CHECK(dtype_fixed_size(type), kInvalidArgument, "tensor '{}': {} has no fixed size (add_sized_tensor)", name,
+                tr.name);
   tensors_.push_back({name, type, std::move(ne), 0, std::move(fill)});
   tensors_.back().n_bytes = row_bytes(type, tensors_.back().ne[0]) * static_cast<size_t>(rows);
+}
+
+void Writer::add_sized_tensor(const std::string& name, DType type, std::vector<int64_t> ne, size_t n_bytes,
+                              Fill fill) {
+  TESSERA_CHECK(!dtype_fixed_size(type), kInvalidArgument, "tensor '{}': {} has a fixed size (add_tensor)", name,
+                dtype_name(type));
+  TESSERA_CHECK(!ne.empty() && ne.size() <= 4, kInvalidArgument, "tensor '{}' needs 1..4 dims", name);
+  for (int64_t n : ne) TESSERA_CHECK(n > 0, kInvalidArgument, "tensor '{}' has a dimension of {}", name, n);
+  for (const Tensor& t : tensors_) TESSERA_CHECK(t.name != name, kInvalidArgument, "duplicate tensor '{}'", name);
+  tensors_.push_back({name, type, std::move(ne), n_bytes, std::move(fill)});
 }
 
 void Writer::put_header_value(std::vector<uint8_t>& out, const Value& v) const {

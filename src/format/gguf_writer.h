@@ -40,6 +40,9 @@ class Writer {
   // exactly row_bytes(type, ne[0]) * rows; `ne` is innermost first.
   using Fill = std::function<void(uint8_t* out, size_t n_bytes)>;
   void add_tensor(const std::string& name, DType type, std::vector<int64_t> ne, Fill fill);
+  // A tensor of a variable-size type (dtype_fixed_size false: QMOE) of
+  // n_bytes bytes.
+  void add_sized_tensor(const std::string& name, DType type, std::vector<int64_t> ne, size_t n_bytes, Fill fill);
 
   // Writes the file; throws Error(kIo) on failure.
   void write(const std::string& path) const;

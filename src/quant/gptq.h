@@ -18,7 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "quant/grid.h"
@@ -33,6 +35,28 @@ struct GptqOptions {
   // per side) against H's diagonal block; 0: each block's own max-based scale.
   int scale_steps = 10;
 };
+
+// The shared part of GPTQ for any grid: H prepared (dead inputs set to 1,
+// act-order permutation, dampening raised until H is positive definite)
+// and U, the upper Cholesky factor of its inverse.
+struct GptqHessian {
+  int64_t n = 0;
+  std::vector<double> h;       // H with dead inputs' diagonal set to 1 (not permuted)
+  std::vector<bool> dead;      // [n] inputs no calibration token touched
+  std::vector<int64_t> perm;   // [n] the order columns are quantized in
+  std::vector<double> u;       // [n, n] U of the permuted, damped H
+};
+GptqHessian gptq_hessian(std::span<const double> h, int64_t n, const GptqOptions& opt, ThreadPool* pool);
+
+// The sweep: rows of w ([rows, hs.n], independent, in parallel), columns in
+// hs.perm order in lazy batches of `batch`; quantize(row, i, x) returns the
+// value the column perm[i] of the row is stored as, given the row's current
+// values x (permuted, earlier errors spread onto them); start_row(row) (may
+// be empty) runs first for each row.
+using GptqRowStart = std::function<void(int64_t row)>;
+using GptqQuantize = std::function<double(int64_t row, int64_t i, const double* x)>;
+void gptq_sweep(const GptqHessian& hs, const float* w, int64_t rows, int64_t batch, ThreadPool* pool,
+                const GptqRowStart& start_row, const GptqQuantize& quantize);
 
 // w: [rows, cols] row-major (cols a multiple of g.unit()); h: [cols, cols]
 // symmetric. Writes levels [rows, cols], scales [rows, cols / g.block] and,
