@@ -44,7 +44,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q4_k, q3_k, q8_0, f16, bf16, f32")->capture_default_str();
   sub.add_option("--bits", a->bits, "Value bits inside the type (3: 3-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
-  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq")->capture_default_str();
+  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes)")->capture_default_str();
   sub.add_option("--calib", a->calib, "Calibration text (default: the short stories built in, src/quant/default_calibration.cc)");
   sub.add_option("--calib-tokens", a->calib_tokens, "Calibration tokens at most")->capture_default_str();
   sub.add_option("--calib-ctx", a->calib_ctx, "Tokens per calibration chunk")->capture_default_str();
@@ -93,7 +93,12 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       }
       std::vector<int64_t> dims;
       for (const auto& [tap, d] : widths) dims.push_back(d);
-      const int64_t n_layer = lm.model->config().n_layer;
+      const ModelConfig& mc = lm.model->config();
+      for (int64_t e = 0; opt.method == quant::Method::kQmoe && e < mc.n_expert; ++e) {
+        dims.push_back(mc.n_embd);  // expert e's gate / up input
+        dims.push_back(mc.n_ff_exp);  // its down's
+      }
+      const int64_t n_layer = mc.n_layer;
       // Windows in layer order resume from the stream the previous one left.
       auto stream = std::make_shared<quant::ResidualStream>();
       auto run = [&lm, &pool, tokens, co, path, n_layer, stream](int64_t begin, int64_t end, bool result_norm) {
@@ -133,6 +138,10 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     bar.finish();
     std::printf("wrote %s: %lld matrix weights at %.3f bits per weight, file %.3f MB\n", a->out.c_str(),
                 static_cast<long long>(r.n_weights), r.bits_per_weight(), static_cast<double>(r.file_bytes) / 1e6);
+    if (r.n_expert_weights > 0) {
+      std::printf("experts: %lld weights at %.3f bits per weight (%.3f MB)\n", static_cast<long long>(r.n_expert_weights),
+                  r.expert_bits_per_weight(), static_cast<double>(r.expert_bytes) / 1e6);
+    }
     return 0;
   };
 });

@@ -188,6 +188,30 @@ void DecoderModel::decide_expert_layout(const gguf::File& f) {
 }
 
 void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
+  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+  MoeWeights& m = L.moe;
+  m.router = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp.weight"), E, NE));
+  const std::string gate_name = blk(il, "ffn_gate_exps.weight");
+  const gguf::TensorInfo* g = ld.file().find_tensor(gate_name);
+  if (g != nullptr && g->type == DType::kQMoE) {
+    m.qmoe = true;
+    m.q_gate = ld.qmoe_experts(gate_name, E, F, NE);
+    m.q_up = ld.qmoe_experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
+    m.q_down = ld.qmoe_experts(blk(il, "ffn_down_exps.weight"), F, E, NE);
+  } else {
+    load_experts(ld, il, m);
+  }
+  if (cfg_.n_ff_shexp > 0) {
+    const int64_t S = cfg_.n_ff_shexp;
+    m.shared_gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp_shexp.weight"), E, 1));
+    m.shared.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S));
+    m.shared.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S));
+    m.shared.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down_shexp.weight"), S, E));
+  }
+}
+
+void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const {
   const auto prepare = [this](const kernels::WeightView& v) {
     if (!experts_in_place_) return kernels::prepare_weight(v);
     kernels::PreparedWeight p;
@@ -195,9 +219,6 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
     return p;
   };
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
-  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-  MoeWeights& m = L.moe;
-  m.router = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp.weight"), E, NE));
   const kernels::WeightView gate = ld.experts(blk(il, "ffn_gate_exps.weight"), E, F, NE);
   const kernels::WeightView up = ld.experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
   const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F, E, NE);
@@ -206,13 +227,6 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
     m.experts[e].gate = prepare(row_range(gate, e * F, F));
     m.experts[e].up = prepare(row_range(up, e * F, F));
     m.experts[e].down = prepare(row_range(down, e * E, E));
-  }
-  if (cfg_.n_ff_shexp > 0) {
-    const int64_t S = cfg_.n_ff_shexp;
-    m.shared_gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp_shexp.weight"), E, 1));
-    m.shared.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S));
-    m.shared.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S));
-    m.shared.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down_shexp.weight"), S, E));
   }
 }
 
@@ -240,8 +254,12 @@ size_t DecoderModel::bytes_per_token() const {
   for (const DecoderLayer& L : layers_) {
     n += matrix_bytes(L.attn.wq.view) + matrix_bytes(L.attn.wk.view) + matrix_bytes(L.attn.wv.view) +
          matrix_bytes(L.attn.wo.view) + ffn_bytes(L.ffn);
-    if (!L.moe.experts.empty()) {
-      n += matrix_bytes(L.moe.router.view) + ffn_bytes(L.moe.experts[0]) * static_cast<size_t>(cfg_.n_expert_used) +
+    if (!L.moe.experts.empty() || L.moe.qmoe) {
+      // QMoE: an expert's share of its tensors' bytes (experts differ in size).
+      const size_t expert = L.moe.qmoe ? (L.moe.q_gate.n_bytes + L.moe.q_up.n_bytes + L.moe.q_down.n_bytes) /
+                                             static_cast<size_t>(cfg_.n_expert)
+                                       : ffn_bytes(L.moe.experts[0]);
+      n += matrix_bytes(L.moe.router.view) + expert * static_cast<size_t>(cfg_.n_expert_used) +
            ffn_bytes(L.moe.shared) + matrix_bytes(L.moe.shared_gate.view);
     }
   }
@@ -252,8 +270,8 @@ Model::MatmulWork DecoderModel::matmul_work() const {
   MatmulWork work;
   for (const DecoderLayer& L : layers_) {
     work.per_token += macs(L.attn.wq) + macs(L.attn.wk) + macs(L.attn.wv) + macs(L.attn.wo) + ffn_macs(L.ffn);
-    if (!L.moe.experts.empty()) {
-      work.per_token += macs(L.moe.router) + ffn_macs(L.moe.experts[0]) * cfg_.n_expert_used +
+    if (!L.moe.experts.empty() || L.moe.qmoe) {
+      work.per_token += macs(L.moe.router) + 3 * cfg_.n_embd * cfg_.n_ff_exp * cfg_.n_expert_used +
                         ffn_macs(L.moe.shared) + macs(L.moe.shared_gate);
     }
   }
@@ -433,6 +451,26 @@ void DecoderModel::expert_ffn(const FfnWeights& w, int64_t F, int64_t n, Forward
   kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
 }
 
+// Calibration (quant/calibration.h): each expert's rows of the step, as its
+// gate / up and its down read them.
+void DecoderModel::tap_experts(int64_t il, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
+  for (int64_t e = 0; e < cfg_.n_expert; ++e) {
+    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    if (n == 0) continue;
+    s.tap(fmt::format("ffn_moe_in.{}", e), il, s.moe_in.data() + begin * E, n, E, E);
+    s.tap(fmt::format("ffn_moe_act.{}", e), il, s.ff_gate.data() + begin * F, n, F, F);
+  }
+}
+
+void DecoderModel::qmoe_expert_ffn(const MoeWeights& m, int64_t e, ForwardState& s) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
+  kernels::qmoe_matmul(m.q_gate, e, s.moe_in.data(), E, 1, s.ff_gate.data(), F, s.ctx);
+  kernels::qmoe_matmul(m.q_up, e, s.moe_in.data(), E, 1, s.ff_up.data(), F, s.ctx);
+  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), F, s.ctx.isa);
+  kernels::qmoe_matmul(m.q_down, e, s.ff_gate.data(), F, 1, s.moe_out.data(), E, s.ctx);
+}
+
 // One pass per chosen expert over all of its tokens of the step, every
 // expert in one dispatch (kernels::matmul_grouped): the step's rows are
 // gathered in expert order, gate and up of every expert run together, then
@@ -444,24 +482,41 @@ void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState
     std::copy_n(s.xb.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, E, s.moe_in.data() + i * E);
   }
   std::vector<kernels::GroupedMatmul>& jobs = s.moe_jobs;
+  std::vector<kernels::QmoeJob>& qjobs = s.qmoe_jobs;
   jobs.clear();
+  qjobs.clear();
   for (int64_t e = 0; e < NE; ++e) {
     const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
     if (n == 0) continue;
     const float* x = s.moe_in.data() + begin * E;
-    jobs.push_back({&m.experts[e].gate, x, E, n, s.ff_gate.data() + begin * F, F});
-    jobs.push_back({&m.experts[e].up, x, E, n, s.ff_up.data() + begin * F, F});
+    if (m.qmoe) {
+      qjobs.push_back({&m.q_gate, e, x, E, n, s.ff_gate.data() + begin * F, F});
+      qjobs.push_back({&m.q_up, e, x, E, n, s.ff_up.data() + begin * F, F});
+    } else {
+      jobs.push_back({&m.experts[e].gate, x, E, n, s.ff_gate.data() + begin * F, F});
+      jobs.push_back({&m.experts[e].up, x, E, n, s.ff_up.data() + begin * F, F});
+    }
     s.expert_tokens[il * NE + e] += n;
     s.expert_passes[il * NE + e] += 1;
   }
   kernels::matmul_grouped(jobs, s.ctx);
+  kernels::qmoe_matmul_grouped(qjobs, s.ctx);
   kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
+  if (s.tap) tap_experts(il, s);
   jobs.clear();
+  qjobs.clear();
   for (int64_t e = 0; e < NE; ++e) {
     const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
-    if (n > 0) jobs.push_back({&m.experts[e].down, s.ff_gate.data() + begin * F, F, n, s.moe_out.data() + begin * E, E});
+    if (n == 0) continue;
+    float* x = s.ff_gate.data() + begin * F;
+    if (m.qmoe) {
+      qjobs.push_back({&m.q_down, e, x, F, n, s.moe_out.data() + begin * E, E});
+    } else {
+      jobs.push_back({&m.experts[e].down, x, F, n, s.moe_out.data() + begin * E, E});
+    }
   }
   kernels::matmul_grouped(jobs, s.ctx);
+  kernels::qmoe_matmul_grouped(qjobs, s.ctx);
   for (int64_t i = 0; i < rows; ++i) {
     add_scaled(s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, s.moe_out.data() + i * E,
                s.moe_token_weight[i], E);
@@ -480,7 +535,11 @@ void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T,
     for (int32_t k : order) {
       const int32_t e = s.moe_choice[t * K + k];
       std::copy_n(s.xb.data() + t * E, E, s.moe_in.data());
-      expert_ffn(m.experts[e], cfg_.n_ff_exp, 1, s);
+      if (m.qmoe) {
+        qmoe_expert_ffn(m, e, s);
+      } else {
+        expert_ffn(m.experts[e], cfg_.n_ff_exp, 1, s);
+      }
       add_scaled(s.xb2.data() + t * E, s.moe_out.data(), s.moe_weight[t * K + k], E);
       s.expert_tokens[il * NE + e] += 1;
       s.expert_passes[il * NE + e] += 1;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/qmoe.h"
 #include "kernels/ops.h"
 #include "model/loader.h"
 #include "model/model.h"
@@ -43,6 +44,10 @@ struct MoeWeights {
   std::vector<FfnWeights> experts;    // gate, up [n_ff_exp, n_embd]; down [n_embd, n_ff_exp]
   FfnWeights shared;                  // [n_ff_shexp, ...] when ModelConfig::n_ff_shexp > 0
   kernels::PreparedWeight shared_gate;  // [1, n_embd] (ffn_gate_inp_shexp)
+  // QMoE experts (kernels/qmoe.h), instead of `experts`: one view of each
+  // projection over every expert.
+  bool qmoe = false;
+  kernels::QmoeView q_gate, q_up, q_down;
 };
 
 // How the router's probabilities become the chosen experts' weights, after
@@ -107,6 +112,9 @@ class DecoderModel : public Model {
   void load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
   // ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps, and the shared expert
   // (ffn_gate_inp_shexp, ffn_{gate,up,down}_shexp) when n_ff_shexp > 0.
+  // A mixture's experts as matrices (ffn_{gate,up,down}_exps), prepared
+  // unless they stay in place (experts_in_place_).
+  void load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const;
   void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
 
   // ---- blocks ----------------------------------------------------------
@@ -154,6 +162,10 @@ class DecoderModel : public Model {
   void grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const;
   void per_token_experts(const MoeWeights& m, int64_t il, int64_t n_tokens, ForwardState& s) const;
   // s.moe_out[0..n) = SwiGLU FFN of w on s.moe_in[0..n).
+  // The step's rows of each expert to ForwardState::tap (calibration).
+  void tap_experts(int64_t il, ForwardState& s) const;
+  // One token's pass through QMoE expert e (moe_in -> moe_out).
+  void qmoe_expert_ffn(const MoeWeights& m, int64_t e, ForwardState& s) const;
   void expert_ffn(const FfnWeights& w, int64_t n_ff, int64_t n, ForwardState& s) const;
   // s.xb2 = rmsnorm(s.xb2) * w when w is not empty (a post-norm); then s.x += s.xb2.
   void add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t n_tokens,

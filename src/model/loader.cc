@@ -76,6 +76,11 @@ kernels::WeightView ModelLoader::experts(const std::string& name, int64_t cols, 
   return load_expert_matrices(f_, name, cols, rows, n_expert);
 }
 
+kernels::QmoeView ModelLoader::qmoe_experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {
+  tensors_.insert(name);
+  return load_qmoe_experts(f_, name, cols, rows, n_expert);
+}
+
 std::vector<float> ModelLoader::vector(const std::string& name, int64_t n) {
   tensors_.insert(name);
   return load_vector(f_, name, n);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/qmoe.h"
 #include "format/model_config.h"
 #include "format/gguf.h"
 
@@ -34,6 +35,8 @@ class ModelLoader {
   std::vector<float> vector(const std::string& name, int64_t n);
   // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).
   kernels::WeightView experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
+  // The same as QMoE codes (the tensor's type is QMOE).
+  kernels::QmoeView qmoe_experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
   bool has_tensor(std::string_view name) const { return f_.find_tensor(name) != nullptr; }
 
   // Marks a key as read by the caller.

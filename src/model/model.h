@@ -16,6 +16,7 @@
 #include "core/aligned_buffer.h"
 #include "kernels/kernel_context.h"
 #include "kernels/matmul.h"
+#include "kernels/qmoe.h"
 #include "format/model_config.h"
 #include "kv/forward_batch.h"
 #include "format/gguf.h"
@@ -51,6 +52,7 @@ struct ForwardState {
   std::vector<int32_t> moe_choice, moe_offsets, moe_tokens;
   std::vector<float> moe_weight, moe_token_weight;
   std::vector<kernels::GroupedMatmul> moe_jobs;  // one dispatch's expert products
+  std::vector<kernels::QmoeJob> qmoe_jobs;       // the same for QMoE experts
   // Expert load since the caller last cleared them, [n_layer * n_expert]:
   // tokens routed to each expert, and passes over each expert's weights
   // (one per step in which it has tokens: each selected expert's weights

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include "core/error.h"
+#include "kernels/qmoe.h"
 #include "kernels/quant.h"
 
 namespace tessera {
@@ -44,6 +45,15 @@ kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string&
                                          int64_t n_expert) {
   const int64_t ne[3] = {cols, rows, n_expert};
   return matrix_view(f, checked(f, name, 3, ne), cols, rows * n_expert);
+}
+
+kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                    int64_t n_expert) {
+  const int64_t ne[3] = {cols, rows, n_expert};
+  const gguf::TensorInfo& t = checked(f, name, 3, ne);
+  TESSERA_CHECK(t.type == DType::kQMoE, kCorruptFile, "{}: tensor '{}' has type {}, not QMOE", f.path(), name,
+                dtype_name(t.type));
+  return kernels::parse_qmoe(t.data, t.n_bytes, cols, rows, n_expert, name.c_str());
 }
 
 kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/qmoe.h"
 #include "format/gguf.h"
 
 namespace tessera {
@@ -29,6 +30,10 @@ kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& n
 // rows) of the returned view (rows * n_expert rows of `cols`).
 kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
                                          int64_t n_expert);
+// The same three-dimensional tensor stored as QMoE's ternary codes
+// (kernels/qmoe.h): its layout checked, every codeword included.
+kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                    int64_t n_expert);
 
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);

@@ -7,7 +7,8 @@
 // layer order run each layer once in all. Linears that share an
 // input share one entry: attn_q/k/v ("attn_norm"), ffn_gate/up
 // ("ffn_norm"); attn_output reads "attn_out", ffn_down "ffn_act", output
-// "result_norm".
+// "result_norm". A mixture's expert e: "ffn_moe_in.<e>" (the rows routed to
+// it: the input of its gate and up) and "ffn_moe_act.<e>" (its down's input).
 //
 // Memory: dim^2 doubles per input, whatever the number of calibration
 // tokens (stories1M: 5 inputs x 6 layers of 64..256 wide; a 1B model's

@@ -43,7 +43,8 @@ std::vector<float> InputStats::mean_abs() const {
 }
 
 bool Calibration::wanted(std::string_view tap) {
-  return tap == "attn_norm" || tap == "ffn_norm" || tap == "attn_out" || tap == "ffn_act" || tap == "result_norm";
+  return tap == "attn_norm" || tap == "ffn_norm" || tap == "attn_out" || tap == "ffn_act" || tap == "result_norm" ||
+         tap.rfind("ffn_moe_in.", 0) == 0 || tap.rfind("ffn_moe_act.", 0) == 0;
 }
 
 void Calibration::finish() {

@@ -13,16 +13,25 @@
 #include "kernels/quant.h"
 #include "format/gguf_writer.h"
 #include "model/weights.h"
+#include "quant/qmoe.h"
 
 namespace tessera::quant {
 namespace {
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-bool is_matrix(const gguf::TensorInfo& t) {
-  const std::string& n = t.name;
-  return t.n_dims == 2 && t.ne[1] > 1 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
+
+// A mixture's experts: [cols, rows, experts].
+bool is_experts(const gguf::TensorInfo& t) { return t.n_dims == 3 && ends_with(t.name, "_exps.weight"); }
+
+bool is_matrix(const gguf::TensorInfo& t) {
+  return ((t.n_dims == 2 && t.ne[1] > 1) || is_experts(t)) && ends_with(t.name, ".weight");
+}
+
+int64_t matrix_rows(const gguf::TensorInfo& t) { return t.n_elements() / t.ne[0]; }
 
 // Rows of a tensor in f32: [n_elements / ne0, ne0].
 std::vector<float> read_f32(const gguf::TensorInfo& t) {
@@ -70,6 +79,9 @@ struct Plan {
   std::vector<float> row_div;      // [rows] divide rows (1/s of ffn_down folded into ffn_up)
   std::vector<float> vec_div;      // [n] divide a norm vector (1/s folded into RMSNorm)
   bool awq_norm = false;           // a norm AWQ may fold into: written as F32
+  std::vector<uint8_t> qmoe;       // a mixture's experts as QMOE: their bytes,
+  std::string qmoe_how;            // how they were made,
+  double qmoe_seconds = 0.0;       // and in how long
 };
 
 struct AwqGroup {
@@ -145,7 +157,7 @@ void plan_awq(const gguf::File& in, const Grid& g, StatsSource& stats, const Awq
 // The stored bytes of a matrix: method-chosen levels packed into its grid type.
 void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats* stats, const QuantizeOptions& opt,
                      ThreadPool& pool, uint8_t* out, std::string* how) {
-  const int64_t cols = t.ne[0], rows = t.ne[1];
+  const int64_t cols = t.ne[0], rows = matrix_rows(t);
   std::vector<float> w = read_f32(t);
   if (!p.col_scale.empty()) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -320,6 +332,45 @@ void write_tensor(const gguf::TensorInfo& t, const Plan& p, const QuantizeOption
   }
 }
 
+// QMoE: every expert tensor encoded up front (the writer needs its size
+// before any data), in file order so that layer windows of statistics run
+// once. Expert e of layer N reads tap ffn_moe_in.<e> (gate, up) or
+// ffn_moe_act.<e> (down); an expert no calibration token reached is rounded.
+void encode_experts(const gguf::File& in, const QuantizeOptions& opt, StatsSource* stats, ThreadPool& pool,
+                    std::map<std::string, Plan>& plans) {
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    if (!is_experts(t)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t cols = t.ne[0], rows = t.ne[1], n_expert = t.ne[2];
+    const std::vector<float> w = read_f32(t);
+    const std::optional<int64_t> layer = layer_of_tensor(t.name);
+    const bool down = t.name.find("ffn_down_exps") != std::string::npos;
+    std::vector<TernaryMatrix> mats;
+    int64_t by_gptq = 0;
+    for (int64_t e = 0; e < n_expert; ++e) {
+      const float* we = w.data() + e * rows * cols;
+      const InputStats* st = nullptr;
+      if (opt.method == Method::kQmoe && layer) {
+        st = stats->find(fmt::format("{}.{}", down ? "ffn_moe_act" : "ffn_moe_in", e), *layer);
+      }
+      TESSERA_CHECK(st == nullptr || st->dim == cols, kInvalidArgument,
+                    "calibration statistics of {} inputs for expert {} of '{}', which has {}", st ? st->dim : 0, e,
+                    t.name, cols);
+      if (st != nullptr && st->n > 0) {
+        mats.push_back(ternary_gptq(we, rows, cols, st->h, opt.gptq, &pool));
+        ++by_gptq;
+      } else {
+        mats.push_back(ternary_rtn(we, rows, cols));
+      }
+    }
+    Plan& p = plans[t.name];
+    p.qmoe = encode_qmoe(mats);
+    p.type = DType::kQMoE;
+    p.qmoe_how = fmt::format("qmoe ({} of {} experts by gptq)", by_gptq, n_expert);
+    p.qmoe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
 // Writes to a .partial file renamed into place: an error mid-way (bad
 // statistics, a corrupt tensor) leaves no partial file. Returns its size.
 size_t write_atomically(const gguf::Writer& w, const std::string& out_path) {
@@ -343,7 +394,9 @@ Method parse_method(const std::string& s) {
   if (s == "awq") return Method::kAwq;
   if (s == "gptq") return Method::kGptq;
   if (s == "awq+gptq" || s == "awq-gptq") return Method::kAwqGptq;
-  fail(ErrorCode::kInvalidArgument, "unknown method '{}' (rtn, awq, gptq, awq+gptq)", s);
+  if (s == "qmoe") return Method::kQmoe;
+  if (s == "qmoe-rtn") return Method::kQmoeRtn;
+  fail(ErrorCode::kInvalidArgument, "unknown method '{}' (rtn, awq, gptq, awq+gptq, qmoe, qmoe-rtn)", s);
 }
 
 const char* method_name(Method m) {
@@ -352,6 +405,8 @@ const char* method_name(Method m) {
     case Method::kAwq: return "awq";
     case Method::kGptq: return "gptq";
     case Method::kAwqGptq: return "awq+gptq";
+    case Method::kQmoe: return "qmoe";
+    case Method::kQmoeRtn: return "qmoe-rtn";
   }
   return "?";
 }
@@ -364,6 +419,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   check_options(in, opt, g);
   const bool awq = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
   std::map<std::string, Plan> plans = plan_types(in, opt, awq);
+  if (is_qmoe(opt.method)) encode_experts(in, opt, stats, pool, plans);
   std::set<int64_t> awq_planned;  // layers whose AWQ scales are searched (-1: the output's)
   // AWQ's scales of a tensor's layer, searched when its first tensor is
   // reached (norms and producers are written after their plans exist).
@@ -386,11 +442,23 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       ne[0] = p.cols_p;
       if (p.cols_p != t.ne[0]) w.set_u32(kPaddedColsKey + t.name, static_cast<uint32_t>(t.ne[0]));
       res.n_weights += t.n_elements();
-      res.weight_bytes += row_bytes(type, p.cols_p) * static_cast<size_t>(t.ne[1]);
+      const size_t bytes = p.qmoe.empty() ? row_bytes(type, p.cols_p) * static_cast<size_t>(matrix_rows(t)) : p.qmoe.size();
+      res.weight_bytes += bytes;
+      if (is_experts(t)) {
+        res.n_expert_weights += t.n_elements();
+        res.expert_bytes += bytes;
+      }
     } else if (p.awq_norm) {
       type = DType::kF32;  // a norm with AWQ's 1/s folded in
     }
     const int64_t i = ++index;
+    if (!p.qmoe.empty()) {
+      w.add_sized_tensor(t.name, DType::kQMoE, ne, p.qmoe.size(), [&p, &on_tensor, &t, i, total](uint8_t* out, size_t n) {
+        std::memcpy(out, p.qmoe.data(), n);
+        if (on_tensor) on_tensor({i, total, t.name, DType::kQMoE, p.qmoe_how, matrix_rows(t), t.ne[0], 0, n, p.qmoe_seconds});
+      });
+      continue;
+    }
     w.add_tensor(t.name, type, ne, [&t, &plans, &plan_layer_of, &opt, stats, &pool, &on_tensor, type, i,
                                     total](uint8_t* out, size_t n_bytes) {
       const auto t0 = std::chrono::steady_clock::now();

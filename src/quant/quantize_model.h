@@ -5,6 +5,12 @@
 //             rounding with AWQ's clipping search
 //   gptq      GPTQ (quant/gptq.h) per matrix
 //   awq+gptq  AWQ's scales, then GPTQ on the scaled matrices
+//   qmoe      a mixture's experts as QMoE ternary codes (quant/qmoe.h), each
+//             expert by GPTQ against the rows routed to it; the other
+//             matrices rounded to nearest in --type
+//   qmoe-rtn  the same with the experts rounded to nearest (no calibration)
+// A mixture's experts (blk.N.ffn_*_exps, [cols, rows, experts]) are
+// matrices of rows x experts rows for every method.
 // Matrices without calibration statistics (token_embd) are rounded to
 // nearest. Any shape: a matrix whose input width is not a multiple of the
 // block (stories260K's ffn_down, 172) is stored padded with zero columns to
@@ -30,10 +36,11 @@
 
 namespace tessera::quant {
 
-enum class Method { kRtn, kAwq, kGptq, kAwqGptq };
-Method parse_method(const std::string& s);  // "rtn", "awq", "gptq", "awq+gptq"
+enum class Method { kRtn, kAwq, kGptq, kAwqGptq, kQmoe, kQmoeRtn };
+Method parse_method(const std::string& s);  // "rtn", "awq", "gptq", "awq+gptq", "qmoe", "qmoe-rtn"
 const char* method_name(Method m);
-inline bool needs_calibration(Method m) { return m != Method::kRtn; }
+inline bool needs_calibration(Method m) { return m != Method::kRtn && m != Method::kQmoeRtn; }
+inline bool is_qmoe(Method m) { return m == Method::kQmoe || m == Method::kQmoeRtn; }
 
 struct QuantizeOptions {
   DType type = DType::kQ4_0;  // of every matrix not in `keep`
@@ -60,7 +67,12 @@ struct TensorDone {
 struct QuantizeResult {
   int64_t n_weights = 0;     // elements of the quantized matrices
   size_t weight_bytes = 0;   // their stored bytes
+  int64_t n_expert_weights = 0;  // of which in a mixture's experts
+  size_t expert_bytes = 0;
   size_t file_bytes = 0;
+  double expert_bits_per_weight() const {
+    return n_expert_weights ? 8.0 * static_cast<double>(expert_bytes) / static_cast<double>(n_expert_weights) : 0.0;
+  }
   double bits_per_weight() const { return n_weights ? 8.0 * static_cast<double>(weight_bytes) / static_cast<double>(n_weights) : 0.0; }
 };
 
