@@ -336,7 +336,13 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   o.group = 64;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);
   o = {};
-  o.bits = 2;
+  o.bits = 1;  // Q4_0 holds 4-, 3- or 2-bit values
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);
+  o.bits = 5;
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);
+  o = {};
+  o.experts_type = DType::kQ4_0;
+  o.method = Method::kQmoeRtn;  // the experts are QMoE codes then
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);
   o = {};
   o.keep = {{"no_such.weight", DType::kQ8_0}};

@@ -25,6 +25,7 @@ struct QuantizeArgs {
   int bits = 0;
   int64_t calib_tokens = 16384, calib_ctx = 128, group = 0;
   std::vector<std::string> keep;
+  std::string experts_type;
   bool act_order = false, no_clip = false;
   double damp = 0.01;
   int threads = 0;
@@ -42,7 +43,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("-m,--model", a->model, "Input GGUF")->required();
   sub.add_option("-o,--out", a->out, "Output GGUF")->required();
   sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q4_k, q3_k, q8_0, f16, bf16, f32")->capture_default_str();
-  sub.add_option("--bits", a->bits, "Value bits inside the type (3: 3-bit values in Q4_0 blocks; 0: the type's own)")
+  sub.add_option("--bits", a->bits, "Value bits inside the type (3 or 2: 3- or 2-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
   sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes)")->capture_default_str();
   sub.add_option("--calib", a->calib, "Calibration text (default: the short stories built in, src/quant/default_calibration.cc)");
@@ -54,6 +55,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       ->capture_default_str();
   sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q3_K 16)");
   sub.add_option("--keep", a->keep, "NAME=TYPE: store tensor NAME as TYPE (repeatable)");
+  sub.add_option("--experts-type", a->experts_type, "A mixture's experts in this type (default: --type)");
   sub.add_flag("--act-order", a->act_order, "GPTQ: quantize columns by decreasing input energy");
   sub.add_option("--damp", a->damp, "GPTQ: dampening, a fraction of mean(diag H)")->capture_default_str();
   sub.add_flag("--no-clip", a->no_clip, "AWQ: no clipping search");
@@ -64,6 +66,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     opt.bits = a->bits;
     opt.method = quant::parse_method(a->method);
     opt.group = a->group;
+    if (!a->experts_type.empty()) opt.experts_type = parse_type_option(a->experts_type);
     opt.gptq.act_order = a->act_order;
     opt.gptq.damp = a->damp;
     opt.awq.clip = !a->no_clip;

@@ -19,9 +19,9 @@ Grid make_grid(DType type, int bits) {
   g.type = type;
   switch (type) {
     case DType::kQ4_0:
-      TESSERA_CHECK(bits == 0 || bits == 4 || bits == 3, kInvalidArgument,
-                    "Q4_0 holds 4-bit or 3-bit values, not {}-bit", bits);
-      g.bits = bits == 3 ? 3 : 4;
+      TESSERA_CHECK(bits == 0 || (bits >= 2 && bits <= 4), kInvalidArgument,
+                    "Q4_0 holds 4-, 3- or 2-bit values, not {}-bit", bits);
+      g.bits = bits == 0 ? 4 : bits;
       g.qmin = -(1 << (g.bits - 1));
       g.qmax = (1 << (g.bits - 1)) - 1;
       return g;

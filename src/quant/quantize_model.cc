@@ -244,7 +244,8 @@ void check_request(const gguf::File& in, const std::string& out_path, const Quan
 
 // Refuses options the grid cannot hold and inputs that are not originals.
 void check_options(const gguf::File& in, const QuantizeOptions& opt, const Grid& g) {
-  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type), kInvalidArgument, "--bits needs a block type");
+  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type) || (opt.experts_type && is_grid_type(*opt.experts_type)),
+                kInvalidArgument, "--bits needs a block type");
   TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
                 "group size {}: {} blocks hold {} weights (other group sizes need another storage type)", opt.group,
                 dtype_name(opt.type), is_grid_type(opt.type) ? g.block : 1);
@@ -252,6 +253,12 @@ void check_options(const gguf::File& in, const QuantizeOptions& opt, const Grid&
     TESSERA_CHECK(k.rfind(kPaddedColsKey, 0) != 0, kInvalidArgument,
                   "{} holds padded matrices (it was quantized by Tessera); quantize from the original model", in.path());
   }
+  TESSERA_CHECK(!opt.experts_type || !is_qmoe(opt.method), kInvalidArgument,
+                "--experts-type and --method {}: the experts are QMoE codes", method_name(opt.method));
+  TESSERA_CHECK(!opt.experts_type || *opt.experts_type == DType::kF32 || *opt.experts_type == DType::kF16 ||
+                    *opt.experts_type == DType::kBF16 || is_grid_type(*opt.experts_type),
+                kInvalidArgument, "--experts-type {}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32",
+                dtype_name(*opt.experts_type));
   for (const auto& [name, type] : opt.keep) {
     TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
     TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
@@ -268,7 +275,7 @@ std::map<std::string, Plan> plan_types(const gguf::File& in, const QuantizeOptio
     p.matrix = is_matrix(t);
     p.type = t.type;
     if (p.matrix) {
-      p.type = opt.type;
+      p.type = is_experts(t) && opt.experts_type ? *opt.experts_type : opt.type;
       for (const auto& [name, type] : opt.keep) {
         if (name == t.name) p.type = type;
       }

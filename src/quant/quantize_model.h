@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@ inline bool is_qmoe(Method m) { return m == Method::kQmoe || m == Method::kQmoeR
 
 struct QuantizeOptions {
   DType type = DType::kQ4_0;  // of every matrix not in `keep`
+  std::optional<DType> experts_type;  // a mixture's experts' instead (not with the qmoe methods)
   int bits = 0;               // 0: the type's own; 3: 3-bit values in Q4_0 blocks
   Method method = Method::kRtn;
   int64_t group = 0;          // 0: the type's block; anything else must equal it
