@@ -63,13 +63,24 @@ uint64_t row_tile(const QmoeRowsArgs& a, int64_t r, uint64_t k, const float* con
   for (int s = 0; s < 2; ++s) {
     for (int i = 0; i < TT; ++i) acc[s][i] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   }
+  // Codewords in pairs (even set, odd set), so the accumulators stay in
+  // registers; a row's last, unpaired codeword goes to the even set.
   int64_t c = 0;
-  int set = 0;
-  for (; c < w.cols && k < w.n_codes; ++k) {
-    const QmoeEntry& e = w.dict[w.codes[k]];
-    for (int i = 0; i < TT; ++i) add(acc[set][i], t, e, x[i] + c);
-    c += e.length;
-    set ^= 1;
+  while (c < w.cols && k < w.n_codes) {
+    const QmoeEntry& e0 = w.dict[w.codes[k]];
+    const int64_t c1 = c + e0.length;
+    if (c1 >= w.cols || k + 1 >= w.n_codes) {
+      for (int i = 0; i < TT; ++i) add(acc[0][i], t, e0, x[i] + c);
+      ++k;
+      break;
+    }
+    const QmoeEntry& e1 = w.dict[w.codes[k + 1]];
+    for (int i = 0; i < TT; ++i) {
+      add(acc[0][i], t, e0, x[i] + c);
+      add(acc[1][i], t, e1, x[i] + c1);
+    }
+    c = c1 + e1.length;
+    k += 2;
   }
   const int64_t global = a.m * w.rows + r;
   const float los = fp16_to_f32(w.scales[2 * global]), his = fp16_to_f32(w.scales[2 * global + 1]);

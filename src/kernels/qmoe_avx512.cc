@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/fp16.h"
 #include "kernels/qmoe_kernels.h"
@@ -20,6 +21,26 @@ inline float tree16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// An input vector in a register: used by two masked adds, it is loaded once
+// (a memory operand would be a second split-line load).
+inline __m512 load_x(const float* p) {
+  __m512 v = _mm512_loadu_ps(p);
+  asm("" : "+v"(v));
+  return v;
+}
+
+// A codeword's masks: lo in bits 0-15 of one mask register, hi shifted down
+// from bits 16-31 (one 32-bit load, one shift).
+struct Masks {
+  __mmask16 lo, hi;
+};
+inline Masks masks(const QmoeEntry& e) {
+  __mmask32 bits;
+  std::memcpy(&bits, &e, sizeof(bits));
+  const __mmask32 both = _cvtu32_mask32(bits);
+  return {static_cast<__mmask16>(both), static_cast<__mmask16>(_kshiftri_mask32(both, 16))};
+}
+
 // One row for TT tokens; returns the index past its codewords.
 template <int TT>
 uint64_t row_tile(const QmoeRowsArgs& a, int64_t r, uint64_t k, const float* const* x, float* const* y) {
@@ -31,28 +52,30 @@ uint64_t row_tile(const QmoeRowsArgs& a, int64_t r, uint64_t k, const float* con
   int64_t c = 0;
   const int64_t cols = w.cols;
   const uint64_t end = w.n_codes;
+  const uint8_t* codes = w.codes;
+  const QmoeEntry* dict = w.dict;
   while (c < cols && k < end) {
-    const QmoeEntry e0 = w.dict[w.codes[k]];
-    const __mmask16 l0 = e0.lo_mask, h0 = e0.hi_mask;
+    const QmoeEntry& e0 = dict[codes[k]];
+    const Masks m0 = masks(e0);
     const int64_t c1 = c + e0.length;
     if (c1 >= cols || k + 1 >= end) {  // the row's last codeword: even or odd set by its index
       for (int t = 0; t < TT; ++t) {
-        const __m512 xv = _mm512_loadu_ps(x[t] + c);
-        lo[0][t] = _mm512_mask_add_ps(lo[0][t], l0, lo[0][t], xv);
-        hi[0][t] = _mm512_mask_add_ps(hi[0][t], h0, hi[0][t], xv);
+        const __m512 xv = load_x(x[t] + c);
+        lo[0][t] = _mm512_mask_add_ps(lo[0][t], m0.lo, lo[0][t], xv);
+        hi[0][t] = _mm512_mask_add_ps(hi[0][t], m0.hi, hi[0][t], xv);
       }
       c = c1;
       ++k;
       break;
     }
-    const QmoeEntry e1 = w.dict[w.codes[k + 1]];
-    const __mmask16 l1 = e1.lo_mask, h1 = e1.hi_mask;
+    const QmoeEntry& e1 = dict[codes[k + 1]];
+    const Masks m1 = masks(e1);
     for (int t = 0; t < TT; ++t) {
-      const __m512 x0 = _mm512_loadu_ps(x[t] + c), x1 = _mm512_loadu_ps(x[t] + c1);
-      lo[0][t] = _mm512_mask_add_ps(lo[0][t], l0, lo[0][t], x0);
-      hi[0][t] = _mm512_mask_add_ps(hi[0][t], h0, hi[0][t], x0);
-      lo[1][t] = _mm512_mask_add_ps(lo[1][t], l1, lo[1][t], x1);
-      hi[1][t] = _mm512_mask_add_ps(hi[1][t], h1, hi[1][t], x1);
+      const __m512 x0 = load_x(x[t] + c), x1 = load_x(x[t] + c1);
+      lo[0][t] = _mm512_mask_add_ps(lo[0][t], m0.lo, lo[0][t], x0);
+      hi[0][t] = _mm512_mask_add_ps(hi[0][t], m0.hi, hi[0][t], x0);
+      lo[1][t] = _mm512_mask_add_ps(lo[1][t], m1.lo, lo[1][t], x1);
+      hi[1][t] = _mm512_mask_add_ps(hi[1][t], m1.hi, hi[1][t], x1);
     }
     c = c1 + e1.length;
     k += 2;
