@@ -4,7 +4,8 @@
 // Names: read_bw/<threads>, gemv/<type>[_packed]/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
 // per second), gemm/<type>/<isa>/<rows>x<cols>/n<tokens>/t<threads> (counter GFLOP/s), and
 // op/<name>/<isa>, lora/<isa>/<in>x<out>/r<rank>/n<tokens> (a LoRA delta's shrink + expand: GFLOP/s,
-// and GB/s of adapter weights). GEMV cycles through enough copies of the matrix to exceed the last-level cache,
+// and GB/s of adapter weights), qmoe/<isa>/<rows>x<cols>/n<tokens>/t<threads> (QMoE ternary experts of
+// Gaussian weights rounded to {min, 0, max}: Gweights/s, ns per codeword, GB/s of codes). GEMV cycles through enough copies of the matrix to exceed the last-level cache,
 // so it measures streaming from memory as a decode step does.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -22,7 +23,9 @@
 #include "kernels/lora_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/qmoe.h"
 #include "kernels/quant.h"
+#include "quant/qmoe.h"
 
 namespace tessera::kernels {
 namespace {
@@ -193,6 +196,41 @@ struct Shape {
   int64_t rows, cols;
 };
 
+// QMoE: 16 experts of Gaussian weights, rounded (~89% zeros at 2048
+// columns), each call one expert in turn, as a decode step reads them.
+void qmoe_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64_t n, int threads) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported");
+    return;
+  }
+  constexpr int64_t kExperts = 16;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  std::vector<quant::TernaryMatrix> mats;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    for (float& f : w) f = nd(rng);
+    mats.push_back(quant::ternary_rtn(w.data(), rows, cols));
+  }
+  const std::vector<uint8_t> bytes = quant::encode_qmoe(mats);
+  const QmoeView v = parse_qmoe(bytes.data(), bytes.size(), cols, rows, kExperts, "bench");
+  std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows));
+  for (float& f : x) f = nd(rng);
+  Workspace ws;
+  const KernelContext ctx{&pool_of(threads), isa, &ws};
+  int64_t e = 0;
+  for (auto _ : st) {
+    qmoe_matmul(v, e, x.data(), cols, n, y.data(), rows, ctx);
+    e = (e + 1) % kExperts;
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(st.iterations());
+  st.counters["Gweights/s"] = benchmark::Counter(iters * static_cast<double>(rows * cols) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(v.n_codes) / kExperts / 1e9, benchmark::Counter::kIsRate);
+  st.counters["ns/codeword"] = benchmark::Counter(iters * static_cast<double>(v.n_codes) / kExperts,
+                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 void register_all() {
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("read_bw/t" + std::to_string(threads)).c_str(), read_bandwidth, threads)
@@ -245,6 +283,17 @@ void register_all() {
         const std::string name = "lora/" + std::string(isa_name(isa)) + "/768x" + std::to_string(out) + "/r16/n" +
                                  std::to_string(n);
         benchmark::RegisterBenchmark(name.c_str(), lora_bench, isa, int64_t{768}, out, int64_t{16}, n)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  for (Isa isa : isas) {
+    for (int64_t n : {int64_t{1}, int64_t{4}}) {
+      for (int threads : {1, 2}) {
+        const std::string name = "qmoe/" + std::string(isa_name(isa)) + "/1024x2048/n" + std::to_string(n) + "/t" +
+                                 std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), qmoe_bench, isa, int64_t{1024}, int64_t{2048}, n, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }
