@@ -22,6 +22,8 @@
 #include "server/metrics.h"
 #include "util/test_util.h"
 
+#include <nlohmann/json.hpp>
+
 namespace tessera::engine {
 namespace {
 
@@ -297,6 +299,33 @@ TEST(Moe, BadFilesGetOneLineErrors) {
     w.write(path);
     expect_load_error(path, "'qwen3moe.expert_count' is missing (qwen3moe is a mixture of experts)");
   }
+}
+
+// The trained mixture (models/stories-moe): llama.cpp's greedy tokens
+// (tests/reference/llamacpp_stories_moe.json). Its F16 matrices are
+// multiplied by llama.cpp with activations rounded to F16 (relative 2^-11
+// per product), so, as for the F16 files of tests/scripts/llamacpp_greedy.sh,
+// the tokens are checked and the logit differences only reported.
+TEST(Moe, TrainedMixtureFollowsLlamaCppGreedy) {
+  const nlohmann::json ref =
+      nlohmann::json::parse(testing::read_file(std::string(TESSERA_SOURCE_DIR) + "/tests/reference/llamacpp_stories_moe.json"));
+  const LoadedModel lm = load_model(std::string(TESSERA_SOURCE_DIR) + "/models/stories-moe/stories-moe-8x.gguf");
+  const std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> want = ref["tokens"].get<std::vector<int32_t>>();
+  ThreadPool pool(2);
+  SequenceRunner r(*lm.model, {.n_ctx = 256, .kv_type = DType::kF32}, pool);
+  std::span<const float> logits = r.append(prompt);
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int32_t top = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    ASSERT_EQ(top, want[i]) << "token " << i;
+    for (const auto& pair : ref["logit_diffs"][i]) {
+      const double d = logits[pair[0].get<int32_t>()] - logits[top];
+      worst = std::max(worst, std::abs(d - pair[1].get<double>()));
+    }
+    logits = r.append(std::span(&want[i], 1));
+  }
+  RecordProperty("worst_logit_diff_vs_llamacpp", std::to_string(worst));
 }
 
 }  // namespace
