@@ -213,6 +213,9 @@ uint64_t variable_size(const std::string& path, const TensorInfo& t, const uint8
   }
   uint64_t n = 0;
   std::memcpy(&n, p + 8, sizeof(n));
+  if (n < 32 || n % 8 != 0) {
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' of type {} declares {} bytes", path, t.name, dtype_name(t.type), n);
+  }
   return n;
 }
 

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "core/error.h"
 #include "format/model_config.h"
 #include "format/gguf.h"
+#include "kernels/qmoe.h"
 
 namespace {
 
@@ -49,6 +51,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       g_sink = g_sink + t.data[0] + t.data[t.n_bytes - 1];
+      // QMoE experts: the layout checks (every codeword walked) must hold
+      // whatever the bytes say, and a view they accept reads inside them.
+      if (t.type == tessera::DType::kQMoE && t.n_dims == 3) {
+        try {
+          const tessera::kernels::QmoeView v =
+              tessera::kernels::parse_qmoe(t.data, t.n_bytes, t.ne[0], t.ne[1], t.ne[2], t.name.c_str());
+          std::vector<float> row(static_cast<size_t>(t.ne[0]));
+          if (t.ne[0] <= 4096) tessera::kernels::qmoe_dequantize_row(v, t.ne[2] - 1, t.ne[1] - 1, row.data());
+          g_sink = g_sink + v.n_codes + (row.empty() ? 0 : static_cast<uint64_t>(row[0] != 0.0f));
+        } catch (const tessera::Error&) {
+        }
+      }
     }
     // Hyperparameters, as load_model() reads them: plain, and with every
     // optional group an architecture may ask for (windows, mixtures of experts).
