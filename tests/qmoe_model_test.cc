@@ -160,5 +160,35 @@ TEST(QmoeModel, CorruptQmoeTensorsAreRefusedByName) {
   expect_refused(bytes.substr(0, found + 100), "truncated", "blk.1.ffn_down_exps.weight");
 }
 
+// --experts-type: a mixture's experts in their own type, the rest in --type;
+// the file loads and runs, its logits moved by the experts' rounding alone
+// (changed, and by less than a tenth of the largest logit).
+TEST(QmoeModel, ExpertsTypeQuantizesTheExpertsAlone) {
+  const std::string base = mixture("experts-type-base", 64);
+  const gguf::File in = gguf::File::open(base);
+  QuantizeOptions opt;
+  opt.method = Method::kRtn;
+  opt.type = DType::kF16;
+  opt.experts_type = DType::kQ4_0;
+  ThreadPool pool(2);
+  const std::string out = testing::temp_path("experts-type-q4.gguf");
+  const QuantizeResult r = quantize_model(in, out, opt, nullptr, pool);
+  EXPECT_NEAR(r.expert_bits_per_weight(), 4.5, 1e-9);
+  const LoadedModel lm = load_model(out);
+  EXPECT_EQ(lm.file->tensor("blk.0.ffn_gate_exps.weight").type, DType::kQ4_0);
+  EXPECT_EQ(lm.file->tensor("blk.0.ffn_down_exps.weight").type, DType::kQ4_0);
+  EXPECT_EQ(lm.file->tensor("blk.0.attn_q.weight").type, DType::kF16);
+  const LoadedModel lb = load_model(base);
+  const std::vector<int32_t> toks = tokens(16);
+  const std::vector<float> a = logits(*lm.model, toks), b = logits(*lb.model, toks);
+  double diff = 0.0, mag = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    mag = std::max(mag, static_cast<double>(std::abs(b[i])));
+  }
+  EXPECT_GT(diff, 0.0) << "the experts were not quantized";
+  EXPECT_LT(diff, 0.1 * mag) << diff << " of " << mag;
+}
+
 }  // namespace
 }  // namespace tessera::quant
