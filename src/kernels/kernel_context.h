@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/cpu.h"
@@ -20,6 +22,10 @@ struct Workspace {
   AlignedBuffer<float> padded_x;  // [n_tokens, cols]: x widened for weights stored with padding
   AlignedBuffer<float> attn_mass;        // attention mass capture (kernels/attention.cc)
   AlignedBuffer<int64_t> attn_mass_sum;  // its per-unit sums
+  // QMoE products (kernels/qmoe.cc): each job's padded input offset and
+  // the (job, row group) work units.
+  std::vector<size_t> qmoe_x_at;
+  std::vector<std::pair<size_t, int64_t>> qmoe_units;
 };
 
 struct KernelContext {

@@ -34,9 +34,13 @@ void qmoe_matmul(const QmoeView& w, int64_t m, const float* x, int64_t x_stride,
 void qmoe_matmul_grouped(std::span<const QmoeJob> jobs, const KernelContext& ctx) {
   if (jobs.empty()) return;
   const QmoeKernels& k = qmoe_table(ctx.isa);
-  // Inputs padded with 16 zeros per token (a codeword reads 16 lanes).
+  // Inputs padded with 16 zeros per token (a codeword reads 16 lanes). The
+  // bookkeeping lives in the workspace: no allocation once it has grown.
+  Workspace own_ws;
+  Workspace& ws = ctx.ws != nullptr ? *ctx.ws : own_ws;
   size_t padded = 0;
-  std::vector<size_t> x_at(jobs.size());
+  std::vector<size_t>& x_at = ws.qmoe_x_at;
+  x_at.resize(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     const QmoeJob& q = jobs[j];
     TESSERA_CHECK(q.m >= 0 && q.m < q.w->matrices && q.n_tokens >= 0 &&
@@ -46,11 +50,11 @@ void qmoe_matmul_grouped(std::span<const QmoeJob> jobs, const KernelContext& ctx
     x_at[j] = padded;
     padded += static_cast<size_t>(q.n_tokens * (q.w->cols + kQmoeMaxLength));
   }
-  AlignedBuffer<float> own;
-  AlignedBuffer<float>& buf = ctx.ws != nullptr ? ctx.ws->padded_x : own;
+  AlignedBuffer<float>& buf = ws.padded_x;
   buf.ensure(padded);
   // Work units: (job, row group of the matrix).
-  std::vector<std::pair<size_t, int64_t>> units;
+  std::vector<std::pair<size_t, int64_t>>& units = ws.qmoe_units;
+  units.clear();
   int64_t macs = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const QmoeJob& q = jobs[j];
