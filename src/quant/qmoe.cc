@@ -88,6 +88,23 @@ void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   std::memcpy(out.data() + at, &v, 8);
 }
 
+// The dictionary entries of a tree's leaves (masks of lo / hi symbols, length).
+std::array<kernels::QmoeEntry, 256> dictionary_of(const Tree& t) {
+  std::array<kernels::QmoeEntry, 256> d{};
+  for (size_t i = 1; i < t.child.size(); ++i) {
+    if (t.leaf_code[i] < 0) continue;
+    kernels::QmoeEntry& e = d[static_cast<size_t>(t.leaf_code[i])];
+    e.length = static_cast<uint8_t>(t.str[i].size());
+    for (size_t j = 0; j < t.str[i].size(); ++j) {
+      if (t.str[i][j] == kTernaryLo) e.lo_mask |= static_cast<uint16_t>(1u << j);
+      if (t.str[i][j] == kTernaryHi) e.hi_mask |= static_cast<uint16_t>(1u << j);
+    }
+  }
+  const int used = static_cast<int>(std::count_if(t.leaf_code.begin(), t.leaf_code.end(), [](int32_t c) { return c >= 0; }));
+  for (int i = used; i < 256; ++i) d[static_cast<size_t>(i)] = d[0];  // unused: valid, never written
+  return d;
+}
+
 }  // namespace
 
 TernaryMatrix ternary_rtn(const float* w, int64_t rows, int64_t cols) {
@@ -115,20 +132,7 @@ TernaryMatrix ternary_gptq(const float* w, int64_t rows, int64_t cols, std::span
 }
 
 std::array<kernels::QmoeEntry, 256> tunstall_dictionary(const std::array<double, 3>& p) {
-  const Tree t = tunstall_tree(p);
-  std::array<kernels::QmoeEntry, 256> d{};
-  for (size_t i = 1; i < t.child.size(); ++i) {
-    if (t.leaf_code[i] < 0) continue;
-    kernels::QmoeEntry& e = d[static_cast<size_t>(t.leaf_code[i])];
-    e.length = static_cast<uint8_t>(t.str[i].size());
-    for (size_t j = 0; j < t.str[i].size(); ++j) {
-      if (t.str[i][j] == kTernaryLo) e.lo_mask |= static_cast<uint16_t>(1u << j);
-      if (t.str[i][j] == kTernaryHi) e.hi_mask |= static_cast<uint16_t>(1u << j);
-    }
-  }
-  const int used = static_cast<int>(std::count_if(t.leaf_code.begin(), t.leaf_code.end(), [](int32_t c) { return c >= 0; }));
-  for (int i = used; i < 256; ++i) d[static_cast<size_t>(i)] = d[0];  // unused: valid, never written
-  return d;
+  return dictionary_of(tunstall_tree(p));
 }
 
 std::vector<uint8_t> encode_qmoe(std::span<const TernaryMatrix> mats) {
@@ -141,7 +145,7 @@ std::vector<uint8_t> encode_qmoe(std::span<const TernaryMatrix> mats) {
   }
   const double total = count[0] + count[1] + count[2];
   const Tree t = tunstall_tree({count[0] / total, count[1] / total, count[2] / total});
-  const std::array<kernels::QmoeEntry, 256> dict = tunstall_dictionary({count[0] / total, count[1] / total, count[2] / total});
+  const std::array<kernels::QmoeEntry, 256> dict = dictionary_of(t);  // the same tree parses the rows
   // Codes, row after row; a row's last string is completed with zeros.
   std::vector<uint8_t> codes;
   std::vector<uint32_t> group_start;
