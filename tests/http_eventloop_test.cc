@@ -233,7 +233,13 @@ TEST(ServerEventLoop, AStalledReaderIsDroppedAndASlowOneSlowsNobody) {
   ::shutdown(slow, SHUT_RDWR);
   slow_reader.join();
   ::close(slow);
-  wait_for([&] { return s.async->in_flight() == 0 && s.async->stats().kv_blocks_used == 0; }, std::chrono::seconds(20));
+  // The HTTP exchange ends on the server's loop after the client has read
+  // [DONE] (its last write completes there), so wait for it as well.
+  wait_for(
+      [&] {
+        return s.async->in_flight() == 0 && s.async->stats().kv_blocks_used == 0 && s.http->active_requests() == 0;
+      },
+      std::chrono::seconds(20));
   EXPECT_EQ(s.async->in_flight(), 0);
   EXPECT_EQ(s.async->stats().kv_blocks_used, 0);
   EXPECT_EQ(s.http->active_requests(), 0);
