@@ -57,8 +57,10 @@ bool same_value(float a, float b) {
 
 TEST(Quant, DequantizeMatchesNumpyBitForBit) {
   std::mt19937 rng(42);
-  const DType types[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                         DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  const DType types[] = {DType::kF32,   DType::kF16,  DType::kBF16,  DType::kQ8_0,   DType::kQ4_0,
+                         DType::kQ4_1,  DType::kQ5_0, DType::kQ5_1,  DType::kIQ4_NL, DType::kMXFP4,
+                         DType::kQ2_K,  DType::kQ3_K, DType::kQ4_K,  DType::kQ5_K,   DType::kQ6_K,
+                         DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0};
   for (DType t : types) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const DTypeTraits tr = dtype_traits(t);
@@ -72,11 +74,15 @@ TEST(Quant, DequantizeMatchesNumpyBitForBit) {
         const uint16_t h = random_finite_f16(rng);
         std::memcpy(blk + off, &h, 2);
       };
-      if (t == DType::kQ6_K || t == DType::kQ3_K) {
-        put(t == DType::kQ6_K ? 208 : 108);
-      } else {
-        put(0);
-        if (t == DType::kQ4_K || t == DType::kQ5_K) put(2);
+      switch (t) {
+        case DType::kQ6_K: put(208); break;
+        case DType::kQ3_K: put(108); break;
+        case DType::kQ2_K: put(80), put(82); break;
+        case DType::kTQ1_0: put(52); break;
+        case DType::kTQ2_0: put(64); break;
+        case DType::kMXFP4: break;  // an E8M0 byte: every value is a scale
+        case DType::kQ4_K: case DType::kQ5_K: case DType::kQ4_1: case DType::kQ5_1: put(0), put(2); break;
+        default: put(0); break;
       }
     }
     if (t == DType::kF32) {  // keep f32 finite too: the copy is bitwise anyway

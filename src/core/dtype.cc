@@ -16,7 +16,7 @@ struct Entry {
 
 // Sizes as ggml defines them (QK_K = 256).
 // QMOE: block and type sizes of 1 and 0 stand for "variable" (dtype_fixed_size).
-constexpr std::array<Entry, 32> kTable = {{
+constexpr std::array<Entry, 33> kTable = {{
     {0, {"F32", 1, 4}},        {1, {"F16", 1, 2}},       {2, {"Q4_0", 32, 18}},
     {3, {"Q4_1", 32, 20}},     {6, {"Q5_0", 32, 22}},    {7, {"Q5_1", 32, 24}},
     {8, {"Q8_0", 32, 34}},     {9, {"Q8_1", 32, 36}},    {10, {"Q2_K", 256, 84}},
@@ -27,7 +27,7 @@ constexpr std::array<Entry, 32> kTable = {{
     {23, {"IQ4_XS", 256, 136}}, {24, {"I8", 1, 1}},      {25, {"I16", 1, 2}},
     {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},
     {29, {"IQ1_M", 256, 56}},  {30, {"BF16", 1, 2}},     {34, {"TQ1_0", 256, 54}},
-    {35, {"TQ2_0", 256, 66}},  {4096, {"QMOE", 1, 0}},
+    {35, {"TQ2_0", 256, 66}},  {39, {"MXFP4", 32, 17}},   {4096, {"QMOE", 1, 0}},
 }};
 
 }  // namespace

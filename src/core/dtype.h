@@ -42,6 +42,7 @@ enum class DType : uint32_t {
   kBF16 = 30,
   kTQ1_0 = 34,
   kTQ2_0 = 35,
+  kMXFP4 = 39,
   // Tessera's own: QMoE's entropy-coded ternary experts (kernels/qmoe.h,
   // docs/FORMATS.md). Variable size: its bytes say how many they are.
   // ggml has no type of this number, so llama.cpp refuses such a file,

@@ -85,4 +85,99 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// ---- the other types llama-quantize writes (issue 35) ----------------------
+
+// 32 weights = d * q + m, q in 0..15 (nibbles as Q4_0's).
+struct BlockQ4_1 {
+  fp16_t d;
+  fp16_t m;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// 32 weights = d * (q - 16), q in 0..31: the low 4 bits as Q4_0's nibbles,
+// the fifth bit of value i in bit i of the little-endian 32-bit qh.
+struct BlockQ5_0 {
+  fp16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// 32 weights = d * q + m, q in 0..31 stored as Q5_0's.
+struct BlockQ5_1 {
+  fp16_t d;
+  fp16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// 256 weights in 16 sub-blocks of 16: w = d * (sc[s] & 15) * q - dmin *
+// (sc[s] >> 4), q 2-bit: value 128 n + 32 j + l (l < 32) in bits 2j of
+// qs[32 n + l] (Q3_K's low bits).
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  fp16_t d;
+  fp16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// The 16 levels of IQ4_NL / IQ4_XS (a non-uniform 4-bit grid, int8).
+constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// 32 weights = d * kIQ4Values[q], q 4-bit (nibbles as Q4_0's).
+struct BlockIQ4_NL {
+  fp16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// 256 weights in 8 sub-blocks of 32: w = d * (ls[s] - 32) * kIQ4Values[q];
+// ls 6-bit: low 4 bits in nibble s % 2 of scales_l[s / 2], top 2 bits in
+// bits 2s of scales_h; each sub-block's 16 bytes of nibbles as Q4_0's.
+struct BlockIQ4_XS {
+  fp16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// OCP MX FP4 (E2M1) values, doubled so they are integers: 0, 0.5, 1, 1.5,
+// 2, 3, 4, 6 and their negatives (sign bit 3).
+constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 32 weights = 2^(e - 128) * kMXFP4Values[q] (e an E8M0 exponent: half the
+// block scale 2^(e - 127), to undo the doubling; e = 0 and 1 give 2^-128
+// and 2^-127 as the subnormals they are), nibbles as Q4_0's.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+// 256 ternary weights = d * (t - 1), t in 0..2, five base-3 digits a byte:
+// byte value v holds digits t_n = ((uint8_t)(v * 3^n) * 3) >> 8 (n < 5; the
+// byte is the 5-digit base-3 number scaled by 256/243, rounded up).
+// Values 0..159: byte m < 32 of qs, digit n: value 32 n + m; 160..239:
+// byte 32 + m (m < 16), digit n: 160 + 16 n + m; 240..255: byte m < 4 of
+// qh, digit n < 4: 240 + 4 n + m.
+struct BlockTQ1_0 {
+  uint8_t qs[48];
+  uint8_t qh[4];
+  fp16_t d;
+};
+static_assert(sizeof(BlockTQ1_0) == 54);
+
+// 256 weights = d * (q - 1), q 2-bit: value 128 n + 32 j + l in bits 2j of
+// qs[32 n + l] (Q2_K's order; q = 3 gives 2, outside the ternary set but
+// defined).
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  fp16_t d;
+};
+static_assert(sizeof(BlockTQ2_0) == 66);
+
 }  // namespace tessera::kernels

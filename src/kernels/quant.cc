@@ -7,6 +7,7 @@
 #include "core/fp16.h"
 #include "kernels/block_values.h"
 #include "kernels/blocks.h"
+#include "kernels/quant_more.h"
 
 namespace tessera::kernels {
 namespace {
@@ -157,7 +158,7 @@ bool can_dequantize(DType t) {
     case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kQ3_K:
       return true;
     default:
-      return false;
+      return dequantizes_more(t);
   }
 }
 
@@ -192,7 +193,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::kQ5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return;
     case DType::kQ6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return;
     case DType::kQ3_K: dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb); return;
-    default: fail(ErrorCode::kInvalidArgument, "cannot dequantize type {}", dtype_name(t));
+    default: dequantize_more(t, src, dst, nb); return;
   }
 }
 

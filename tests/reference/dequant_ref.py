@@ -6,7 +6,8 @@ Usage:
   dequant_ref.py dequant TYPE IN OUT     raw blocks of TYPE -> float32 values
   dequant_ref.py quant TYPE IN OUT       float32 values -> raw blocks (q8_0, q4_0, f16, bf16)
 
-TYPE: f32 f16 bf16 q8_0 q4_0 q3_k q4_k q5_k q6_k. Every arithmetic step is done in
+TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl mxfp4 q2_k q3_k q4_k q5_k q6_k
+iq4_xs tq1_0 tq2_0. Every arithmetic step is done in
 float32 in the order the format's reference dequantizer uses, so results
 are comparable bit for bit.
 """
@@ -105,7 +106,84 @@ def dequant(t, raw):
             sc = b["sc"][:, (128 * half + j) // 16].astype(F32)
             out[:, 128 * half:128 * half + 128] = (b["d"].astype(F32)[:, None] * sc) * q
         return out.ravel()
+    if t in ("q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4"):
+        return dequant_32(t, raw)
+    if t == "q2_k":
+        # 16 bytes of scales (low nibble: scale, high: min, for 16
+        # sub-blocks of 16), 64 bytes of 2-bit values in Q3_K's order, half
+        # d, half dmin: x = (d * scale) * q - dmin * min.
+        b = np.frombuffer(raw, [("s", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")])
+        q = two_bit_values(b["qs"]).astype(F32)
+        s = b["s"][:, np.arange(256) // 16].astype(np.int32)
+        dl = b["d"].astype(F32)[:, None] * (s & 15).astype(F32)
+        ml = b["dmin"].astype(F32)[:, None] * (s >> 4).astype(F32)
+        return (dl * q - ml).ravel()
+    if t == "iq4_xs":
+        # half d, 16-bit scales_h (2 bits per sub-block), 4 bytes scales_l
+        # (a nibble per sub-block), 8 sub-blocks of 32 values as 16 bytes of
+        # IQ4_NL nibbles each: x = (d * (ls - 32)) * level.
+        b = np.frombuffer(raw, [("d", "<f2"), ("sh", "<u2"), ("sl", "u1", 4), ("qs", "u1", 128)])
+        k = np.arange(8)
+        ls = ((b["sl"][:, k // 2].astype(np.int32) >> (4 * (k % 2))) & 15) | \
+             (((b["sh"][:, None].astype(np.int32) >> (2 * k)) & 3) << 4)
+        qs = b["qs"].reshape(len(b), 8, 16).astype(np.int32)
+        lev = IQ4[np.concatenate([qs & 15, qs >> 4], axis=2)].astype(F32)  # [n, 8, 32]
+        dl = b["d"].astype(F32)[:, None] * (ls - 32).astype(F32)
+        return (dl[:, :, None] * lev).ravel()
+    if t == "tq2_0":
+        # 64 bytes of 2-bit values (Q3_K's order), half d: x = (q - 1) * d.
+        b = np.frombuffer(raw, [("qs", "u1", 64), ("d", "<f2")])
+        return ((two_bit_values(b["qs"]) - 1).astype(F32) * b["d"].astype(F32)[:, None]).ravel()
+    if t == "tq1_0":
+        # 48 + 4 bytes of base-3 digits, half d. A byte v holds 5 digits (4 in
+        # qh): digit n = ((v * 3^n mod 256) * 3) >> 8. Values: qs[0:32] digit
+        # n -> 32 n + m; qs[32:48] digit n -> 160 + 16 n + m; qh digit n ->
+        # 240 + 4 n + m. x = (digit - 1) * d.
+        b = np.frombuffer(raw, [("qs", "u1", 48), ("qh", "u1", 4), ("d", "<f2")])
+
+        def digits(v, count):  # [n, bytes] -> [n, count * bytes], digit-major
+            v = v.astype(np.uint32)
+            return np.concatenate([(((v * 3 ** k) & 255) * 3) >> 8 for k in range(count)], axis=1)
+
+        t3 = np.concatenate([digits(b["qs"][:, :32], 5), digits(b["qs"][:, 32:], 5), digits(b["qh"], 4)], axis=1)
+        return ((t3.astype(np.int32) - 1).astype(F32) * b["d"].astype(F32)[:, None]).ravel()
     raise SystemExit("unknown type " + t)
+
+
+# IQ4_NL's 16 levels (the format's non-uniform grid).
+IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int32)
+# E2M1 (OCP MX FP4) magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two; bit 3 the sign.
+MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int32)
+
+
+def two_bit_values(qs):
+    """[n, 64] bytes -> [n, 256]: value 128 h + 32 j + l in bits 2j of byte 32 h + l."""
+    i = np.arange(256)
+    return (qs[:, 32 * (i // 128) + i % 32].astype(np.int32) >> (2 * ((i % 128) // 32))) & 3
+
+
+def dequant_32(t, raw):
+    """The 32-value block types; value j < 16 in the low nibble of qs[j],
+    value j + 16 in its high nibble; Q5 types' fifth bit of value j is bit j
+    of the little-endian 32-bit qh."""
+    fields = {"q4_1": [("d", "<f2"), ("m", "<f2")], "q5_0": [("d", "<f2"), ("qh", "<u4")],
+              "q5_1": [("d", "<f2"), ("m", "<f2"), ("qh", "<u4")], "iq4_nl": [("d", "<f2")],
+              "mxfp4": [("e", "u1")]}[t]
+    b = np.frombuffer(raw, fields + [("qs", "u1", 16)])
+    q = np.concatenate([b["qs"] & 15, b["qs"] >> 4], axis=1).astype(np.int32)
+    if t in ("q5_0", "q5_1"):
+        q |= ((b["qh"][:, None].astype(np.int64) >> np.arange(32)) & 1).astype(np.int32) << 4
+    if t == "mxfp4":
+        # Half the E8M0 scale: 2^(e - 128) (e = 0, 1: the subnormals 2^-128, 2^-127).
+        e = b["e"].astype(np.float64)
+        d = np.exp2(e - 128).astype(F32)
+        return (MXFP4[q].astype(F32) * d[:, None]).ravel()
+    d = b["d"].astype(F32)[:, None]
+    if t == "iq4_nl":
+        return (d * IQ4[q].astype(F32)).ravel()
+    if t == "q5_0":
+        return ((q - 16).astype(F32) * d).ravel()
+    return (q.astype(F32) * d + b["m"].astype(F32)[:, None]).ravel()
 
 
 def round_half_away(v):
