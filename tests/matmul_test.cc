@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,10 +49,45 @@ std::vector<Table> all_tables() {
   };
 }
 
-const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                        DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kTypes[] = {DType::kF32,   DType::kF16,   DType::kBF16,  DType::kQ8_0,  DType::kQ4_0,
+                        DType::kQ4_1,  DType::kQ5_0,  DType::kQ5_1,  DType::kIQ4_NL, DType::kMXFP4,
+                        DType::kQ2_K,  DType::kQ3_K,  DType::kQ4_K,  DType::kQ5_K,  DType::kQ6_K,
+                        DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0};
 
 bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// Quantized types whose blocks hold 32 values (activation blocks of 32).
+bool is_block32(DType t) { return !is_float(t) && dtype_traits(t).block_size == 32; }
+
+// Where a block keeps its fp16 scales: (byte offset, may be negative).
+// MXFP4's scale is an E8M0 byte: any random byte is one.
+std::vector<std::pair<size_t, bool>> scale_slots(DType t) {
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: case DType::kIQ4_NL: case DType::kIQ4_XS:
+      return {{0, true}};
+    case DType::kQ4_1: case DType::kQ5_1: return {{0, true}, {2, true}};
+    case DType::kQ4_K: case DType::kQ5_K: return {{0, false}, {2, false}};
+    case DType::kQ2_K: return {{80, false}, {82, false}};
+    case DType::kQ6_K: return {{208, true}};
+    case DType::kQ3_K: return {{108, true}};
+    case DType::kTQ1_0: return {{52, true}};
+    case DType::kTQ2_0: return {{64, true}};
+    default: return {};
+  }
+}
+
+// Affine types (w = d q + min term, which can cancel): the bytes of a
+// block's values, [first, last).
+std::optional<std::pair<size_t, size_t>> value_bytes(DType t) {
+  switch (t) {
+    case DType::kQ4_K: return std::pair<size_t, size_t>{16, 144};
+    case DType::kQ5_K: return std::pair<size_t, size_t>{16, 176};
+    case DType::kQ4_1: return std::pair<size_t, size_t>{4, 20};
+    case DType::kQ5_1: return std::pair<size_t, size_t>{4, 24};
+    case DType::kQ2_K: return std::pair<size_t, size_t>{16, 80};
+    default: return std::nullopt;
+  }
+}
 
 // A weight matrix in its own buffer, rows `stride` bytes apart, starting
 // `misalign` bytes into the allocation.
@@ -95,17 +131,12 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng, 
     const DTypeTraits tr = dtype_traits(type);
     for (int64_t b = 0; b < cols / tr.block_size; ++b) {
       uint8_t* blk = row + b * tr.type_size;
-      auto put = [&](size_t off, uint16_t h) { std::memcpy(blk + off, &h, 2); };
-      switch (type) {
-        case DType::kQ8_0: case DType::kQ4_0: put(0, random_scale_f16(rng, true)); break;
-        case DType::kQ4_K: case DType::kQ5_K:
-          put(0, random_scale_f16(rng, false));
-          put(2, random_scale_f16(rng, false));
-          break;
-        case DType::kQ6_K: put(208, random_scale_f16(rng, true)); break;
-        case DType::kQ3_K: put(108, random_scale_f16(rng, true)); break;
-        default: break;
+      for (const auto& [off, negative] : scale_slots(type)) {
+        const uint16_t h = random_scale_f16(rng, negative);
+        std::memcpy(blk + off, &h, 2);
       }
+      // MXFP4: exponents near 2^-7 (the random fp16 scales' range).
+      if (type == DType::kMXFP4) blk[0] = static_cast<uint8_t>(118 + byte(rng) % 6);
     }
   }
   return m;
@@ -135,7 +166,7 @@ std::vector<float> run(const Table& tab, const Matrix& m, const float* x, int64_
 std::vector<double> act_steps(DType type, const float* x, int64_t k) {
   std::vector<double> step(static_cast<size_t>(k), 0.0);
   if (is_float(type)) return step;
-  const int64_t block = (type == DType::kQ8_0 || type == DType::kQ4_0) ? 32 : 256;
+  const int64_t block = is_block32(type) ? 32 : 256;
   for (int64_t b = 0; b < k / block; ++b) {
     float amax = 0.0f;
     for (int64_t j = 0; j < block; ++j) amax = std::fmax(amax, std::fabs(x[b * block + j]));
@@ -149,10 +180,13 @@ std::vector<double> act_steps(DType type, const float* x, int64_t k) {
 std::vector<float> magnitudes(const Matrix& m, const uint8_t* row, const std::vector<float>& w) {
   std::vector<float> mag(w.size());
   for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i]);
-  if (m.type != DType::kQ4_K && m.type != DType::kQ5_K) return mag;
+  const auto values = value_bytes(m.type);
+  if (!values) return mag;
   std::vector<uint8_t> zero_q(row, row + row_bytes(m.type, m.cols));
-  const size_t block_bytes = dtype_traits(m.type).type_size;  // q (and Q5_K's qh) follow 16 bytes of scales
-  for (int64_t b = 0; b < m.cols / 256; ++b) std::memset(zero_q.data() + b * block_bytes + 16, 0, block_bytes - 16);
+  const DTypeTraits tr = dtype_traits(m.type);
+  for (int64_t b = 0; b < m.cols / tr.block_size; ++b) {
+    std::memset(zero_q.data() + b * tr.type_size + values->first, 0, values->second - values->first);
+  }
   std::vector<float> mins(w.size());
   dequantize_row(m.type, zero_q.data(), mins.data(), m.cols);  // = -dmin * m per element
   for (size_t i = 0; i < w.size(); ++i) mag[i] = std::fabs(w[i] - mins[i]) + std::fabs(mins[i]);
@@ -165,7 +199,7 @@ struct Shape {
 
 std::vector<Shape> shapes_for(DType t) {
   if (is_float(t)) return {{1, 1}, {5, 7}, {9, 8}, {13, 33}, {37, 100}, {17, 515}};
-  if (t == DType::kQ8_0 || t == DType::kQ4_0) return {{1, 32}, {9, 32}, {13, 96}, {37, 288}, {8, 1024}};
+  if (is_block32(t)) return {{1, 32}, {9, 32}, {13, 96}, {37, 288}, {8, 1024}};
   return {{1, 256}, {9, 256}, {37, 512}, {16, 1024}};
 }
 
@@ -248,7 +282,7 @@ TEST_P(MatmulTest, BatchInvariant) {
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   const bool slow = tab_.lanes == 1;  // the scalar table: fewer batch sizes
   for (DType type : kTypes) {
-    const int64_t cols = is_float(type) ? 75 : (type == DType::kQ8_0 || type == DType::kQ4_0 ? 160 : 256);
+    const int64_t cols = is_float(type) ? 75 : (is_block32(type) ? 160 : 256);
     for (int64_t rows : {int64_t{37}, int64_t{9}}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + " rows " + std::to_string(rows));
       const Matrix m = random_matrix(type, rows, cols, rng, 0, 0);
@@ -308,7 +342,7 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
   ThreadPool pool3(3);
   for (DType type : kTypes) {
     for (const Shape& s : std::vector<Shape>{{1, 32}, {9, 64}, {37, 160}, {16, 96}}) {
-      const int64_t cols = is_float(type) || type == DType::kQ8_0 || type == DType::kQ4_0 ? s.cols : 256 * (1 + s.rows % 2);
+      const int64_t cols = is_float(type) || is_block32(type) ? s.cols : 256 * (1 + s.rows % 2);
       SCOPED_TRACE(std::string(dtype_name(type)) + " " + std::to_string(s.rows) + "x" + std::to_string(cols));
       const Matrix m = random_matrix(type, s.rows, cols, rng, 2, 4);
       const std::vector<uint8_t> before = m.storage;
@@ -345,7 +379,9 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
 TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
   const int64_t rows = 16, cols = 256;
   ThreadPool pool2(2);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                     DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ2_K,
+                     DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0}) {
     for (uint8_t fill : {uint8_t{0xff}, uint8_t{0x00}, uint8_t{0x80}, uint8_t{0x7f}, uint8_t{0xf0}}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + " fill " + std::to_string(fill));
       Matrix m{type, rows, cols, row_bytes(type, cols), {}, 0};
@@ -354,12 +390,14 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < cols / tr.block_size; ++b) {
           const uint16_t d = f32_to_fp16(0.01f * static_cast<float>(1 + (r + b) % 3));
-          const size_t d_at = type == DType::kQ6_K ? 208 : type == DType::kQ3_K ? 108 : 0;  // Q6_K, Q3_K keep d last
-          std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size + d_at, &d, 2);
-          if (type == DType::kQ4_K || type == DType::kQ5_K) {  // dmin beside d
+          const auto slots = scale_slots(type);
+          uint8_t* blk = m.storage.data() + r * m.stride + b * tr.type_size;
+          if (!slots.empty()) std::memcpy(blk + slots[0].first, &d, 2);
+          if (slots.size() > 1) {  // dmin (or Q4_1 / Q5_1's m)
             const uint16_t dmin = f32_to_fp16(0.003f * static_cast<float>(1 + (r + 2 * b) % 5));
-            std::memcpy(m.storage.data() + r * m.stride + b * tr.type_size + 2, &dmin, 2);
+            std::memcpy(blk + slots[1].first, &dmin, 2);
           }
+          if (type == DType::kMXFP4) blk[0] = static_cast<uint8_t>(120 + (r + b) % 3);
         }
       const PreparedWeight pw = prepare_weight(m.view());
       for (float sign : {1.0f, -1.0f}) {
@@ -375,7 +413,7 @@ TEST_P(MatmulTest, ExtremeIntegerSumsAreExact) {
         matmul_with(*tab_.kernels, pw, x.data(), cols, n, got_packed.data(), rows, ctx);
         ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
         ASSERT_EQ(0, std::memcmp(want.data(), got_packed.data(), want.size() * sizeof(float)));
-        if (type == DType::kQ3_K || type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) continue;  // (K types: the kernels' bounds, above)
+        if (type != DType::kQ4_0 && type != DType::kQ8_0) continue;  // (the others: the kernels' bounds, above)
         // And the scalar table itself against the float64 value: each block's
         // integer sum is exactly 32 * q * 127 (x quantizes to +-127).
         const double q = type == DType::kQ4_0 ? static_cast<double>(fill & 0x0f) - 8.0 +
@@ -504,9 +542,10 @@ TEST(MatmulApi, RejectsBadArguments) {
   KernelContext ctx{nullptr, Isa::kScalar, nullptr};
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 48, 34 * 2}, x.data(), 48, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 60}, x.data(), 64, 1, y.data(), 2, ctx), Error);
-  EXPECT_THROW(matmul(WeightView{DType::kQ5_0, w.data(), 2, 64, 44}, x.data(), 64, 1, y.data(), 2, ctx), Error);
+  EXPECT_THROW(matmul(WeightView{DType::kIQ2_XXS, w.data(), 2, 256, 66}, x.data(), 64, 1, y.data(), 2, ctx), Error);
   EXPECT_THROW(matmul(WeightView{DType::kQ8_0, w.data(), 2, 64, 68}, x.data(), 32, 2, y.data(), 2, ctx), Error);
-  EXPECT_FALSE(matmul_supports(DType::kQ2_K));
+  EXPECT_FALSE(matmul_supports(DType::kIQ2_XXS));
+  EXPECT_TRUE(matmul_supports(DType::kQ2_K));
   EXPECT_TRUE(matmul_supports(DType::kQ3_K));
   EXPECT_TRUE(matmul_supports(DType::kQ6_K));
   EXPECT_TRUE(matmul_supports(DType::kQ5_K));

@@ -34,6 +34,15 @@ bool type_info(DType t, TypeInfo* out) {
     case DType::kQ5_K: *out = {WType::kQ5_K, 256, 32}; return true;
     case DType::kQ6_K: *out = {WType::kQ6_K, 256, 16}; return true;
     case DType::kQ3_K: *out = {WType::kQ3_K, 256, 16}; return true;
+    case DType::kQ4_1: *out = {WType::kQ4_1, 32, 32}; return true;
+    case DType::kQ5_0: *out = {WType::kQ5_0, 32, 32}; return true;
+    case DType::kQ5_1: *out = {WType::kQ5_1, 32, 32}; return true;
+    case DType::kIQ4_NL: *out = {WType::kIQ4_NL, 32, 32}; return true;
+    case DType::kMXFP4: *out = {WType::kMXFP4, 32, 32}; return true;
+    case DType::kQ2_K: *out = {WType::kQ2_K, 256, 16}; return true;
+    case DType::kIQ4_XS: *out = {WType::kIQ4_XS, 256, 32}; return true;
+    case DType::kTQ1_0: *out = {WType::kTQ1_0, 256, 32}; return true;
+    case DType::kTQ2_0: *out = {WType::kTQ2_0, 256, 32}; return true;
     default: return false;
   }
 }

@@ -265,6 +265,8 @@ struct FmtQ3_K {
   static __m256i post(__m256i s, const int16_t*) { return s; }
 };
 
+#include "kernels/matmul_fmt_more.h"
+
 // ---- quantized tile: 8 rows x T tokens ------------------------------------------
 
 struct ActPtrs {
@@ -318,7 +320,7 @@ static inline void qtile8(const uint8_t* const* rows, int64_t nb, const ActPtrs*
         for (int t = 0; t < T; ++t) quad[h][s][t] = hadd32(pair[0][s][t], pair[1][s][t]);
     }
     __m256 wscale[S];
-    for (int s = 0; s < S; ++s) wscale[s] = gather_f16x8(rows, off + Fmt::kScaleOffset[s]);
+    for (int s = 0; s < S; ++s) wscale[s] = load_wscale<Fmt>(rows, off + Fmt::kScaleOffset[s]);
     for (int t = 0; t < T; ++t) {
       const __m256 dx = _mm256_set1_ps(x[t].d[b]);
       for (int s = 0; s < S; ++s) {
@@ -1085,6 +1087,15 @@ struct KernelSet {
           qrange<FmtQ6_K, Cfg>,
           qrange<FmtQ5_K, Cfg>,
           qrange<FmtQ3_K, Cfg>,
+          qrange<FmtAffine32<D, false>, Cfg>,
+          qrange<FmtQ5_0<D>, Cfg>,
+          qrange<FmtAffine32<D, true>, Cfg>,
+          qrange<FmtLut32<D, false>, Cfg>,
+          qrange<FmtLut32<D, true>, Cfg>,
+          qrange<FmtQ2_K, Cfg>,
+          qrange<FmtIQ4_XS<D>, Cfg>,
+          qrange<FmtTQ1_0<D>, Cfg>,
+          qrange<FmtTQ2_0<D>, Cfg>,
       },
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,

@@ -33,8 +33,12 @@
 namespace tessera::kernels {
 
 // Weight types with kernels, in table order.
-enum class WType : int { kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K };
-constexpr int kNumWTypes = 9;
+enum class WType : int {
+  kF32 = 0, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K,
+  // issue 35 (kernels/matmul_fmt_more.h): unpacked rows only
+  kQ4_1, kQ5_0, kQ5_1, kIQ4_NL, kMXFP4, kQ2_K, kIQ4_XS, kTQ1_0, kTQ2_0,
+};
+constexpr int kNumWTypes = 18;
 
 // Quantized activations for one call, one row of `row_bytes` per token:
 //   int8_t  q[k]                at offset 0

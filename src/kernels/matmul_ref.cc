@@ -169,6 +169,81 @@ float step_q3_k(const BlockQ3_K& blk, const int8_t* xq, float dx, float acc) {
   return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
 }
 
+// ---- the types of issue 35 (values from block_values.h) -----------------------
+
+// Q4_1 / Q5_1: w = d * q + m per block of 32: acc + isum * fl(d dx) + sum(x) * fl(m dx).
+template <class Block, bool kFifth>
+float step_affine32(const Block& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0, xsum = 0;
+  for (int i = 0; i < kQK; ++i) {
+    int q;
+    if constexpr (kFifth) {
+      q = q5_value(blk.qh, blk.qs, i);
+    } else {
+      q = nibble32(blk.qs, i);
+    }
+    isum += q * xq[i];
+    xsum += xq[i];
+  }
+  acc = std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+  return std::fma(static_cast<float>(xsum), fp16_to_f32(blk.m) * dx, acc);
+}
+
+float step_q5_0(const BlockQ5_0& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int i = 0; i < kQK; ++i) isum += (q5_value(blk.qh, blk.qs, i) - 16) * xq[i];
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
+float step_iq4_nl(const BlockIQ4_NL& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int i = 0; i < kQK; ++i) isum += kIQ4Values[nibble32(blk.qs, i)] * xq[i];
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
+float step_mxfp4(const BlockMXFP4& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int i = 0; i < kQK; ++i) isum += kMXFP4Values[nibble32(blk.qs, i)] * xq[i];
+  return std::fma(static_cast<float>(isum), e8m0_half(blk.e) * dx, acc);
+}
+
+float step_q2_k(const BlockQ2_K& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0, msum = 0;
+  for (int s = 0; s < 16; ++s) {
+    int dot = 0, xs = 0;
+    for (int i = 16 * s; i < 16 * s + 16; ++i) {
+      dot += two_bit_value(blk.qs, i) * xq[i];
+      xs += xq[i];
+    }
+    isum += (blk.scales[s] & 15) * dot;
+    msum += (blk.scales[s] >> 4) * xs;
+  }
+  acc = std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+  return std::fma(-static_cast<float>(msum), fp16_to_f32(blk.dmin) * dx, acc);
+}
+
+float step_iq4_xs(const BlockIQ4_XS& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int s = 0; s < 8; ++s) {
+    int dot = 0;
+    for (int i = 32 * s; i < 32 * s + 32; ++i) dot += iq4_xs_value(blk, i) * xq[i];
+    isum += iq4_xs_scale(blk, s) * dot;
+  }
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
+float step_tq1_0(const BlockTQ1_0& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int i = 0; i < kQK_K; ++i) isum += tq1_0_value(blk, i) * xq[i];
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
+float step_tq2_0(const BlockTQ2_0& blk, const int8_t* xq, float dx, float acc) {
+  int isum = 0;
+  for (int i = 0; i < kQK_K; ++i) isum += (two_bit_value(blk.qs, i) - 1) * xq[i];
+  return std::fma(static_cast<float>(isum), fp16_to_f32(blk.d) * dx, acc);
+}
+
 // ---- float weights ----------------------------------------------------------
 
 float load_f32(const uint8_t* p) {
@@ -215,6 +290,15 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockQ6_K, kQK_K, step_q6_k>,
         range_blocks<BlockQ5_K, kQK_K, step_k_min<BlockQ5_K, q5_k_value>>,
         range_blocks<BlockQ3_K, kQK_K, step_q3_k>,
+        range_blocks<BlockQ4_1, kQK, step_affine32<BlockQ4_1, false>>,
+        range_blocks<BlockQ5_0, kQK, step_q5_0>,
+        range_blocks<BlockQ5_1, kQK, step_affine32<BlockQ5_1, true>>,
+        range_blocks<BlockIQ4_NL, kQK, step_iq4_nl>,
+        range_blocks<BlockMXFP4, kQK, step_mxfp4>,
+        range_blocks<BlockQ2_K, kQK_K, step_q2_k>,
+        range_blocks<BlockIQ4_XS, kQK_K, step_iq4_xs>,
+        range_blocks<BlockTQ1_0, kQK_K, step_tq1_0>,
+        range_blocks<BlockTQ2_0, kQK_K, step_tq2_0>,
     },
     quantize_act_ref,
     {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
