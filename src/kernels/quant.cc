@@ -167,7 +167,7 @@ bool can_quantize(DType t) {
     case DType::kF32: case DType::kF16: case DType::kBF16: case DType::kQ8_0: case DType::kQ4_0:
       return true;
     default:
-      return false;
+      return quantizes_more(t);
   }
 }
 
@@ -215,7 +215,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     }
     case DType::kQ8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); return;
     case DType::kQ4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return;
-    default: fail(ErrorCode::kInvalidArgument, "cannot quantize to type {}", dtype_name(t));
+    default: quantize_more(t, src, dst, nb); return;
   }
 }
 

@@ -18,4 +18,14 @@ bool dequantizes_more(DType t);
 // (so bit-identical to it, and to tests/reference/dequant_ref.py).
 void dequantize_more(DType t, const void* src, float* dst, int64_t nb);
 
+// Whether quantize_more() writes the type (every type dequantize_more reads).
+bool quantizes_more(DType t);
+
+// Stores nb blocks of type t at dst from src, rounding to nearest. Each
+// block's parameters are chosen first (a small search over the scale for
+// the non-uniform grids IQ4_NL / IQ4_XS / MXFP4, least squared error), then
+// every value takes the level nearest it under the parameters as stored
+// (fp16 rounded), so the file decodes as close to src as its scales allow.
+void quantize_more(DType t, const float* src, void* dst, int64_t nb);
+
 }  // namespace tessera::kernels
