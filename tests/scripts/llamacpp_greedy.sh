@@ -15,9 +15,15 @@
 # own f32 arithmetic; logit std ~0.16), while leaving out llama3's
 # rope_freqs or YaRN moves these differences by 3e-3 and 4e-3 (greedy tokens
 # alone barely notice them). F16 and BF16 models get the token check only
-# (ggml rounds activations to the weight type). mistral-f32 keeps the default
-# window of 4096, longer than the sequence: llama.cpp reads no window for
-# llama files (docs/ARCHITECTURE.md, Models). The gemma2 / gemma3 / phi3
+# (ggml rounds activations to the weight type). Quantized models (Q8_0,
+# Q4_0 and issue 35's types) differ from the peer by up to 2.6e-2 in these
+# logit differences (measured: Q8_0 1.3e-2, whose weights are nearly exact,
+# so this is the two engines' int8 activations rounding differently, larger
+# for the types with 256-value activation blocks): they are checked within
+# 3e-2, and a greedy token may differ only where the peer's own gap to the
+# engine's token is within that bound (a near tie, counted and printed).
+# mistral-f32 keeps the default window of 4096, longer than the sequence:
+# llama.cpp reads no window for llama files (docs/ARCHITECTURE.md, Models). The gemma2 / gemma3 / phi3
 # F32 models are within 3.7e-4 (llama.cpp's GELU is an f16 table lookup).
 #
 # usage: tests/scripts/llamacpp_greedy.sh BUILD_DIR            (check)
@@ -37,6 +43,16 @@ PROMPT=1,17,200,33,5,99,150,7,300,42
 N=24
 failures=0
 records=()
+
+# Which logit bound a model's weight type gets: f32 (1e-3, above), none
+# (f16, bf16: tokens only), quantized (3e-2, with near ties allowed: below).
+kind_of() {
+  case "$1" in
+    *" --type f32 "*) echo f32 ;;
+    *" --type f16 "* | *" --type bf16 "*) echo float16 ;;
+    *) echo quantized ;;
+  esac
+}
 
 # model LABEL MAKE-MODEL-ARGS...
 model() {
@@ -58,25 +74,35 @@ model() {
   if ! "$PY" -c '
 import json, sys
 import numpy as np
-data, label, logits_path, f32 = sys.argv[1:5]
+data, label, logits_path, kind = sys.argv[1:5]
 doc = json.load(open(data))
 rec = [r for r in doc["models"] if r["label"] == label][0]
 p, want = len(doc["prompt"]), rec["tokens"]
 logits = np.fromfile(logits_path, dtype="<f4").reshape(p + len(want), -1).astype(np.float64)
 pred = logits.argmax(axis=1)[p - 1:p - 1 + len(want)]
-bad = [i for i, (a, b) in enumerate(zip(pred, want)) if a != b]
-if bad:
-    print(f"FAIL {label}: greedy token {bad[0]} is {pred[bad[0]]}, llama.cpp gave {want[bad[0]]}")
+bound = {"f32": 1e-3, "quantized": 3e-2}.get(kind)
+flips = []
+for i, (a, b) in enumerate(zip(pred, want)):
+    if a == b:
+        continue
+    # Quantized weights: a flip is a near tie if the token of the engine is
+    # among the 8 of the peer and the logit bound below holds (then the gap
+    # of the peer to it is under the bound).
+    if kind == "quantized" and a in [t for t, _ in rec["logit_diffs"][i]]:
+        flips.append(i)
+        continue
+    print(f"FAIL {label}: greedy token {i} is {a}, llama.cpp gave {b}")
     sys.exit(1)
 worst = 0.0
 for k, row in enumerate(rec["logit_diffs"]):
     z, top = logits[p - 1 + k], row[0][0]
     worst = max(worst, max(abs((z[t] - z[top]) - d) for t, d in row))
-if f32 == "1" and worst > 1e-3:
-    print(f"FAIL {label}: logit differences to the top token differ from llama.cpp by {worst:.2e} > 1e-3")
+if bound is not None and worst > bound:
+    print(f"FAIL {label}: logit differences to the top token differ from llama.cpp by {worst:.2e} > {bound:.0e}")
     sys.exit(1)
-print(f"ok {label}: {len(want)} greedy tokens equal those of llama.cpp; logit differences within {worst:.1e}")
-' "$DATA" "$label" "$TMP/$label.f32" "$([[ " $* " == *" --type f32 "* ]] && echo 1 || echo 0)"; then
+ties = f" ({len(flips)} near ties at steps {flips})" if flips else ""
+print(f"ok {label}: {len(want) - len(flips)} of {len(want)} greedy tokens equal those of llama.cpp{ties}; logit differences within {worst:.1e}")
+' "$DATA" "$label" "$TMP/$label.f32" "$(kind_of " $* ")"; then
     failures=$((failures + 1))
   fi
 }
@@ -107,6 +133,20 @@ model phi3-f32-longrope  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --
 model mixtral-f32-k2     --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch mixtral --experts 8 --experts-used 2 --type f32 --seed 45
 model qwen2moe-f32-k4    --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch qwen2moe --experts 8 --experts-used 4 --ff-exp 64 --ff-shexp 96 --type f32 --seed 46
 model qwen3moe-f32-k1    --dim 64  --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 4 --experts-used 1 --ff-exp 64 --type f32 --seed 47
+# Every other type llama-quantize writes that Tessera reads and writes
+# (issue 35): the matrices in the type (llama.cpp reads Tessera's blocks as
+# its own), the token embedding too (make-model writes one type).
+model llama-q8_0         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q8_0 --seed 57
+model llama-q4_0         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q4_0 --seed 58
+model llama-q4_1         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q4_1 --seed 48
+model llama-q5_0         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q5_0 --seed 49
+model llama-q5_1         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q5_1 --seed 50
+model llama-iq4_nl       --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type iq4_nl --seed 51
+model llama-mxfp4        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type mxfp4 --seed 52
+model llama-q2_k         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type q2_k --seed 53
+model llama-iq4_xs       --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type iq4_xs --seed 54
+model llama-tq1_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type tq1_0 --seed 55
+model llama-tq2_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type tq2_0 --seed 56
 
 if [ "$MODE" = --record ]; then
   printf '%s\n' "${records[@]}" | "$PY" -c '
@@ -138,4 +178,4 @@ if [ "$failures" -ne 0 ]; then
   echo "llamacpp_greedy: $failures failure(s)"
   exit 1
 fi
-echo "llamacpp_greedy: every model's greedy tokens equal llama.cpp's"
+echo "llamacpp_greedy: every model agrees with llama.cpp (greedy tokens, near ties of quantized models aside; logit bounds)"
