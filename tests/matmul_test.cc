@@ -348,7 +348,8 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
       const std::vector<uint8_t> before = m.storage;
       const PreparedWeight pw = prepare_weight(m.view());
       EXPECT_EQ(pw.packed.empty(), type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_K &&
-                                       type != DType::kQ5_K && type != DType::kQ6_K && type != DType::kQ3_K);
+                                       type != DType::kQ5_K && type != DType::kQ6_K && type != DType::kQ3_K &&
+                                       type != DType::kIQ4_NL && type != DType::kMXFP4);
       EXPECT_EQ(pw.view.data, m.view().data);
       const int64_t n_max = 23;
       std::vector<float> x = random_activations(n_max, cols, rng);
@@ -364,6 +365,24 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
       EXPECT_EQ(m.storage, before);
     }
   }
+}
+
+// MXFP4 scales outside fp16 (2^(e - 128) for e < 104 or e > 143) leave the
+// weight unpacked: the plain rows' kernels, the same bits as the reference.
+TEST_P(MatmulTest, Mxfp4ScalesBeyondFp16StayUnpacked) {
+  std::mt19937 rng(556 + GetParam());
+  Matrix m = random_matrix(DType::kMXFP4, 9, 64, rng, 0, 0);
+  m.storage[0] = 150;  // 2^22: not an fp16
+  EXPECT_TRUE(prepare_weight(m.view()).packed.empty());
+  m.storage[0] = 143;  // 2^15: the largest that is
+  const PreparedWeight pw = prepare_weight(m.view());
+  ASSERT_FALSE(pw.packed.empty());
+  std::vector<float> x = random_activations(3, 64, rng);
+  std::vector<float> want(27), got(27);
+  KernelContext ctx{nullptr, Isa::kScalar, &ws_};
+  matmul_with(matmul_kernels_ref(), m.view(), x.data(), 64, 3, want.data(), 9, ctx);
+  matmul_with(*tab_.kernels, pw, x.data(), 64, 3, got.data(), 9, ctx);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
 }
 
 // The largest integer sums the kernels can meet: every Q4_0 nibble 15 (or

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
@@ -106,6 +107,8 @@ bool packed_kind(DType t, Packed* out) {
   switch (t) {
     case DType::kQ8_0: *out = Packed::kQ8_0; return true;
     case DType::kQ4_0: *out = Packed::kQ4_0; return true;
+    case DType::kIQ4_NL: *out = Packed::kIQ4_NL; return true;
+    case DType::kMXFP4: *out = Packed::kMXFP4; return true;
     case DType::kQ4_K: *out = Packed::kQ4_K; return true;
     case DType::kQ5_K: *out = Packed::kQ5_K; return true;
     case DType::kQ6_K: *out = Packed::kQ6_K; return true;
@@ -127,14 +130,35 @@ void pack_groups(const WeightView& w, int64_t values, size_t in_bytes, size_t ou
   }
 }
 
+// Q8_0, Q4_0 and IQ4_NL (Q4_0's block with levels for nibbles); MXFP4 the
+// same with its E8M0 scale written as the fp16 of 2^(e - 128) (only called
+// when mxfp4_scales_fit_fp16).
 void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
-  const bool q8 = w.type == DType::kQ8_0;
-  const size_t in_block = q8 ? 34 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
-  const size_t value_bytes = in_block - 2;  // 32 (Q8_0) or 16 (Q4_0) bytes of values
+  const bool q8 = w.type == DType::kQ8_0, mx = w.type == DType::kMXFP4;
+  const size_t in_block = q8 ? 34 : mx ? 17 : 18, out_block = q8 ? kPackedQ8_0Block : kPackedQ4_0Block;
+  const size_t scale_bytes = mx ? 1 : 2, value_bytes = in_block - scale_bytes;  // 32 or 16 bytes of values
   pack_groups(w, 32, in_block, out_block, out, [&](uint8_t* o, const uint8_t* blk, int r) {
-    std::memcpy(o + 2 * r, blk, 2);  // fp16 scale
-    for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(o + 16 + 32 * j + 4 * r, blk + 2 + 4 * j, 4);
+    if (mx) {
+      const fp16_t h = f32_to_fp16(e8m0_half(blk[0]));
+      std::memcpy(o + 2 * r, &h, 2);
+    } else {
+      std::memcpy(o + 2 * r, blk, 2);  // fp16 scale
+    }
+    for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(o + 16 + 32 * j + 4 * r, blk + scale_bytes + 4 * j, 4);
   });
+}
+
+// Whether every MXFP4 block scale 2^(e - 128) is an fp16 (e in 104..143,
+// down to fp16's smallest subnormal): then the packed copy reads back the
+// same float.
+bool mxfp4_scales_fit_fp16(const WeightView& w) {
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    for (int64_t b = 0; b < w.cols / 32; ++b) {
+      if (row[17 * b] < 104 || row[17 * b] > 143) return false;
+    }
+  }
+  return true;
 }
 
 // Q4_K: the 12 scale bytes s hold sc[j] = s[j] & 63 and m[j] = s[j + 4] & 63
@@ -230,6 +254,7 @@ PreparedWeight prepare_weight(const WeightView& w) {
   if (w.rows <= 0 || w.cols <= 0 || w.cols % block != 0 || w.row_bytes < row_bytes(w.type, w.cols)) {
     return p;  // nothing to pack (bad shapes are reported by matmul())
   }
+  if (w.type == DType::kMXFP4 && !mxfp4_scales_fit_fp16(w)) return p;  // the plain rows' kernel takes any scale
   const int64_t groups = (w.rows + kRowTile - 1) / kRowTile;
   p.packed.resize(static_cast<size_t>(groups * (w.cols / block)) * block_bytes);
   if (w.type == DType::kQ4_K || w.type == DType::kQ5_K) {

@@ -70,20 +70,33 @@ __attribute__((always_inline)) static inline void pair_frame(const uint8_t* grou
   }
 }
 
-template <bool kQ4, int T>
+// K: Q8_0, Q4_0 or a nibble-table kind (IQ4_NL, MXFP4: each nibble's level
+// by vpshufb, then Q8_0's offset-by-128 dot).
+template <Packed K, int T>
 static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                     int nvalid) {
-  constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  constexpr bool kQ4 = K == Packed::kQ4_0;
+  constexpr bool kLut = K == Packed::kIQ4_NL || K == Packed::kMXFP4;
+  constexpr size_t kBytes = K == Packed::kQ8_0 ? kPackedQ8_0Block : kPackedQ4_0Block;
   constexpr int kOffset = kQ4 ? 8 : Avx512VnniDot::kQ8Offset;
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  // The levels already offset by 128 (so vpdpbusd reads them unsigned).
+  const __m512i lut = kLut ? _mm512_xor_si512(_mm512_broadcast_i32x4(loadu128(K == Packed::kMXFP4 ? kMXFP4Values
+                                                                                                 : kIQ4Values)),
+                                              flip)
+                           : _mm512_setzero_si512();
   const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
                          __attribute__((always_inline)) {
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    if constexpr (kQ4) {
+    if constexpr (kQ4 || kLut) {
       for (int h = 0; h < 4; ++h) {
         const __m512i v = join256(b0 + 16 + 32 * h, b1 + 16 + 32 * h);
-        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kLut) {
+          lo = _mm512_shuffle_epi8(lut, lo);
+          hi = _mm512_shuffle_epi8(lut, hi);
+        }
         for (int t = 0; t < T; ++t) {
           isum[t] = dpbusd_bcast(isum[t], lo, x[t].q + b * 32 + 4 * h);
           isum[t] = dpbusd_bcast(isum[t], hi, x[t].q + b * 32 + 16 + 4 * h);
@@ -296,7 +309,7 @@ struct Avx512Cfg {
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return k == Packed::kQ8_0 || k == Packed::kQ4_0 || k == Packed::kQ3_K ? 8 : 4;  // Q3_K: one j per pass
+    return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K ? 8 : 4;  // Q3_K: one j per pass
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
@@ -304,8 +317,8 @@ struct Avx512Cfg {
     if constexpr (T > 1) {
       if (n < T) return pair_tile<K, T - 1>(n, group, group_bytes, nb, x, y, nvalid);
     }
-    if constexpr (K == Packed::kQ8_0 || K == Packed::kQ4_0) {
-      ptile16<K == Packed::kQ4_0, T>(group, group_bytes, nb, x, y, nvalid);
+    if constexpr (kPackedValues[static_cast<int>(K)] == 32) {
+      ptile16<K, T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ6_K) {
       q6tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ3_K) {

@@ -447,11 +447,17 @@ __attribute__((always_inline)) static inline void packed_frame(const uint8_t* gr
 // are full; the last has `nvalid` rows. kPrefetch: bytes ahead of each
 // group's stream to prefetch (0: none), so that the misses of a decode step
 // are in flight while the previous bytes are multiplied.
-template <class D, bool kQ4, int T, int G, int kPrefetch>
+// K: Q8_0, Q4_0, or the nibble-table kinds (IQ4_NL, MXFP4: Q4_0's layout,
+// each nibble looked up in the format's int8 levels, then Q8_0's signed dot).
+template <class D, Packed K, int T, int G, int kPrefetch>
 static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                          int nvalid) {
-  constexpr size_t kBytes = kQ4 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  constexpr bool kQ4 = K == Packed::kQ4_0;
+  constexpr bool kLut = K == Packed::kIQ4_NL || K == Packed::kMXFP4;
+  constexpr size_t kBytes = K == Packed::kQ8_0 ? kPackedQ8_0Block : kPackedQ4_0Block;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i lut = kLut ? _mm256_broadcastsi128_si256(loadu128(K == Packed::kMXFP4 ? kMXFP4Values : kIQ4Values))
+                           : _mm256_setzero_si256();
   const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
     __m256i isum[G][T];
     if constexpr (kQ4) {
@@ -487,6 +493,26 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
       for (int g = 0; g < G; ++g) {
         for (int t = 0; t < T; ++t) {
           isum[g][t] = kPairs ? _mm256_madd_epi16(part[g][t], _mm256_set1_epi16(1)) : part[g][t];
+        }
+      }
+    } else if constexpr (kLut) {
+      for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+      }
+      for (int h = 0; h < 4; ++h) {
+        __m256i xl[T], xh[T];
+        for (int t = 0; t < T; ++t) {
+          xl[t] = bcast4(x[t].q + b * 32 + 4 * h);
+          xh[t] = bcast4(x[t].q + b * 32 + 16 + 4 * h);
+        }
+        for (int g = 0; g < G; ++g) {
+          const __m256i v = loadu256(blk[g] + 16 + 32 * h);
+          const typename D::Q8 lo = D::q8_prep(_mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4)));
+          const typename D::Q8 hi = D::q8_prep(_mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)));
+          for (int t = 0; t < T; ++t) {
+            isum[g][t] = D::q8_dot_acc(isum[g][t], lo, xl[t]);
+            isum[g][t] = D::q8_dot_acc(isum[g][t], hi, xh[t]);
+          }
         }
       }
     } else {
@@ -858,7 +884,7 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
   } else if constexpr (K == Packed::kQ3_K) {
     q3tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
-    ptile<D, K == Packed::kQ4_0, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+    ptile<D, K, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
 }
 
@@ -879,7 +905,8 @@ static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   const int64_t nb = a.cols / kPackedValues[static_cast<int>(K)];
   const size_t group_bytes = static_cast<size_t>(nb) * kPackedBytes[static_cast<int>(K)];
   if (t1 - t0 == 1) {  // decode: several row groups per pass
-    constexpr int kG = K == Packed::kQ8_0 || K == Packed::kQ4_0 ? Cfg::kDecodeGroups : Cfg::kDecodeGroupsK;
+    constexpr bool kBlock32 = kPackedValues[static_cast<int>(K)] == 32;
+    constexpr int kG = kBlock32 ? Cfg::kDecodeGroups : Cfg::kDecodeGroupsK;
     static_assert(kG == 1 || kG == 2, "decode passes of 1 or 2 row groups");
     const ActPtrs x = act_ptrs(a, t0);
     for (int64_t rt = r0; rt < r1; rt += kG * kRowTile) {
@@ -1099,7 +1126,8 @@ struct KernelSet {
       },
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
-       prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>},
+       prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>,
+       prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>},
   };
 };
 

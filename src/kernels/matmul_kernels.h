@@ -130,12 +130,15 @@ constexpr size_t kPackedQ6_KBlock = 16 + 128 + 1024 + 512;
 // Each load of low bits gives four value vectors, each load of third bits
 // eight: 3 bits a value in the kernel's own order.
 constexpr size_t kPackedQ3_KBlock = 16 + 128 + 768;
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4, kQ3_K = 5 };
-constexpr int kNumPacked = 6;
+// IQ4_NL and MXFP4: Q4_0's packed layout (an MXFP4 block's E8M0 scale
+// stored as the fp16 of 2^(e - 128), packed only where every block's is
+// exact in fp16), each nibble standing for its level in the format's table.
+enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4, kQ3_K = 5, kIQ4_NL = 6, kMXFP4 = 7 };
+constexpr int kNumPacked = 8;
 // Per packed kind (table order): values and bytes of one block of 8 rows.
-constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256};
-constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock,
-                                             kPackedQ6_KBlock, kPackedQ5_KBlock, kPackedQ3_KBlock};
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32};
+constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock, kPackedQ6_KBlock,
+                                             kPackedQ5_KBlock, kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block};
 
 struct MatmulKernels {
   const char* name;
