@@ -109,6 +109,9 @@ bool packed_kind(DType t, Packed* out) {
     case DType::kQ4_0: *out = Packed::kQ4_0; return true;
     case DType::kIQ4_NL: *out = Packed::kIQ4_NL; return true;
     case DType::kMXFP4: *out = Packed::kMXFP4; return true;
+    case DType::kQ4_1: *out = Packed::kQ4_1; return true;
+    case DType::kQ5_0: *out = Packed::kQ5_0; return true;
+    case DType::kQ5_1: *out = Packed::kQ5_1; return true;
     case DType::kQ4_K: *out = Packed::kQ4_K; return true;
     case DType::kQ5_K: *out = Packed::kQ5_K; return true;
     case DType::kQ6_K: *out = Packed::kQ6_K; return true;
@@ -145,6 +148,33 @@ void pack_q8_0_q4_0(const WeightView& w, uint8_t* out) {
       std::memcpy(o + 2 * r, blk, 2);  // fp16 scale
     }
     for (size_t j = 0; j < value_bytes / 4; ++j) std::memcpy(o + 16 + 32 * j + 4 * r, blk + scale_bytes + 4 * j, 4);
+  });
+}
+
+// Q4_1, Q5_0, Q5_1 (blocks.h): d (and m), the fifth bits rearranged
+// (matmul_kernels.h), the nibbles as Q4_0's.
+void pack_legacy(const WeightView& w, uint8_t* out) {
+  const bool min = w.type != DType::kQ5_0, fifth = w.type != DType::kQ4_1;
+  const size_t in_block = dtype_traits(w.type).type_size;
+  const size_t qh_in = min ? 4 : 2, qs_in = qh_in + (fifth ? 4 : 0);
+  const size_t qh_out = 16 + (min ? 16 : 0), qs_out = qh_out + (fifth ? 32 : 0);
+  const Packed kind = w.type == DType::kQ4_1 ? Packed::kQ4_1 : w.type == DType::kQ5_0 ? Packed::kQ5_0 : Packed::kQ5_1;
+  pack_groups(w, 32, in_block, kPackedBytes[static_cast<int>(kind)], out, [&](uint8_t* o, const uint8_t* blk, int r) {
+    std::memcpy(o + 2 * r, blk, 2);                   // fp16 d
+    if (min) std::memcpy(o + 16 + 2 * r, blk + 2, 2);  // fp16 m
+    if (fifth) {
+      uint32_t h;
+      std::memcpy(&h, blk + qh_in, 4);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t byte = 0;
+        for (int k = 0; k < 4; ++k) {
+          byte |= static_cast<uint8_t>(((h >> (4 * k + i)) & 1) << k);
+          byte |= static_cast<uint8_t>(((h >> (16 + 4 * k + i)) & 1) << (4 + k));
+        }
+        o[qh_out + 4 * r + i] = byte;
+      }
+    }
+    for (size_t j = 0; j < 4; ++j) std::memcpy(o + qs_out + 32 * j + 4 * r, blk + qs_in + 4 * j, 4);
   });
 }
 
@@ -263,6 +293,8 @@ PreparedWeight prepare_weight(const WeightView& w) {
     pack_q6_k(w, p.packed.data());
   } else if (w.type == DType::kQ3_K) {
     pack_q3_k(w, p.packed.data());
+  } else if (w.type == DType::kQ4_1 || w.type == DType::kQ5_0 || w.type == DType::kQ5_1) {
+    pack_legacy(w, p.packed.data());
   } else {
     pack_q8_0_q4_0(w, p.packed.data());
   }

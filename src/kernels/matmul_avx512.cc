@@ -71,14 +71,17 @@ __attribute__((always_inline)) static inline void pair_frame(const uint8_t* grou
 }
 
 // K: Q8_0, Q4_0 or a nibble-table kind (IQ4_NL, MXFP4: each nibble's level
-// by vpshufb, then Q8_0's offset-by-128 dot).
+// by vpshufb, then Q8_0's offset-by-128 dot), or Q4_1 / Q5_0 / Q5_1 (ptile's
+// fifth bits and min, matmul_impl.h).
 template <Packed K, int T>
 static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                     int nvalid) {
-  constexpr bool kQ4 = K == Packed::kQ4_0;
   constexpr bool kLut = K == Packed::kIQ4_NL || K == Packed::kMXFP4;
-  constexpr size_t kBytes = K == Packed::kQ8_0 ? kPackedQ8_0Block : kPackedQ4_0Block;
-  constexpr int kOffset = kQ4 ? 8 : Avx512VnniDot::kQ8Offset;
+  constexpr bool kQ4 = K == Packed::kQ4_0 || K == Packed::kQ4_1 || K == Packed::kQ5_0 || K == Packed::kQ5_1;
+  constexpr bool kMin = K == Packed::kQ4_1 || K == Packed::kQ5_1, kFifth = K == Packed::kQ5_0 || K == Packed::kQ5_1;
+  constexpr size_t kQh = 16 + (kMin ? 16 : 0), kVal = kQh + (kFifth ? 32 : 0);
+  constexpr size_t kBytes = kPackedBytes[static_cast<int>(K)];
+  constexpr int kOffset = K == Packed::kQ4_0 ? 8 : K == Packed::kQ5_0 ? 16 : kMin ? 0 : Avx512VnniDot::kQ8Offset;
   const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8(static_cast<char>(0x80));
   // The levels already offset by 128 (so vpdpbusd reads them unsigned).
   const __m512i lut = kLut ? _mm512_xor_si512(_mm512_broadcast_i32x4(loadu128(K == Packed::kMXFP4 ? kMXFP4Values
@@ -91,8 +94,13 @@ static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     if constexpr (kQ4 || kLut) {
       for (int h = 0; h < 4; ++h) {
-        const __m512i v = join256(b0 + 16 + 32 * h, b1 + 16 + 32 * h);
+        const __m512i v = join256(b0 + kVal + 32 * h, b1 + kVal + 32 * h);
         __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kFifth) {
+          const __m512i qh = join256(b0 + kQh, b1 + kQh), one = _mm512_set1_epi8(1);
+          lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, h), one), 4));
+          hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 + h), one), 4));
+        }
         if constexpr (kLut) {
           lo = _mm512_shuffle_epi8(lut, lo);
           hi = _mm512_shuffle_epi8(lut, hi);
@@ -112,6 +120,14 @@ static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
     for (int t = 0; t < T; ++t) {
       const __m512i v = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(kOffset * x[t].sum[b]));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(ws, _mm512_set1_ps(x[t].d[b])), acc[t]);
+    }
+    if constexpr (kMin) {  // + sum(x) * fl(m * dx)
+      const __m512 wm =
+          _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0 + 16)), loadu128(b1 + 16), 1));
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(x[t].sum[b])),
+                                 _mm512_mul_ps(wm, _mm512_set1_ps(x[t].d[b])), acc[t]);
+      }
     }
   };
   pair_frame<T, kBytes>(group, group_bytes, nb, y, nvalid, block);

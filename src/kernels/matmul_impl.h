@@ -448,13 +448,17 @@ __attribute__((always_inline)) static inline void packed_frame(const uint8_t* gr
 // group's stream to prefetch (0: none), so that the misses of a decode step
 // are in flight while the previous bytes are multiplied.
 // K: Q8_0, Q4_0, or the nibble-table kinds (IQ4_NL, MXFP4: Q4_0's layout,
-// each nibble looked up in the format's int8 levels, then Q8_0's signed dot).
+// each nibble looked up in the format's int8 levels, then Q8_0's signed dot),
+// or Q4_1 / Q5_0 / Q5_1 (Q4_0's nibbles, the fifth bits or'ed in, the min
+// added as m * sum(x)).
 template <class D, Packed K, int T, int G, int kPrefetch>
 static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                          int nvalid) {
-  constexpr bool kQ4 = K == Packed::kQ4_0;
   constexpr bool kLut = K == Packed::kIQ4_NL || K == Packed::kMXFP4;
-  constexpr size_t kBytes = K == Packed::kQ8_0 ? kPackedQ8_0Block : kPackedQ4_0Block;
+  constexpr bool kQ4 = K == Packed::kQ4_0 || K == Packed::kQ4_1 || K == Packed::kQ5_0 || K == Packed::kQ5_1;
+  constexpr bool kMin = K == Packed::kQ4_1 || K == Packed::kQ5_1, kFifth = K == Packed::kQ5_0 || K == Packed::kQ5_1;
+  constexpr size_t kQh = 16 + (kMin ? 16 : 0), kVal = kQh + (kFifth ? 32 : 0);
+  constexpr size_t kBytes = kPackedBytes[static_cast<int>(K)];
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i lut = kLut ? _mm256_broadcastsi128_si256(loadu128(K == Packed::kMXFP4 ? kMXFP4Values : kIQ4Values))
                            : _mm256_setzero_si256();
@@ -464,8 +468,9 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
       // kPairs: the 8 vpmaddubsw results of a block are summed as int16
       // pairs and widened once: |pair| <= 2 * 15 * 127 = 3810 (activations
       // are clamped to +-127), so 8 of them stay within 30480 < 32767 —
-      // exact, and one vpmaddwd per block instead of eight.
-      constexpr bool kPairs = D::kU4PairsInInt16;
+      // exact, and one vpmaddwd per block instead of eight. (Five-bit
+      // values, up to 2 * 31 * 127 a pair, are widened at every dot.)
+      constexpr bool kPairs = D::kU4PairsInInt16 && !kFifth;
       __m256i part[G][T];  // int16 pair sums (kPairs) or int32 sums
       for (int g = 0; g < G; ++g) {
         for (int t = 0; t < T; ++t) part[g][t] = _mm256_setzero_si256();
@@ -477,8 +482,14 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
           xh[t] = bcast4(x[t].q + b * 32 + 16 + 4 * h);
         }
         for (int g = 0; g < G; ++g) {
-          const __m256i v = loadu256(blk[g] + 16 + 32 * h);
-          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          const __m256i v = loadu256(blk[g] + kVal + 32 * h);
+          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (kFifth) {
+            // Bit h of byte 4r + i: value 4h + i's fifth bit; bit 4 + h: value 16 + 4h + i's.
+            const __m256i qh = loadu256(blk[g] + kQh), one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, h), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4 + h), one), 4));
+          }
           for (int t = 0; t < T; ++t) {
             if constexpr (kPairs) {
               part[g][t] = _mm256_add_epi16(part[g][t], _mm256_maddubs_epi16(lo, xl[t]));
@@ -529,13 +540,17 @@ static inline void ptile(const uint8_t* group, size_t group_bytes, int64_t nb, c
       }
     }
     for (int t = 0; t < T; ++t) {
-      const int offset = kQ4 ? 8 : D::kQ8Offset;
+      const int offset = K == Packed::kQ4_0 ? 8 : K == Packed::kQ5_0 ? 16 : kMin ? 0 : D::kQ8Offset;
       const __m256 d = _mm256_set1_ps(x[t].d[b]);
       const __m256i off = _mm256_set1_epi32(offset * x[t].sum[b]);
       for (int g = 0; g < G; ++g) {
         const __m256i v = offset == 0 ? isum[g][t] : _mm256_sub_epi32(isum[g][t], off);
         const __m256 ws = _mm256_cvtph_ps(loadu128(blk[g]));
         acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(ws, d), acc[g][t]);
+        if constexpr (kMin) {  // + sum(x) * fl(m * dx)
+          const __m256 wm = _mm256_cvtph_ps(loadu128(blk[g] + 16));
+          acc[g][t] = _mm256_fmadd_ps(_mm256_set1_ps(static_cast<float>(x[t].sum[b])), _mm256_mul_ps(wm, d), acc[g][t]);
+        }
       }
     }
   };
@@ -1127,7 +1142,8 @@ struct KernelSet {
       quantize_act_impl,
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
        prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>,
-       prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>},
+       prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>, prange<D, Packed::kQ4_1, Cfg>,
+       prange<D, Packed::kQ5_0, Cfg>, prange<D, Packed::kQ5_1, Cfg>},
   };
 };
 

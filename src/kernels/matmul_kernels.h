@@ -133,12 +133,23 @@ constexpr size_t kPackedQ3_KBlock = 16 + 128 + 768;
 // IQ4_NL and MXFP4: Q4_0's packed layout (an MXFP4 block's E8M0 scale
 // stored as the fp16 of 2^(e - 128), packed only where every block's is
 // exact in fp16), each nibble standing for its level in the format's table.
-enum class Packed : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_K = 4, kQ3_K = 5, kIQ4_NL = 6, kMXFP4 = 7 };
-constexpr int kNumPacked = 8;
+// Q4_1, Q5_0, Q5_1: Q4_0's packed block with, after the 8 fp16 d, the 8
+// rows' fp16 m (Q4_1, Q5_1: 16 bytes), then (Q5_0, Q5_1) 32 bytes of fifth
+// bits, byte 4 r + i of which holds in bit h (h < 4) the fifth bit of row
+// r's value 4 h + i and in bit 4 + h that of value 16 + 4 h + i (so one
+// shift and an and give a 32-byte load's fifth bits), then the nibbles.
+constexpr size_t kPackedQ4_1Block = kPackedQ4_0Block + 16;
+constexpr size_t kPackedQ5_0Block = kPackedQ4_0Block + 32;
+constexpr size_t kPackedQ5_1Block = kPackedQ4_0Block + 48;
+enum class Packed : int {
+  kQ8_0 = 0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K, kIQ4_NL, kMXFP4, kQ4_1, kQ5_0, kQ5_1,
+};
+constexpr int kNumPacked = 11;
 // Per packed kind (table order): values and bytes of one block of 8 rows.
-constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32};
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32, 32, 32, 32};
 constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock, kPackedQ6_KBlock,
-                                             kPackedQ5_KBlock, kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block};
+                                             kPackedQ5_KBlock, kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block,
+                                             kPackedQ4_1Block, kPackedQ5_0Block, kPackedQ5_1Block};
 
 struct MatmulKernels {
   const char* name;

@@ -301,7 +301,7 @@ constexpr MatmulKernels kRef = {
         range_blocks<BlockTQ2_0, kQK_K, step_tq2_0>,
     },
     quantize_act_ref,
-    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr},  // the reference reads the original rows
+    {},  // no packed kernels: the reference reads the original rows
 };
 
 }  // namespace
