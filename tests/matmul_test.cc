@@ -350,7 +350,8 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
       EXPECT_EQ(pw.packed.empty(), type != DType::kQ8_0 && type != DType::kQ4_0 && type != DType::kQ4_K &&
                                        type != DType::kQ5_K && type != DType::kQ6_K && type != DType::kQ3_K &&
                                        type != DType::kIQ4_NL && type != DType::kMXFP4 && type != DType::kQ4_1 &&
-                                       type != DType::kQ5_0 && type != DType::kQ5_1);
+                                       type != DType::kQ5_0 && type != DType::kQ5_1 && type != DType::kIQ4_XS &&
+                                       type != DType::kQ2_K);
       EXPECT_EQ(pw.view.data, m.view().data);
       const int64_t n_max = 23;
       std::vector<float> x = random_activations(n_max, cols, rng);

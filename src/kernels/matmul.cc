@@ -112,6 +112,8 @@ bool packed_kind(DType t, Packed* out) {
     case DType::kQ4_1: *out = Packed::kQ4_1; return true;
     case DType::kQ5_0: *out = Packed::kQ5_0; return true;
     case DType::kQ5_1: *out = Packed::kQ5_1; return true;
+    case DType::kIQ4_XS: *out = Packed::kIQ4_XS; return true;
+    case DType::kQ2_K: *out = Packed::kQ2_K; return true;
     case DType::kQ4_K: *out = Packed::kQ4_K; return true;
     case DType::kQ5_K: *out = Packed::kQ5_K; return true;
     case DType::kQ6_K: *out = Packed::kQ6_K; return true;
@@ -175,6 +177,44 @@ void pack_legacy(const WeightView& w, uint8_t* out) {
       }
     }
     for (size_t j = 0; j < 4; ++j) std::memcpy(o + qs_out + 32 * j + 4 * r, blk + qs_in + 4 * j, 4);
+  });
+}
+
+// IQ4_XS (blocks.h): d, the scales as int8 (ls - 32), each sub-block's
+// nibbles as Q4_0's packed values.
+void pack_iq4_xs(const WeightView& w, uint8_t* out) {
+  pack_groups(w, 256, sizeof(BlockIQ4_XS), kPackedIQ4_XSBlock, out, [&](uint8_t* o, const uint8_t* blk, int r) {
+    BlockIQ4_XS b;
+    std::memcpy(&b, blk, sizeof b);
+    std::memcpy(o + 2 * r, &b.d, 2);
+    for (int s = 0; s < 8; ++s) {
+      o[16 + 8 * s + r] = static_cast<uint8_t>(static_cast<int8_t>(iq4_xs_scale(b, s)));
+      for (int h = 0; h < 4; ++h) std::memcpy(o + 80 + 128 * s + 32 * h + 4 * r, b.qs + 16 * s + 4 * h, 4);
+    }
+  });
+}
+
+// Q2_K (blocks.h): d, dmin, the 4-bit scales and mins as bytes, the 2-bit
+// values in Q3_K's packed order.
+void pack_q2_k(const WeightView& w, uint8_t* out) {
+  pack_groups(w, 256, sizeof(BlockQ2_K), kPackedQ2_KBlock, out, [&](uint8_t* o, const uint8_t* blk, int r) {
+    BlockQ2_K b;
+    std::memcpy(&b, blk, sizeof b);
+    std::memcpy(o + 2 * r, &b.d, 2);
+    std::memcpy(o + 16 + 2 * r, &b.dmin, 2);
+    for (int s = 0; s < 16; ++s) {
+      o[32 + 8 * s + r] = b.scales[s] & 15;
+      o[160 + 8 * s + r] = b.scales[s] >> 4;
+    }
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 8; ++q) {
+        for (int i = 0; i < 4; ++i) {
+          uint8_t byte = 0;
+          for (int j = 0; j < 4; ++j) byte |= static_cast<uint8_t>(two_bit_value(b.qs, 128 * n + 32 * j + 4 * q + i) << (2 * j));
+          o[288 + 256 * n + 32 * q + 4 * r + i] = byte;
+        }
+      }
+    }
   });
 }
 
@@ -293,6 +333,10 @@ PreparedWeight prepare_weight(const WeightView& w) {
     pack_q6_k(w, p.packed.data());
   } else if (w.type == DType::kQ3_K) {
     pack_q3_k(w, p.packed.data());
+  } else if (w.type == DType::kIQ4_XS) {
+    pack_iq4_xs(w, p.packed.data());
+  } else if (w.type == DType::kQ2_K) {
+    pack_q2_k(w, p.packed.data());
   } else if (w.type == DType::kQ4_1 || w.type == DType::kQ5_0 || w.type == DType::kQ5_1) {
     pack_legacy(w, p.packed.data());
   } else {

@@ -319,6 +319,118 @@ static void q3tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const
       });
 }
 
+// ---- 16-row packed IQ4_XS prompt tile ------------------------------------------
+// iq4xs_tile's arithmetic (matmul_packed_more.h) on two 8-row groups side by
+// side: per sub-block the levels (offset by 128 in the table) by vpshufb,
+// vpdpbusd into int32 lanes, times the rows' scales (vpmulld); then the
+// offset taken out as 128 * sum_s ls_s * sum(x_s), and one fma per 256 values.
+template <int T>
+static void iq4xs_tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                         int nvalid) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lut = _mm512_xor_si512(_mm512_broadcast_i32x4(loadu128(kIQ4Values)),
+                                       _mm512_set1_epi8(static_cast<char>(0x80)));
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
+    __m512i isum[T], corr[T];
+    for (int t = 0; t < T; ++t) isum[t] = corr[t] = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      __m512i part[T];
+      for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_si512();
+      for (int h = 0; h < 4; ++h) {
+        const __m512i v = join256(b0 + 80 + 128 * s + 32 * h, b1 + 80 + 128 * s + 32 * h);
+        const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+        const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        for (int t = 0; t < T; ++t) {
+          part[t] = dpbusd_bcast(part[t], lo, x[t].q + b * 256 + 32 * s + 4 * h);
+          part[t] = dpbusd_bcast(part[t], hi, x[t].q + b * 256 + 32 * s + 16 + 4 * h);
+        }
+      }
+      const __m512i ls = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 16 + 8 * s)),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 16 + 8 * s))));
+      for (int t = 0; t < T; ++t) {
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[t], ls));
+        corr[t] = _mm512_add_epi32(corr[t], _mm512_mullo_epi32(ls, _mm512_set1_epi32(x[t].sum[b * 8 + s])));
+      }
+    }
+    const __m512 wd = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0)), loadu128(b1), 1));
+    for (int t = 0; t < T; ++t) {
+      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr[t], 7));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(x[t].d[b])), acc[t]);
+    }
+  };
+  pair_frame<T, kPackedIQ4_XSBlock>(group, group_bytes, nb, y, nvalid, block);
+}
+
+// ---- 16-row packed Q2_K prompt tile ----------------------------------------------
+// q2tile's arithmetic (matmul_packed_more.h) on two 8-row groups side by
+// side. A sub-block's dot is at most 16 * 3 * 127 = 6096 in magnitude, so
+// its int32 lane equals its low 16 bits read as signed: vpmaddwd with the
+// scale in the low half of each lane (0 in the high half) is the exact
+// product in one instruction instead of vpmulld's two; the min term is one
+// vpmaddwd per pair of sub-blocks (the mins as int16 pairs times the
+// token's group sums 2k, 2k + 1).
+template <int T>
+static void q2tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                     int nvalid) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const auto lanes16 = [](const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1))));
+  };
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int n = 0; n < 2; ++n) {
+      for (int half = 0; half < 2; ++half) {
+        __m512i part[4][T];
+        for (int j = 0; j < 4; ++j) {
+          for (int t = 0; t < T; ++t) part[j][t] = _mm512_setzero_si512();
+        }
+        for (int q = 4 * half; q < 4 * half + 4; ++q) {
+          const __m512i v = join256(b0 + 288 + 256 * n + 32 * q, b1 + 288 + 256 * n + 32 * q);
+          for (int j = 0; j < 4; ++j) {
+            const __m512i u = _mm512_and_si512(j == 0 ? v : _mm512_srli_epi16(v, 2 * j), m3);
+            for (int t = 0; t < T; ++t) {
+              part[j][t] = dpbusd_bcast(part[j][t], u, x[t].q + b * 256 + 128 * n + 32 * j + 4 * q);
+            }
+          }
+        }
+        for (int j = 0; j < 4; ++j) {
+          const int sb = 8 * (8 * n + 2 * j + half);
+          const __m512i sc = lanes16(b0 + 32 + sb, b1 + 32 + sb);
+          for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_madd_epi16(part[j][t], sc));
+        }
+      }
+    }
+    // Mins as int16 pairs: lane r = (m_r[2k], m_r[2k + 1]).
+    __m512i mpair[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m512i lo = lanes16(b0 + 160 + 16 * k, b1 + 160 + 16 * k);
+      const __m512i hi = lanes16(b0 + 168 + 16 * k, b1 + 168 + 16 * k);
+      mpair[k] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    }
+    const __m512 wd = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0)), loadu128(b1), 1));
+    const __m512 wm =
+        _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0 + 16)), loadu128(b1 + 16), 1));
+    for (int t = 0; t < T; ++t) {
+      const int16_t* xs = x[t].sum + b * 16;
+      __m512i msum = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        int32_t pair;
+        std::memcpy(&pair, xs + 2 * k, 4);
+        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpair[k], _mm512_set1_epi32(pair)));
+      }
+      const __m512 dx = _mm512_set1_ps(x[t].d[b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wd, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wm, dx), acc[t]);
+    }
+  };
+  pair_frame<T, kPackedQ2_KBlock>(group, group_bytes, nb, y, nvalid, block);
+}
+
 struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
@@ -335,6 +447,10 @@ struct Avx512Cfg {
     }
     if constexpr (kPackedValues[static_cast<int>(K)] == 32) {
       ptile16<K, T>(group, group_bytes, nb, x, y, nvalid);
+    } else if constexpr (K == Packed::kIQ4_XS) {
+      iq4xs_tile16<T>(group, group_bytes, nb, x, y, nvalid);
+    } else if constexpr (K == Packed::kQ2_K) {
+      q2tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ6_K) {
       q6tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ3_K) {

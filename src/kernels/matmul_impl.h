@@ -888,6 +888,8 @@ static inline void q3tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
   packed_frame<T, G, kPackedQ3_KBlock, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
 }
 
+#include "kernels/matmul_packed_more.h"
+
 // One packed tile of kind K.
 template <class D, Packed K, int T, int G, int kPrefetch>
 static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
@@ -898,6 +900,10 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
     q6tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else if constexpr (K == Packed::kQ3_K) {
     q3tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else if constexpr (K == Packed::kIQ4_XS) {
+    iq4xs_tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else if constexpr (K == Packed::kQ2_K) {
+    q2tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
     ptile<D, K, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
@@ -1143,7 +1149,8 @@ struct KernelSet {
       {prange<D, Packed::kQ8_0, Cfg>, prange<D, Packed::kQ4_0, Cfg>, prange<D, Packed::kQ4_K, Cfg>,
        prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>,
        prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>, prange<D, Packed::kQ4_1, Cfg>,
-       prange<D, Packed::kQ5_0, Cfg>, prange<D, Packed::kQ5_1, Cfg>},
+       prange<D, Packed::kQ5_0, Cfg>, prange<D, Packed::kQ5_1, Cfg>, prange<D, Packed::kIQ4_XS, Cfg>,
+       prange<D, Packed::kQ2_K, Cfg>},
   };
 };
 

@@ -141,15 +141,33 @@ constexpr size_t kPackedQ3_KBlock = 16 + 128 + 768;
 constexpr size_t kPackedQ4_1Block = kPackedQ4_0Block + 16;
 constexpr size_t kPackedQ5_0Block = kPackedQ4_0Block + 32;
 constexpr size_t kPackedQ5_1Block = kPackedQ4_0Block + 48;
+// IQ4_XS, per group and super-block of 256:
+//   bytes    0..15   the 8 rows' fp16 d
+//   bytes   16..79   scales: byte 16 + 8 s + r = ls_r[s] - 32 (int8, s < 8)
+//   bytes  80..1103  per sub-block s, Q4_0's packed values: for h < 4, 32
+//                    bytes at 80 + 128 s + 32 h with byte 4 r + i = row r's
+//                    qs[16 s + 4 h + i] (low nibble value 32 s + 4 h + i,
+//                    high nibble value 32 s + 16 + 4 h + i)
+constexpr size_t kPackedIQ4_XSBlock = 16 + 64 + 1024;
+// Q2_K, per group and super-block of 256:
+//   bytes    0..15   the 8 rows' fp16 d          16..31  the 8 rows' fp16 dmin
+//   bytes   32..159  scales: byte 32 + 8 s + r = sc_r[s] (s < 16, 0..15)
+//   bytes  160..287  mins:   byte 160 + 8 s + r = m_r[s]
+//   bytes  288..799  values: for n < 2 and q < 8, 32 bytes at 288 + 256 n +
+//                    32 q with byte 4 r + i holding in bits 2 j, 2 j + 1
+//                    (j < 4) row r's value 128 n + 32 j + 4 q + i
+// (Q3_K's packed low bits; a load gives four value vectors).
+constexpr size_t kPackedQ2_KBlock = 32 + 128 + 128 + 512;
 enum class Packed : int {
-  kQ8_0 = 0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K, kIQ4_NL, kMXFP4, kQ4_1, kQ5_0, kQ5_1,
+  kQ8_0 = 0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K, kIQ4_NL, kMXFP4, kQ4_1, kQ5_0, kQ5_1, kIQ4_XS, kQ2_K,
 };
-constexpr int kNumPacked = 11;
+constexpr int kNumPacked = 13;
 // Per packed kind (table order): values and bytes of one block of 8 rows.
-constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32, 32, 32, 32};
-constexpr size_t kPackedBytes[kNumPacked] = {kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock, kPackedQ6_KBlock,
-                                             kPackedQ5_KBlock, kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block,
-                                             kPackedQ4_1Block, kPackedQ5_0Block, kPackedQ5_1Block};
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32, 32, 32, 32, 256, 256};
+constexpr size_t kPackedBytes[kNumPacked] = {
+    kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock, kPackedQ6_KBlock, kPackedQ5_KBlock,
+    kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block, kPackedQ4_1Block, kPackedQ5_0Block,
+    kPackedQ5_1Block, kPackedIQ4_XSBlock, kPackedQ2_KBlock};
 
 struct MatmulKernels {
   const char* name;
