@@ -329,8 +329,8 @@ TEST(ModelLoad, WrongShape) {
 }
 
 TEST(ModelLoad, UnsupportedTensorType) {
-  expect_load_error(rewrite(retype("blk.0.attn_v.weight", DType::kQ4_1), "v-q4_1"),
-                    "tensor 'blk.0.attn_v.weight' has type Q4_1, which Tessera cannot multiply");
+  expect_load_error(rewrite(retype("blk.0.attn_v.weight", DType::kQ8_1), "v-q8_1"),
+                    "tensor 'blk.0.attn_v.weight' has type Q8_1, which Tessera cannot multiply");
   expect_load_error(rewrite(retype("blk.0.attn_norm.weight", DType::kI32), "norm-i32"),
                     "tensor 'blk.0.attn_norm.weight' has unsupported type I32");
 }
