@@ -351,7 +351,7 @@ TEST_P(MatmulTest, PreparedMatchesPlain) {
                                        type != DType::kQ5_K && type != DType::kQ6_K && type != DType::kQ3_K &&
                                        type != DType::kIQ4_NL && type != DType::kMXFP4 && type != DType::kQ4_1 &&
                                        type != DType::kQ5_0 && type != DType::kQ5_1 && type != DType::kIQ4_XS &&
-                                       type != DType::kQ2_K);
+                                       type != DType::kQ2_K && type != DType::kTQ1_0 && type != DType::kTQ2_0);
       EXPECT_EQ(pw.view.data, m.view().data);
       const int64_t n_max = 23;
       std::vector<float> x = random_activations(n_max, cols, rng);

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/sampler.h"
 
 namespace tessera::engine {
@@ -124,6 +125,30 @@ TEST(Sampler, GreedyPenaltiesAndReproducibility) {
     std::vector<float> la = logits, lb = logits;
     ASSERT_EQ(s.sample(la, p, {}, a).token, s.sample(lb, p, {}, b).token);
   }
+}
+
+// NaN or +inf logits (a corrupt weight block's NaN scale, an overflow) are
+// refused with an error for every kind of sampling (min-p over NaN weights
+// would otherwise keep no candidate); -inf (a masked id) is not.
+TEST(Sampler, NonFiniteLogitsAreAnErrorNotADraw) {
+  std::mt19937 gen(6);
+  Sampler s;
+  Rng rng(3);
+  SamplingParams greedy, minp, topp;
+  greedy.temperature = 0.0f;
+  minp.min_p = 0.1f;
+  topp.top_p = 0.5f;
+  for (const float bad : {NAN, INFINITY}) {
+    for (const SamplingParams& p : {greedy, minp, topp}) {
+      std::vector<float> l = random_logits(300, gen);
+      l[123] = bad;
+      EXPECT_THROW(s.sample(l, p, {}, rng), Error);
+    }
+  }
+  std::vector<float> l = random_logits(300, gen);
+  l[5] = -INFINITY;
+  l[9] = 40.0f;
+  EXPECT_EQ(s.sample(l, greedy, {}, rng).token, 9);
 }
 
 }  // namespace

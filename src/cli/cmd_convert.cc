@@ -24,7 +24,7 @@ TESSERA_COMMAND("convert", "Convert a Hugging Face folder to GGUF", [](CLI::App&
   auto a = std::make_shared<ConvertArgs>();
   sub.add_option("model", a->model, "Hugging Face folder (config.json, *.safetensors) or GGUF")->required();
   sub.add_option("-o,--out", a->out, "Output GGUF path")->required();
-  sub.add_option("--type", a->type, "Type of the matrices: f32, f16, bf16, q8_0, q4_0 (default: as stored)");
+  sub.add_option("--type", a->type, "Type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (default: as stored)");
   return [a]() {
     std::optional<DType> type;
     if (!a->type.empty()) {

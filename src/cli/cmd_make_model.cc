@@ -43,7 +43,7 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face 
                  "of this folder (the vocabulary size is theirs)");
   sub.add_option("--shard-bytes", a->shard_bytes, "--format hf: shards of at most this many bytes, with an index");
   sub.add_option("--preset", a->preset, "Shape: tiny, 110m, 1b")->capture_default_str();
-  sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0")->capture_default_str();
   sub.add_option("--output-type", a->output_type, "Type of the output matrix (default: --type)");
   sub.add_option("--arch", a->arch,
                  "llama, llama3 (rope_freqs.weight), mistral (sliding window), qwen2 (QKV bias, NeoX RoPE), "

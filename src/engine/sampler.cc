@@ -192,10 +192,23 @@ int32_t draw(const Candidates& c, Rng& rng, int32_t draft) {
   return c.idx[c.n - 1] != draft || c.n == 1 ? c.idx[c.n - 1] : c.idx[c.n - 2];
 }
 
+// NaN or +inf logits (a corrupt weight block, an overflow) have no
+// distribution to sample: the request fails with this error (the engine's
+// fault isolation ends it alone). -inf is a masked id and is fine.
+void check_finite(std::span<const float> logits) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i]) || logits[i] == INFINITY) {
+      fail(ErrorCode::kCorruptFile, "the model's logits are not finite (id {} is {}): a corrupt weight or an overflow", i,
+           logits[i]);
+    }
+  }
+}
+
 }  // namespace
 
 SampleResult Sampler::sample(std::span<float> logits, const SamplingParams& p, const TokenHistory& h,
                              Rng& rng, int32_t draft) {
+  check_finite(logits);
   SampleResult out;
   // Logprobs describe the model's distribution, before any processing.
   float lse = 0.0f;

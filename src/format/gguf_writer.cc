@@ -75,8 +75,21 @@ uint32_t llama_file_type(DType t) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
     case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;   // Q3_K_S: every matrix Q3_K
+    case DType::kQ4_K: return 14;   // Q4_K_S
+    case DType::kQ5_K: return 16;   // Q5_K_S
+    case DType::kQ6_K: return 18;
+    case DType::kIQ4_NL: return 25;
+    case DType::kIQ4_XS: return 30;
     case DType::kBF16: return 32;
+    case DType::kTQ1_0: return 36;
+    case DType::kTQ2_0: return 37;
+    case DType::kMXFP4: return 38;
     default: return 0;
   }
 }

@@ -114,6 +114,7 @@ bool packed_kind(DType t, Packed* out) {
     case DType::kQ5_1: *out = Packed::kQ5_1; return true;
     case DType::kIQ4_XS: *out = Packed::kIQ4_XS; return true;
     case DType::kQ2_K: *out = Packed::kQ2_K; return true;
+    case DType::kTQ1_0: case DType::kTQ2_0: *out = Packed::kTQ2_0; return true;
     case DType::kQ4_K: *out = Packed::kQ4_K; return true;
     case DType::kQ5_K: *out = Packed::kQ5_K; return true;
     case DType::kQ6_K: *out = Packed::kQ6_K; return true;
@@ -212,6 +213,34 @@ void pack_q2_k(const WeightView& w, uint8_t* out) {
           uint8_t byte = 0;
           for (int j = 0; j < 4; ++j) byte |= static_cast<uint8_t>(two_bit_value(b.qs, 128 * n + 32 * j + 4 * q + i) << (2 * j));
           o[288 + 256 * n + 32 * q + 4 * r + i] = byte;
+        }
+      }
+    }
+  });
+}
+
+// TQ2_0 and TQ1_0: d, then the ternary digits as 2-bit values in Q2_K's
+// packed order.
+void pack_ternary(const WeightView& w, uint8_t* out) {
+  const bool tq1 = w.type == DType::kTQ1_0;
+  const size_t in_bytes = tq1 ? sizeof(BlockTQ1_0) : sizeof(BlockTQ2_0);
+  pack_groups(w, 256, in_bytes, kPackedTQ2_0Block, out, [&](uint8_t* o, const uint8_t* blk, int r) {
+    BlockTQ1_0 b1;
+    BlockTQ2_0 b2;
+    if (tq1) {
+      std::memcpy(&b1, blk, sizeof b1);
+      std::memcpy(o + 2 * r, &b1.d, 2);
+    } else {
+      std::memcpy(&b2, blk, sizeof b2);
+      std::memcpy(o + 2 * r, &b2.d, 2);
+    }
+    const auto t = [&](int v) { return tq1 ? tq1_0_value(b1, v) + 1 : two_bit_value(b2.qs, v); };
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 8; ++q) {
+        for (int i = 0; i < 4; ++i) {
+          uint8_t byte = 0;
+          for (int j = 0; j < 4; ++j) byte |= static_cast<uint8_t>(t(128 * n + 32 * j + 4 * q + i) << (2 * j));
+          o[16 + 256 * n + 32 * q + 4 * r + i] = byte;
         }
       }
     }
@@ -337,6 +366,8 @@ PreparedWeight prepare_weight(const WeightView& w) {
     pack_iq4_xs(w, p.packed.data());
   } else if (w.type == DType::kQ2_K) {
     pack_q2_k(w, p.packed.data());
+  } else if (w.type == DType::kTQ1_0 || w.type == DType::kTQ2_0) {
+    pack_ternary(w, p.packed.data());
   } else if (w.type == DType::kQ4_1 || w.type == DType::kQ5_0 || w.type == DType::kQ5_1) {
     pack_legacy(w, p.packed.data());
   } else {

@@ -431,13 +431,42 @@ static void q2tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const
   pair_frame<T, kPackedQ2_KBlock>(group, group_bytes, nb, y, nvalid, block);
 }
 
+// ---- 16-row packed TQ2_0 / TQ1_0 prompt tile ---------------------------------------
+// tq2tile's arithmetic on two 8-row groups side by side: every value's dot
+// straight into one int32 lane per row (no sub-block scales), minus sum(x).
+template <int T>
+static void tq2tile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                      int nvalid) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
+                         __attribute__((always_inline)) {
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 8; ++q) {
+        const __m512i v = join256(b0 + 16 + 256 * n + 32 * q, b1 + 16 + 256 * n + 32 * q);
+        for (int j = 0; j < 4; ++j) {
+          const __m512i u = _mm512_and_si512(j == 0 ? v : _mm512_srli_epi16(v, 2 * j), m3);
+          for (int t = 0; t < T; ++t) isum[t] = dpbusd_bcast(isum[t], u, x[t].q + b * 256 + 128 * n + 32 * j + 4 * q);
+        }
+      }
+    }
+    const __m512 wd = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0)), loadu128(b1), 1));
+    for (int t = 0; t < T; ++t) {
+      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_set1_epi32(sum_groups(x[t].sum + b * 8, 8)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(x[t].d[b])), acc[t]);
+    }
+  };
+  pair_frame<T, kPackedTQ2_0Block>(group, group_bytes, nb, y, nvalid, block);
+}
+
 struct Avx512Cfg {
   static constexpr const char* kName = "avx512";
   static constexpr int kMaxT = 4;
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K ? 8 : 4;  // Q3_K: one j per pass
+    return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K || k == Packed::kTQ2_0 ? 8 : 4;  // Q3_K: one j per pass
   }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
@@ -451,6 +480,8 @@ struct Avx512Cfg {
       iq4xs_tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ2_K) {
       q2tile16<T>(group, group_bytes, nb, x, y, nvalid);
+    } else if constexpr (K == Packed::kTQ2_0) {
+      tq2tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ6_K) {
       q6tile16<T>(group, group_bytes, nb, x, y, nvalid);
     } else if constexpr (K == Packed::kQ3_K) {

@@ -904,6 +904,8 @@ static inline void packed_tile(const uint8_t* group, size_t group_bytes, int64_t
     iq4xs_tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else if constexpr (K == Packed::kQ2_K) {
     q2tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
+  } else if constexpr (K == Packed::kTQ2_0) {
+    tq2tile<D, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   } else {
     ptile<D, K, T, G, kPrefetch>(group, group_bytes, nb, x, y, nvalid);
   }
@@ -1150,7 +1152,7 @@ struct KernelSet {
        prange<D, Packed::kQ6_K, Cfg>, prange<D, Packed::kQ5_K, Cfg>, prange<D, Packed::kQ3_K, Cfg>,
        prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>, prange<D, Packed::kQ4_1, Cfg>,
        prange<D, Packed::kQ5_0, Cfg>, prange<D, Packed::kQ5_1, Cfg>, prange<D, Packed::kIQ4_XS, Cfg>,
-       prange<D, Packed::kQ2_K, Cfg>},
+       prange<D, Packed::kQ2_K, Cfg>, prange<D, Packed::kTQ2_0, Cfg>},
   };
 };
 

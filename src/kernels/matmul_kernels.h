@@ -158,16 +158,20 @@ constexpr size_t kPackedIQ4_XSBlock = 16 + 64 + 1024;
 //                    (j < 4) row r's value 128 n + 32 j + 4 q + i
 // (Q3_K's packed low bits; a load gives four value vectors).
 constexpr size_t kPackedQ2_KBlock = 32 + 128 + 128 + 512;
+// TQ2_0 and TQ1_0 (ternary t = q in 0..2, w = d (t - 1)): the 8 rows' fp16
+// d, then Q2_K's packed values (bytes 16..527); TQ1_0's base-3 digits are
+// re-coded as 2-bit t at load (528 bytes against its 432).
+constexpr size_t kPackedTQ2_0Block = 16 + 512;
 enum class Packed : int {
-  kQ8_0 = 0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K, kIQ4_NL, kMXFP4, kQ4_1, kQ5_0, kQ5_1, kIQ4_XS, kQ2_K,
+  kQ8_0 = 0, kQ4_0, kQ4_K, kQ6_K, kQ5_K, kQ3_K, kIQ4_NL, kMXFP4, kQ4_1, kQ5_0, kQ5_1, kIQ4_XS, kQ2_K, kTQ2_0,
 };
-constexpr int kNumPacked = 13;
+constexpr int kNumPacked = 14;
 // Per packed kind (table order): values and bytes of one block of 8 rows.
-constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32, 32, 32, 32, 256, 256};
+constexpr int64_t kPackedValues[kNumPacked] = {32, 32, 256, 256, 256, 256, 32, 32, 32, 32, 32, 256, 256, 256};
 constexpr size_t kPackedBytes[kNumPacked] = {
-    kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock, kPackedQ6_KBlock, kPackedQ5_KBlock,
-    kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block, kPackedQ4_1Block, kPackedQ5_0Block,
-    kPackedQ5_1Block, kPackedIQ4_XSBlock, kPackedQ2_KBlock};
+    kPackedQ8_0Block, kPackedQ4_0Block, kPackedQ4_KBlock,  kPackedQ6_KBlock, kPackedQ5_KBlock,
+    kPackedQ3_KBlock, kPackedQ4_0Block, kPackedQ4_0Block,  kPackedQ4_1Block, kPackedQ5_0Block,
+    kPackedQ5_1Block, kPackedIQ4_XSBlock, kPackedQ2_KBlock, kPackedTQ2_0Block};
 
 struct MatmulKernels {
   const char* name;

@@ -126,3 +126,40 @@ static inline void q2tile(const uint8_t* group, size_t group_bytes, int64_t nb, 
   };
   packed_frame<T, G, kPackedQ2_KBlock, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
 }
+
+// ---- TQ2_0 and TQ1_0: ternary t in 0..2 as 2-bit values ------------------------
+// Q2_K's packed value order without scales (TQ1_0's base-3 digits are
+// re-coded to 2 bits at load): the exact dot of t with x in int32 lanes,
+// minus sum(x) for the -1, then one fma per 256 values.
+template <class D, int T, int G, int kPrefetch>
+static inline void tq2tile(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
+                           int nvalid) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const auto block = [&](const uint8_t* const* blk, int64_t b, __m256(&acc)[G][T]) __attribute__((always_inline)) {
+    __m256i isum[G][T];
+    for (int g = 0; g < G; ++g) {
+      for (int t = 0; t < T; ++t) isum[g][t] = _mm256_setzero_si256();
+    }
+    for (int n = 0; n < 2; ++n) {
+      for (int q = 0; q < 8; ++q) {
+        for (int g = 0; g < G; ++g) {
+          const __m256i v = loadu256(blk[g] + 16 + 256 * n + 32 * q);
+          for (int j = 0; j < 4; ++j) {
+            const __m256i u = _mm256_and_si256(j == 0 ? v : _mm256_srli_epi16(v, 2 * j), m3);
+            for (int t = 0; t < T; ++t) {
+              isum[g][t] = D::u4_dot_acc(isum[g][t], u, bcast4(x[t].q + b * 256 + 128 * n + 32 * j + 4 * q));
+            }
+          }
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 wd = _mm256_cvtph_ps(loadu128(blk[g]));
+      for (int t = 0; t < T; ++t) {
+        const __m256i v = _mm256_sub_epi32(isum[g][t], _mm256_set1_epi32(sum_groups(x[t].sum + b * 8, 8)));
+        acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(wd, _mm256_set1_ps(x[t].d[b])), acc[g][t]);
+      }
+    }
+  };
+  packed_frame<T, G, kPackedTQ2_0Block, kPrefetch>(group, group_bytes, nb, y, nvalid, block);
+}

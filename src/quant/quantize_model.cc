@@ -170,10 +170,12 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     }
   }
   *how = p.col_scale.empty() && p.row_div.empty() ? "" : "awq-scaled ";
-  if (!is_grid_type(p.type)) {
-    const size_t rb = row_bytes(p.type, cols);
-    for (int64_t r = 0; r < rows; ++r) kernels::quantize_row(p.type, w.data() + r * cols, out + r * rb, cols);
-    *how += "convert";
+  if (!is_grid_type(p.type)) {  // a float type, or a block type written by round to nearest (kernels/quant.h)
+    const int64_t cols_p = p.cols_p;
+    w = pad_columns(w, rows, cols, cols_p);
+    const size_t rb = row_bytes(p.type, cols_p);
+    for (int64_t r = 0; r < rows; ++r) kernels::quantize_row(p.type, w.data() + r * cols_p, out + r * rb, cols_p);
+    *how += dtype_traits(p.type).block_size > 1 ? "rtn" : "convert";
     return;
   }
   const Grid g = make_grid(p.type, opt.bits);
@@ -231,15 +233,25 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
   }
 }
 
+// The types quantize writes: the grids' (any method) and the others
+// kernels::quantize_row writes (round to nearest).
+constexpr const char* kWritable =
+    "Q3_K, Q4_0, Q4_K, Q8_0 (every method); Q4_1, Q5_0, Q5_1, Q2_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 (rtn); "
+    "F16, BF16, F32";
+bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t); }
+bool rtn_only(DType t) { return !is_grid_type(t) && dtype_traits(t).block_size > 1; }
+
 // Refuses requests the writer cannot honour, before anything is written.
 void check_request(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
                    const StatsSource* stats) {
   TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
                 "method {} needs calibration statistics", method_name(opt.method));
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
-  const bool float_target = opt.type == DType::kF32 || opt.type == DType::kF16 || opt.type == DType::kBF16;
-  TESSERA_CHECK(float_target || is_grid_type(opt.type), kInvalidArgument,
-                "tessera quantize cannot write {} (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)", dtype_name(opt.type));
+  TESSERA_CHECK(writable(opt.type), kInvalidArgument, "tessera quantize cannot write {} (it writes {})",
+                dtype_name(opt.type), kWritable);
+  TESSERA_CHECK(opt.method == Method::kRtn || opt.method == Method::kQmoeRtn || !rtn_only(opt.type), kInvalidArgument,
+                "--method {} chooses levels on the grids of Q3_K, Q4_0, Q4_K and Q8_0; {} is written by rtn only",
+                method_name(opt.method), dtype_name(opt.type));
 }
 
 // Refuses options the grid cannot hold and inputs that are not originals.
@@ -255,14 +267,14 @@ void check_options(const gguf::File& in, const QuantizeOptions& opt, const Grid&
   }
   TESSERA_CHECK(!opt.experts_type || !is_qmoe(opt.method), kInvalidArgument,
                 "--experts-type and --method {}: the experts are QMoE codes", method_name(opt.method));
-  TESSERA_CHECK(!opt.experts_type || *opt.experts_type == DType::kF32 || *opt.experts_type == DType::kF16 ||
-                    *opt.experts_type == DType::kBF16 || is_grid_type(*opt.experts_type),
-                kInvalidArgument, "--experts-type {}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32",
-                dtype_name(*opt.experts_type));
+  TESSERA_CHECK(!opt.experts_type || writable(*opt.experts_type), kInvalidArgument,
+                "--experts-type {}: Tessera writes {}", dtype_name(*opt.experts_type), kWritable);
+  TESSERA_CHECK(!opt.experts_type || opt.method == Method::kRtn || !rtn_only(*opt.experts_type), kInvalidArgument,
+                "--experts-type {} is written by rtn only", dtype_name(*opt.experts_type));
   for (const auto& [name, type] : opt.keep) {
     TESSERA_CHECK(in.find_tensor(name) != nullptr, kInvalidArgument, "--keep {}: the model has no such tensor", name);
-    TESSERA_CHECK(type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || is_grid_type(type),
-                  kInvalidArgument, "--keep {}={}: Tessera writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32", name, dtype_name(type));
+    TESSERA_CHECK(writable(type), kInvalidArgument, "--keep {}={}: Tessera writes {}", name, dtype_name(type),
+                  kWritable);
   }
 }
 

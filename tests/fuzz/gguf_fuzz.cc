@@ -11,6 +11,7 @@
 #include "format/model_config.h"
 #include "format/gguf.h"
 #include "kernels/qmoe.h"
+#include "kernels/quant.h"
 
 namespace {
 
@@ -51,6 +52,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
       g_sink = g_sink + t.data[0] + t.data[t.n_bytes - 1];
+      // Block types: any bytes decode to some values, read inside the
+      // tensor (a hostile scale or grid index is data, not an address).
+      if (tessera::kernels::can_dequantize(t.type) && t.n_dims >= 1 && t.ne[0] > 0 && t.ne[0] <= 4096) {
+        const tessera::DTypeTraits tr = tessera::dtype_traits(t.type);
+        if (t.ne[0] % tr.block_size == 0 && tessera::row_bytes(t.type, t.ne[0]) <= t.n_bytes) {
+          std::vector<float> row(static_cast<size_t>(t.ne[0]));
+          tessera::kernels::dequantize_row(t.type, t.data, row.data(), t.ne[0]);
+          g_sink = g_sink + static_cast<uint64_t>(row[0] == row[0]);
+        }
+      }
       // QMoE experts: the layout checks (every codeword walked) must hold
       // whatever the bytes say, and a view they accept reads inside them.
       if (t.type == tessera::DType::kQMoE && t.n_dims == 3) {
