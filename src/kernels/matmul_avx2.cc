@@ -18,6 +18,7 @@ struct Avx2Cfg {
   static constexpr int kMaxT = 3;
   // No 16-row packed prompt tiles (matmul_avx512.cc): 16 ymm registers are too few.
   static constexpr int pair_tokens(Packed) { return 0; }
+  static constexpr bool decode_pairs(Packed) { return false; }
   static constexpr int kFloatRows = 4;
   static constexpr int kPrefetch = 512;  // bytes ahead in each weight row (0: none)
 #ifndef TESSERA_PACKED_PF

@@ -468,6 +468,15 @@ struct Avx512Cfg {
   static constexpr int pair_tokens(Packed k) {
     return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K || k == Packed::kTQ2_0 ? 8 : 4;  // Q3_K: one j per pass
   }
+  // Decode (one token) through the 16-row tiles too: for issue 35's kinds,
+  // whose decoding (tables, fifth bits, scales) makes the one-token 8-row
+  // tile issue-bound. Measured on the Xeon (docs/BENCHMARKS.md, "Every
+  // other GGUF type"): 1b IQ4_XS decode 27 -> 36 tok/s, Q2_K 39 -> 45; the
+  // older kinds keep the one-stream 8-row decode tuned on Zen 4.
+  static constexpr bool decode_pairs(Packed k) {
+    return k != Packed::kQ8_0 && k != Packed::kQ4_0 && k != Packed::kQ4_K && k != Packed::kQ5_K &&
+           k != Packed::kQ6_K && k != Packed::kQ3_K;
+  }
   template <Packed K, int T = pair_tokens(K)>
   static void pair_tile(int n, const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x,
                         float* const* y, int nvalid) {

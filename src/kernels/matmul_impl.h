@@ -927,6 +927,24 @@ template <class D, Packed K, class Cfg>
 static void prange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / kPackedValues[static_cast<int>(K)];
   const size_t group_bytes = static_cast<size_t>(nb) * kPackedBytes[static_cast<int>(K)];
+  if constexpr (Cfg::decode_pairs(K)) {
+    // Decode through the ISA's 16-row tile (Cfg::decode_pairs): half the
+    // instructions per weight where decoding the format costs them.
+    if (t1 - t0 == 1) {
+      const ActPtrs x = act_ptrs(a, t0);
+      for (int64_t rt = r0; rt < r1; rt += 2 * kRowTile) {
+        const uint8_t* group = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+        float* y = a.y + t0 * a.y_stride + rt;
+        const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
+        if (nvalid > kRowTile) {
+          Cfg::template pair_tile<K, 1>(1, group, group_bytes, nb, &x, &y, nvalid);
+        } else {
+          packed_tile<D, K, 1, 1, Cfg::kPackedPrefetch>(group, group_bytes, nb, &x, &y, nvalid);
+        }
+      }
+      return;
+    }
+  }
   if (t1 - t0 == 1) {  // decode: several row groups per pass
     constexpr bool kBlock32 = kPackedValues[static_cast<int>(K)] == 32;
     constexpr int kG = kBlock32 ? Cfg::kDecodeGroups : Cfg::kDecodeGroupsK;
