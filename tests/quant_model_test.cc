@@ -316,13 +316,52 @@ TEST(Quantize, Q8_0AndKeepOverrides) {
   }
 }
 
+// The types written by round to nearest only (issue 35): each matrix is
+// stored in the type (padded to whole blocks like the grid types), its
+// rows are kernels::quantize_row of the original's, the model loads and
+// its next-token logits are finite; GPTQ into them is refused.
+TEST(Quantize, RtnIntoEveryOtherType) {
+  const auto& m = testing::stories260k();
+  ThreadPool pool(1);
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ2_K,
+                  DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const std::string path = testing::temp_path("s260k_other.gguf");
+    QuantizeOptions opt;
+    opt.type = t;
+    quantize_model(*m.lm.file, path, opt, nullptr, pool);
+    const LoadedModel q = load_model(path);
+    const gguf::TensorInfo& wq = q.file->tensor("blk.0.attn_q.weight");
+    ASSERT_EQ(wq.type, t);
+    const gguf::TensorInfo& src = m.lm.file->tensor("blk.0.attn_q.weight");
+    const int64_t cols = src.ne[0], cols_p = wq.ne[0];
+    std::vector<float> row(static_cast<size_t>(cols_p), 0.0f);
+    std::memcpy(row.data(), src.data, static_cast<size_t>(cols) * 4);  // stories260K is F32
+    std::vector<uint8_t> want(row_bytes(t, cols_p));
+    kernels::quantize_row(t, row.data(), want.data(), cols_p);
+    EXPECT_EQ(0, std::memcmp(want.data(), wq.data, want.size()));
+    engine::SequenceRunner r(*q.model, {.kv_type = DType::kF32}, pool);
+    std::vector<int32_t> tokens = m.tok->encode("Once upon a time", true);
+    for (float v : r.append(tokens)) ASSERT_TRUE(std::isfinite(v));
+  }
+  QuantizeOptions gptq;
+  gptq.type = DType::kQ5_0;
+  gptq.method = Method::kGptq;
+  try {
+    quantize_model(*m.lm.file, testing::temp_path("bad.gguf"), gptq, nullptr, pool);
+    ADD_FAILURE() << "GPTQ into Q5_0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("written by rtn only"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Quantize, BadOptionsAndInputsAreErrors) {
   const auto& m = testing::stories260k();
   ThreadPool pool(1);
   const std::string out = testing::temp_path("bad.gguf");
   QuantizeOptions o;
-  o.type = DType::kQ2_K;
-  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no Q2_K writer
+  o.type = DType::kIQ2_XXS;
+  EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no IQ2_XXS writer
   o.type = DType::kQ4_K;
   o.bits = 3;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // Q4_K holds 4-bit values

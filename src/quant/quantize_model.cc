@@ -244,14 +244,14 @@ bool rtn_only(DType t) { return !is_grid_type(t) && dtype_traits(t).block_size >
 // Refuses requests the writer cannot honour, before anything is written.
 void check_request(const gguf::File& in, const std::string& out_path, const QuantizeOptions& opt,
                    const StatsSource* stats) {
-  TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
-                "method {} needs calibration statistics", method_name(opt.method));
-  TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
   TESSERA_CHECK(writable(opt.type), kInvalidArgument, "tessera quantize cannot write {} (it writes {})",
                 dtype_name(opt.type), kWritable);
   TESSERA_CHECK(opt.method == Method::kRtn || opt.method == Method::kQmoeRtn || !rtn_only(opt.type), kInvalidArgument,
                 "--method {} chooses levels on the grids of Q3_K, Q4_0, Q4_K and Q8_0; {} is written by rtn only",
                 method_name(opt.method), dtype_name(opt.type));
+  TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
+                "method {} needs calibration statistics", method_name(opt.method));
+  TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
 }
 
 // Refuses options the grid cannot hold and inputs that are not originals.
