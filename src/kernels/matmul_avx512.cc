@@ -332,8 +332,8 @@ static void iq4xs_tile16(const uint8_t* group, size_t group_bytes, int64_t nb, c
                                        _mm512_set1_epi8(static_cast<char>(0x80)));
   const auto block = [&](const uint8_t* b0, const uint8_t* b1, int64_t b, __m512(&acc)[T])
                          __attribute__((always_inline)) {
-    __m512i isum[T], corr[T];
-    for (int t = 0; t < T; ++t) isum[t] = corr[t] = _mm512_setzero_si512();
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int s = 0; s < 8; ++s) {
       __m512i part[T];
       for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_si512();
@@ -349,14 +349,28 @@ static void iq4xs_tile16(const uint8_t* group, size_t group_bytes, int64_t nb, c
       const __m512i ls = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 16 + 8 * s)),
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 16 + 8 * s))));
-      for (int t = 0; t < T; ++t) {
-        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[t], ls));
-        corr[t] = _mm512_add_epi32(corr[t], _mm512_mullo_epi32(ls, _mm512_set1_epi32(x[t].sum[b * 8 + s])));
-      }
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[t], ls));
+    }
+    // sum_s ls_s * sum(x_s): the scales as int16 pairs (lane r = ls_r[2k],
+    // ls_r[2k + 1]) times the token's group sums 2k, 2k + 1, one vpmaddwd each.
+    __m512i lspair[4];
+    for (int k = 0; k < 4; ++k) {
+      const auto ls16 = [&](int s) {
+        return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 16 + 8 * s)),
+                                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 16 + 8 * s))));
+      };
+      lspair[k] = _mm512_or_si512(_mm512_and_si512(ls16(2 * k), _mm512_set1_epi32(0xffff)),
+                                  _mm512_slli_epi32(ls16(2 * k + 1), 16));
     }
     const __m512 wd = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b0)), loadu128(b1), 1));
     for (int t = 0; t < T; ++t) {
-      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr[t], 7));
+      __m512i corr = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        int32_t pair;
+        std::memcpy(&pair, x[t].sum + b * 8 + 2 * k, 4);
+        corr = _mm512_add_epi32(corr, _mm512_madd_epi16(lspair[k], _mm512_set1_epi32(pair)));
+      }
+      const __m512i v = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 7));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(wd, _mm512_set1_ps(x[t].d[b])), acc[t]);
     }
   };
@@ -466,7 +480,10 @@ struct Avx512Cfg {
   // Tokens of the 16-row packed prompt tiles above (K types keep twice the
   // partial sums, so half the tokens).
   static constexpr int pair_tokens(Packed k) {
-    return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K || k == Packed::kTQ2_0 ? 8 : 4;  // Q3_K: one j per pass
+    return kPackedValues[static_cast<int>(k)] == 32 || k == Packed::kQ3_K || k == Packed::kTQ2_0 ||
+                   k == Packed::kIQ4_XS
+               ? 8
+               : 4;  // Q3_K, IQ4_XS: one sub-block per pass
   }
   // Decode (one token) through the 16-row tiles too: for issue 35's kinds,
   // whose decoding (tables, fifth bits, scales) makes the one-token 8-row
