@@ -1,7 +1,9 @@
 #include "kernels/quant.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -174,6 +176,14 @@ bool can_quantize(DType t) {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   const int64_t bs = dtype_traits(t).block_size;
   TESSERA_CHECK(n % bs == 0, kInvalidArgument, "dequantize_row: {} elements is not a multiple of {}", n, bs);
+  if (reinterpret_cast<uintptr_t>(src) % alignof(uint16_t) != 0) {
+    // The decoders read blocks through their 2-byte-aligned structs; a file
+    // whose alignment puts a tensor at an odd offset is read from a copy.
+    std::vector<uint8_t> copy(row_bytes(t, n));
+    std::memcpy(copy.data(), src, copy.size());
+    dequantize_row(t, copy.data(), dst, n);
+    return;
+  }
   const int64_t nb = n / bs;
   switch (t) {
     case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
