@@ -27,6 +27,7 @@ struct Case {
   DType type;
   int window = 0;  // sliding window; 0: full causal attention
   float softcap = 0.0f;  // logit soft-capping; 0: none
+  std::vector<float> sinks = {};  // attention sinks, one per query head; empty: none
 };
 
 struct KvSetup {
@@ -84,7 +85,8 @@ KvSetup make(const Case& c, std::mt19937& rng) {
 void check_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
   KvSetup s = make(c, rng);
-  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window, c.softcap};
+  const AttentionShape shape{c.n_heads, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window, c.softcap,
+                             c.sinks.empty() ? nullptr : c.sinks.data()};
   std::vector<float> ref(s.q.size(), 0.0f);
   paged_attention_naive(s.kv, s.q.data(), s.stride, ref.data(), s.stride, s.seqs, shape);
   // Error bound: outputs are convex combinations of V rows. A score error
@@ -212,6 +214,39 @@ TEST(Attention, SoftcapMatchesNaiveReference) {
     }
   }
   check_case({4, 4, 24, 5, {{7, 30}, {1, 13}}, DType::kF32, 0, 2.5f}, seed++);  // a head dim the vector kernels leave to the reference
+}
+
+// Attention sinks (gpt-oss: a per-head logit in the softmax's sum, with no
+// value) on every ISA against the naive reference in double: sinks below,
+// among and far above the scores (a sink of 30 leaves outputs near 0), with
+// and without a window, decode and prefill, GQA, every KV type. The sink only
+// lowers every weight by one factor, so the error bound of check_case holds.
+TEST(Attention, SinksMatchNaiveReference) {
+  uint32_t seed = 1200;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int window : {0, 17}) {
+      for (int bs : {16, 7}) {
+        check_case({8, 2, 64, bs, {{1, 1}, {1, 37}, {16, 100}, {3, 64}, {40, 90}}, t, window, 0.0f,
+                    {-30.0f, -2.0f, 0.0f, 0.5f, 1.5f, 3.0f, 8.0f, 30.0f}},
+                   seed++);
+      }
+    }
+  }
+  check_case({4, 4, 24, 5, {{7, 30}, {1, 13}}, DType::kF32, 0, 0.0f, {1.0f, -1.0f, 4.0f, 0.0f}}, seed++);
+  // The sink is really in the sum: a large sink scales a one-key row's output
+  // (its V row) by 1 / (1 + exp(sink - score)).
+  std::mt19937 rng(1300);
+  KvSetup s = make({1, 1, 64, 16, {{1, 1}}, DType::kF32}, rng);
+  const float sink = 2.0f;
+  const AttentionShape plain{1, 0.125f}, with{1, 0.125f, 0, 0.0f, &sink};
+  std::vector<float> a(s.q.size()), b(s.q.size());
+  paged_attention_naive(s.kv, s.q.data(), s.stride, a.data(), s.stride, s.seqs, plain);
+  paged_attention_naive(s.kv, s.q.data(), s.stride, b.data(), s.stride, s.seqs, with);
+  double score = 0.0;
+  const float* k0 = reinterpret_cast<const float*>(s.kv.k + s.tables[0][0] * s.kv.block_bytes());
+  for (int d = 0; d < 64; ++d) score += static_cast<double>(s.q[d]) * k0[d * 16];
+  score *= 0.125;
+  for (int d = 0; d < 64; ++d) EXPECT_NEAR(b[d], a[d] / (1.0 + std::exp(sink - score)), 1e-6) << d;
 }
 
 // Keys before a decode token's window are never read: with them overwritten

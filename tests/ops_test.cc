@@ -11,6 +11,7 @@
 //   argmax:                equal index (first maximum, NaNs skipped)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -199,6 +200,37 @@ TEST_P(OpsTest, GeluTanhMulMatchesScalar) {
     const double z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
     EXPECT_NEAR(g, 0.5 * x * (1.0 + std::tanh(z)), 4e-7 * std::fabs(x) + 1e-30) << x;
   }
+}
+
+// gpt-oss's clamped SwiGLU: inputs past the limits (both signs), a NaN
+// clamped like ggml's MIN / MAX; the scalar reference against the formula in
+// double.
+TEST_P(OpsTest, SwigluOaiMulMatchesScalar) {
+  std::mt19937 rng(16);
+  for (int64_t n : kLengths) {
+    std::vector<float> g = random_vec(n, rng, 12.0f), up = random_vec(n, rng, 12.0f);
+    if (n > 4) {
+      g[0] = -60.0f;  // exp overflows: the product is -0
+      g[1] = std::nanf("");
+      up[2] = std::nanf("");
+    }
+    std::vector<float> gr = g;
+    swiglu_oai_mul(g.data(), up.data(), n, GetParam());
+    swiglu_oai_mul(gr.data(), up.data(), n, Isa::kScalar);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], gr[i], 8 * kEps * std::fabs(gr[i]) + 1e-37f) << "n " << n << " i " << i;
+  }
+  for (float x : {-9.0f, -1.0f, 0.0f, 0.4f, 3.0f, 6.5f, 7.5f, 30.0f}) {
+    for (float u : {-20.0f, -3.0f, 0.25f, 6.0f, 8.0f}) {
+      float g = x;
+      swiglu_oai_mul(&g, &u, 1, Isa::kScalar);
+      const double gc = std::min<double>(x, 7.0), uc = std::clamp<double>(u, -7.0, 7.0);
+      const double want = gc / (1.0 + std::exp(-1.702 * gc)) * (uc + 1.0);
+      EXPECT_NEAR(g, want, 4e-7 * std::fabs(want) + 1e-30) << x << " " << u;
+    }
+  }
+  float g = std::nanf(""), u = 1.0f;
+  swiglu_oai_mul(&g, &u, 1, Isa::kScalar);
+  EXPECT_NEAR(g, 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * 2.0, 1e-5);  // NaN gate: the limit, as ggml's MIN gives
 }
 
 TEST_P(OpsTest, SoftmaxMatchesScalar) {

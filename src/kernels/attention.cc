@@ -281,6 +281,7 @@ AttnUnitArgs shared_unit_args(const KvLayerView& kv, const AttentionShape& shape
   a.scale = shape.scale;
   a.window = shape.window;
   a.softcap = shape.softcap;
+  a.sinks = shape.sinks;
   return a;
 }
 
@@ -394,7 +395,9 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
           if (shape.softcap > 0.0f) scores[j] = shape.softcap * std::tanh(scores[j] / shape.softcap);
           mx = std::max(mx, scores[j]);
         }
-        double sum = 0.0;
+        const double sink = shape.sinks != nullptr ? shape.sinks[h] : -INFINITY;
+        mx = std::max(mx, sink);
+        double sum = shape.sinks != nullptr ? std::exp(sink - mx) : 0.0;  // a logit with no value
         for (double& sc : scores) sum += (sc = std::exp(sc - mx));
         std::fill(o.begin(), o.end(), 0.0);
         for (int32_t j = 0; j < n_slots; ++j) {

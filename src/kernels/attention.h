@@ -81,6 +81,10 @@ struct AttentionShape {
   // becomes softcap * tanh(s / softcap) before the softmax. 0 leaves the
   // kernels' arithmetic as it is without it, bit for bit.
   float softcap = 0.0f;
+  // Attention sinks (gpt-oss): when not null, one learned logit per query
+  // head, [n_heads], that joins each row's softmax with no value: the row's
+  // weights are exp(s_j - m) / (sum_j exp(s_j - m) + exp(sink - m)).
+  const float* sinks = nullptr;
 };
 
 // Writes the K and V rows of n_tokens new tokens into their slots

@@ -383,6 +383,10 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
       }
     }
   }
+  // Attention sinks: each row's sink joins its max and sum; its weighted sum
+  // of V is rescaled to the new max in the output multiply (as the reference).
+  float* f = l + rows;  // [rows] (attention_scratch_floats)
+  for (int r = 0; r < rows; ++r) f[r] = a.sinks != nullptr ? add_sink(row_sink(a, r), m[r], l[r]) : 1.0f;
   if (kExtras && a.row_stats != nullptr) {
     for (int r = 0; r < rows; ++r) {
       a.row_stats[2 * r] = m[r];
@@ -392,8 +396,14 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
   for (int r = 0; r < rows; ++r) {
     float* o = a.out + static_cast<int64_t>(r % a.nq) * a.out_stride +
                static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
-    const V inv = F::set1(1.0f / l[r]);
     const float* ar = acc + static_cast<size_t>(r) * hd;
+    if (a.sinks != nullptr) {
+      // (acc * f) / l, as the reference divides: one rounding per step.
+      const V fv = F::set1(f[r]), lv = F::set1(l[r]);
+      for (int d = 0; d < hd; d += W) F::store(o + d, F::div(F::mul(F::load(ar + d), fv), lv));
+      continue;
+    }
+    const V inv = F::set1(1.0f / l[r]);
     for (int d = 0; d < hd; d += W) F::store(o + d, F::mul(F::load(ar + d), inv));
   }
 }

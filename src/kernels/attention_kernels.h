@@ -39,6 +39,7 @@ struct AttnUnitArgs {
   float scale = 1.0f;
   int32_t window = 0;        // > 0: row at position p sees keys (p - window, p] only
   float softcap = 0.0f;      // > 0: scores become softcap * tanh(score / softcap) (see softcap_score)
+  const float* sinks = nullptr;  // [n_heads] (AttentionShape::sinks), or nullptr; see add_sink
   float* scratch = nullptr;  // attention_scratch_floats() floats
   // Attention mass capture (AttentionSeq::key_mass), nullptr when not
   // wanted. For row r and each block b it reads: the softmax weights of the
@@ -68,6 +69,21 @@ static inline bool key_visible(int32_t kp, int32_t pos, int32_t window) {
 // form every kernel computes (the vector ones with their own exp).
 static inline float softcap_score(float s, float cap) { return cap - 2.0f * cap / (std::exp(2.0f * s / cap) + 1.0f); }
 
+// Folds a row's attention sink (a logit with no value) into its running max
+// m and sum l once every key is in; returns the factor the row's weighted sum
+// of V is multiplied by (the sum was relative to the old max). Every kernel
+// calls this, with std::exp, so the sink adds the same bits everywhere.
+static inline float add_sink(float sink, float& m, float& l) {
+  const float m_new = m > sink ? m : sink;
+  const float f = m == -INFINITY ? 0.0f : std::exp(m - m_new);
+  l = l * f + std::exp(sink - m_new);
+  m = m_new;
+  return f;
+}
+
+// The sink of query row r of a unit (head kv_head * group + r / nq).
+static inline float row_sink(const AttnUnitArgs& a, int r) { return a.sinks[a.kv_head * a.group + r / a.nq]; }
+
 using AttendFn = void (*)(const AttnUnitArgs& a);
 
 // n floats converted to KV elements at dst (contiguous), rounded as
@@ -91,7 +107,7 @@ inline size_t attention_scratch_floats(int32_t block_size, int32_t head_dim, int
   return 2 * bs_pad * head_dim   // K and V tile in f32
          + rows * bs_pad         // scores
          + rows * head_dim       // output accumulators
-         + 2 * rows + 64;        // running max and sum, alignment slack
+         + 3 * rows + 64;        // running max and sum, sink factor, alignment slack
 }
 
 const AttentionKernels& attention_kernels_ref();

@@ -83,6 +83,8 @@ void attend_ref(const AttnUnitArgs& a) {
       m[r] = m_new;
     }
   }
+  float* f = l + rows;  // the sinks' rescaling of acc
+  for (int r = 0; r < rows; ++r) f[r] = a.sinks != nullptr ? add_sink(row_sink(a, r), m[r], l[r]) : 1.0f;
   if (a.row_stats != nullptr) {
     for (int r = 0; r < rows; ++r) {
       a.row_stats[2 * r] = m[r];
@@ -93,7 +95,7 @@ void attend_ref(const AttnUnitArgs& a) {
     float* o = a.out + static_cast<int64_t>(r % a.nq) * a.out_stride +
                static_cast<int64_t>(a.kv_head * a.group + r / a.nq) * hd;
     const float* ar = acc + static_cast<size_t>(r) * hd;
-    for (int d = 0; d < hd; ++d) o[d] = ar[d] / l[r];
+    for (int d = 0; d < hd; ++d) o[d] = (a.sinks != nullptr ? ar[d] * f[r] : ar[d]) / l[r];
   }
 }
 

@@ -115,6 +115,17 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n, Isa isa) {
   }
 }
 
+void swiglu_oai_mul(float* gate, const float* up, int64_t n, Isa isa) {
+  if (const OpsKernels* k = vector_ops(isa)) return k->swiglu_oai_mul(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) {
+    // Written as minps / maxps compute (a NaN first operand gives the second).
+    const float g = gate[i] < kSwigluOaiLimit ? gate[i] : kSwigluOaiLimit;
+    const float lo = up[i] > -kSwigluOaiLimit ? up[i] : -kSwigluOaiLimit;
+    const float u = lo < kSwigluOaiLimit ? lo : kSwigluOaiLimit;
+    gate[i] = g / (1.0f + std::exp(-kSwigluOaiAlpha * g)) * (u + 1.0f);
+  }
+}
+
 void add_inplace(float* y, const float* x, int64_t n, Isa isa) {
   if (const OpsKernels* k = vector_ops(isa)) return k->add_inplace(y, x, n);
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

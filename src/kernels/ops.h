@@ -62,6 +62,11 @@ void silu_mul(float* gate, const float* up, int64_t n, Isa isa);
 // z = sqrt(2 / pi) (x + 0.044715 x^3); every version computes the last form.
 void gelu_tanh_mul(float* gate, const float* up, int64_t n, Isa isa);
 
+// gpt-oss's clamped SwiGLU (ggml's swiglu_oai): with g = min(gate[i], 7) and
+// u = clamp(up[i], -7, 7), gate[i] = g / (1 + exp(-1.702 g)) * (u + 1). A NaN
+// is clamped as ggml's MIN / MAX clamp it (to the limit), in every version.
+void swiglu_oai_mul(float* gate, const float* up, int64_t n, Isa isa);
+
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n, Isa isa);
 

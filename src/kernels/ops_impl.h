@@ -195,9 +195,23 @@ static int64_t argmax_v(const float* x, int64_t n) {
   return where;
 }
 
+// The reference's order: min(g, limit), clamp(up), g / (1 + exp(-alpha g)) * (u + 1).
+template <class F>
+static void swiglu_oai_mul_v(float* gate, const float* up, int64_t n) {
+  using V = typename F::V;
+  const V one = F::set1(1.0f), lim = F::set1(kSwigluOaiLimit), nlim = F::set1(-kSwigluOaiLimit);
+  const V nalpha = F::set1(-kSwigluOaiAlpha);
+  for_each_vector<F>(n, [&](int64_t i, int m) {
+    const V g = F::min(load_n<F>(gate + i, m), lim);
+    const V u = F::min(F::max(load_n<F>(up + i, m), nlim), lim);
+    const V e = vexp<F>(F::mul(nalpha, g));
+    store_n<F>(gate + i, F::mul(F::div(g, F::add(one, e)), F::add(u, one)), m);
+  });
+}
+
 template <class F>
 struct OpsSet {
-  static constexpr OpsKernels table = {rmsnorm_v<F>, rope_apply_v<F>, silu_mul_v<F>, gelu_tanh_mul_v<F>,
+  static constexpr OpsKernels table = {rmsnorm_v<F>, rope_apply_v<F>, silu_mul_v<F>, gelu_tanh_mul_v<F>, swiglu_oai_mul_v<F>,
                                        add_inplace_v<F>, softmax_v<F>, argmax_v<F>};
 };
 

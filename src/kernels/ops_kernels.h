@@ -9,6 +9,9 @@ namespace tessera::kernels {
 // GELU's tanh approximation: sqrt(2 / pi) and the cubic coefficient.
 constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
+// gpt-oss's clamped SwiGLU (ops.h, swiglu_oai_mul).
+constexpr float kSwigluOaiAlpha = 1.702f;
+constexpr float kSwigluOaiLimit = 7.0f;
 
 struct OpsKernels {
   // inv_rms: 1 / sqrt(mean(x^2) + eps) as the reference computes it.
@@ -18,6 +21,7 @@ struct OpsKernels {
                      const float* sin);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*gelu_tanh_mul)(float* gate, const float* up, int64_t n);
+  void (*swiglu_oai_mul)(float* gate, const float* up, int64_t n);
   void (*add_inplace)(float* y, const float* x, int64_t n);
   void (*softmax)(float* x, int64_t n);
   int64_t (*argmax)(const float* x, int64_t n);
