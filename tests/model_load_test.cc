@@ -363,7 +363,7 @@ TEST(ModelLoad, InconsistentHyperparameters) {
 
 TEST(ModelLoad, UnsupportedArchitecture) {
   expect_load_error(rewrite(set_key("general.architecture", str("gpt2")), "gpt2"),
-                    "architecture 'gpt2' is not supported (supported: gemma2, gemma3, llama, mistral, phi3, qwen2, qwen2moe, qwen3, qwen3moe)");
+                    "architecture 'gpt2' is not supported (supported: gemma2, gemma3, gpt-oss, llama, mistral, phi3, qwen2, qwen2moe, qwen3, qwen3moe)");
 }
 
 TEST(ModelLoad, NotAModelFile) {

@@ -34,6 +34,7 @@ std::string moe_model(const std::string& arch, int64_t n_expert, int64_t n_used,
   s.n_expert = n_expert;
   s.n_expert_used = n_used;
   if (arch != "mixtral") s.n_ff_exp = 64;
+  if (arch == "gpt-oss") s.sliding_window = 8;  // shorter than the prompts: the even layers' window cuts
   s.seed = 11;
   const std::string path = testing::temp_path(name + ".gguf");
   write_synthetic_model(s, path, 1);
@@ -81,7 +82,9 @@ TEST(Moe, EachChosenExpertIsReadOncePerStep) {
 // in the same order, so the two executions give the same bits; the grouped
 // one reads fewer expert weights.
 TEST(Moe, GroupedAndPerTokenExecutionGiveTheSameLogits) {
-  const std::string path = moe_model("qwen2moe", 8, 2, "moe-modes");
+  for (const char* arch : {"qwen2moe", "gpt-oss"}) {  // gpt-oss: the expert biases in both
+  SCOPED_TRACE(arch);
+  const std::string path = moe_model(arch, 8, 2, std::string("moe-modes-") + arch);
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(5 + (i * 29) % 240);
   std::vector<float> logits[2];
@@ -99,6 +102,7 @@ TEST(Moe, GroupedAndPerTokenExecutionGiveTheSameLogits) {
   EXPECT_EQ(logits[0], logits[1]);
   EXPECT_EQ(passes[1], 40 * 2 * 2) << "per token: k passes per token and layer";
   EXPECT_LE(passes[0], 8 * 2) << "grouped: at most one pass per expert and layer";
+  }
 }
 
 TEST(Moe, BytesPerTokenCountTheChosenExpertsOnly) {
@@ -129,7 +133,7 @@ std::vector<int32_t> greedy_alone(const Model& model, const std::vector<int32_t>
 // rows of several requests at once: each request still gets the tokens it
 // gets alone.
 TEST(Moe, BatchedRequestsGetTheTokensTheyGetAlone) {
-  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe"}) {
+  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "gpt-oss"}) {
     const LoadedModel lm = load_model(moe_model(arch, 8, 2, std::string("moe-engine-") + arch));
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 5; ++i) {
@@ -261,6 +265,23 @@ std::string edited(const std::string& name, const std::string& key, uint32_t val
   return path;
 }
 
+// A copy of a file without one metadata key or tensor.
+std::string without(const std::string& from, const std::string& name, const std::string& out) {
+  const gguf::File src = gguf::File::open(from);
+  gguf::Writer w;
+  for (const auto& [k, v] : src.metadata()) {
+    if (k != name) w.set_value(k, v);
+  }
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    if (t.name == name) continue;
+    w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
+                 [&t](uint8_t* out, size_t n) { std::memcpy(out, t.data, n); });
+  }
+  const std::string path = testing::temp_path(out + ".gguf");
+  w.write(path);
+  return path;
+}
+
 using testing::expect_load_error;
 
 TEST(Moe, BadFilesGetOneLineErrors) {
@@ -299,6 +320,12 @@ TEST(Moe, BadFilesGetOneLineErrors) {
     w.write(path);
     expect_load_error(path, "'qwen3moe.expert_count' is missing (qwen3moe is a mixture of experts)");
   }
+  // gpt-oss without one of its own tensors or its window.
+  const std::string oss = moe_model("gpt-oss", 8, 2, "moe-oss");
+  expect_load_error(without(oss, "blk.1.attn_sinks.weight", "moe-oss-nosinks"), "missing tensor 'blk.1.attn_sinks.weight'");
+  expect_load_error(without(oss, "blk.0.ffn_down_exps.bias", "moe-oss-nobias"), "missing tensor 'blk.0.ffn_down_exps.bias'");
+  expect_load_error(without(oss, "gpt-oss.attention.sliding_window", "moe-oss-nowindow"),
+                    "gpt-oss needs 'gpt-oss.attention.sliding_window' > 0");
 }
 
 // The trained mixture (models/stories-moe): llama.cpp's greedy tokens

@@ -1,5 +1,5 @@
 // tessera make-model: write a random-weight GGUF (llama, llama3, mistral, qwen2,
-// qwen3, gemma2, gemma3, phi3 layouts; mixtral, qwen2moe, qwen3moe mixtures)
+// qwen3, gemma2, gemma3, phi3 layouts; mixtral, qwen2moe, qwen3moe, gpt-oss mixtures)
 // of a named or explicit shape.
 #include <fmt/format.h>
 
@@ -48,7 +48,7 @@ TESSERA_COMMAND("make-model", "Write a random-weight model GGUF or Hugging Face 
   sub.add_option("--arch", a->arch,
                  "llama, llama3 (rope_freqs.weight), mistral (sliding window), qwen2 (QKV bias, NeoX RoPE), "
                  "qwen3 (q/k norm, NeoX RoPE), gemma2, gemma3, phi3; mixtures of experts: mixtral, qwen2moe (shared "
-                 "expert), qwen3moe")->capture_default_str();
+                 "expert), qwen3moe, gpt-oss (sinks, biases, clamped SwiGLU, window 128 on even layers)")->capture_default_str();
   sub.add_option("--experts", a->experts, "Mixtures: experts (default 8)");
   sub.add_option("--experts-used", a->experts_used, "Mixtures: experts per token (default 2)");
   sub.add_option("--ff-exp", a->ff_exp, "Mixtures: an expert's FFN width (default --ff; mixtral: always --ff)");

@@ -36,11 +36,25 @@ std::vector<float> rope_divisors(ModelLoader& ld, const std::string& name, int64
   return v;
 }
 
-void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<float>& b) {
+void add_bias(float* x, int64_t stride, int64_t n_tokens, const float* b, int64_t n) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* row = x + t * stride;
-    for (size_t i = 0; i < b.size(); ++i) row[i] += b[i];
+    for (int64_t i = 0; i < n; ++i) row[i] += b[i];
   }
+}
+
+void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<float>& b) {
+  add_bias(x, stride, n_tokens, b.data(), static_cast<int64_t>(b.size()));
+}
+
+// gate = act(gate) * up over n values.
+void activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa) {
+  switch (act) {
+    case FfnAct::kGeluTanh: return kernels::gelu_tanh_mul(gate, up, n, isa);
+    case FfnAct::kSwigluOai: return kernels::swiglu_oai_mul(gate, up, n, isa);
+    case FfnAct::kSilu: break;
+  }
+  kernels::silu_mul(gate, up, n, isa);
 }
 
 }  // namespace
@@ -187,9 +201,14 @@ void DecoderModel::decide_expert_layout(const gguf::File& f) {
   }
 }
 
-void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+void DecoderModel::load_attention_bias_and_sinks(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
+  L.attn.bo = ld.vector(blk(il, "attn_output.bias"), cfg_.n_embd);
+  L.attn.sinks = ld.vector(blk(il, "attn_sinks.weight"), cfg_.n_head);
+}
+
+void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const char* norm) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
-  L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+  L.ffn_norm = ld.vector(blk(il, norm), E);
   MoeWeights& m = L.moe;
   m.router = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp.weight"), E, NE));
   const std::string gate_name = blk(il, "ffn_gate_exps.weight");
@@ -209,6 +228,14 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
     m.shared.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S));
     m.shared.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down_shexp.weight"), S, E));
   }
+}
+
+void DecoderModel::load_moe_biases(ModelLoader& ld, int64_t il, MoeWeights& m) const {
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
+  m.router_bias = ld.vector(blk(il, "ffn_gate_inp.bias"), NE);
+  m.gate_bias = ld.vectors(blk(il, "ffn_gate_exps.bias"), F, NE);
+  m.up_bias = ld.vectors(blk(il, "ffn_up_exps.bias"), F, NE);
+  m.down_bias = ld.vectors(blk(il, "ffn_down_exps.bias"), E, NE);
 }
 
 void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const {
@@ -231,6 +258,29 @@ void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) cons
 }
 
 namespace {
+
+// Rows [0, n) of x (stride ld) += expert e's bias (width `width` in `bias`),
+// when the mixture has biases.
+void add_expert_bias(const std::vector<float>& bias, int64_t e, int64_t width, float* x, int64_t ld, int64_t n) {
+  if (!bias.empty()) add_bias(x, ld, n, bias.data() + e * width, width);
+}
+
+// gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT): the k largest logits
+// (ties: lower id), weighted by a softmax over those k logits alone.
+void choose_by_logit(const float* logit, int64_t n_expert, int64_t k, std::vector<int32_t>& order, int32_t* choice,
+                     float* weight) {
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logit[a] > logit[b] || (logit[a] == logit[b] && a < b);
+  });
+  const float mx = logit[order[0]];
+  double sum = 0.0;
+  for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(logit[order[j]] - mx));
+  for (int64_t j = 0; j < k; ++j) {
+    choice[j] = order[j];
+    weight[j] = static_cast<float>(std::exp(static_cast<double>(logit[order[j]] - mx)) / sum);
+  }
+}
 
 // y[0..n) += w * x[0..n): a chosen expert's output into its token's sum.
 void add_scaled(float* y, const float* x, float w, int64_t n) {
@@ -373,9 +423,11 @@ void DecoderModel::attention(const DecoderLayer& L, int64_t il, const ForwardBat
   shape.scale = cfg_.attn_scale > 0.0f ? cfg_.attn_scale : 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   shape.window = L.window;
   shape.softcap = cfg_.attn_softcap;
+  shape.sinks = L.attn.sinks.empty() ? nullptr : L.attn.sinks.data();
   kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, layer_seqs(batch, il, s), shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
   kernels::matmul(L.attn.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
+  if (!L.attn.bo.empty()) add_bias(s.xb2.data(), E, T, L.attn.bo);
   apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E, s.ctx);
   add_residual(L.attn_post_norm, "attn_post_norm", il, T, s);
 }
@@ -388,11 +440,7 @@ void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, cons
   kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
   apply_lora(batch, il, LoraTarget::kGate, s.xb.data(), E, s.ff_gate.data(), F, s.ctx);
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
-  if (act == FfnAct::kGeluTanh) {
-    kernels::gelu_tanh_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
-  } else {
-    kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
-  }
+  activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
@@ -404,11 +452,16 @@ void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used;
   s.router.ensure(static_cast<size_t>(T * NE));
   kernels::matmul(m.router, s.xb.data(), E, T, s.router.data(), NE, s.ctx);
+  if (!m.router_bias.empty()) add_bias(s.router.data(), NE, T, m.router_bias);
   s.moe_choice.resize(static_cast<size_t>(T * K));
   s.moe_weight.resize(static_cast<size_t>(T * K));
   std::vector<int32_t> order(static_cast<size_t>(NE));
   for (int64_t t = 0; t < T; ++t) {
     float* p = s.router.data() + t * NE;
+    if (weighting == MoeWeighting::kSoftmaxOfChosen) {
+      choose_by_logit(p, NE, K, order, s.moe_choice.data() + t * K, s.moe_weight.data() + t * K);
+      continue;
+    }
     // Softmax over every expert, then the K most probable (ties: lower id).
     const float mx = *std::max_element(p, p + NE);
     double sum = 0.0;
@@ -443,11 +496,11 @@ void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il
   }
 }
 
-void DecoderModel::expert_ffn(const FfnWeights& w, int64_t F, int64_t n, ForwardState& s) const {
+void DecoderModel::dense_expert_ffn(const FfnWeights& w, int64_t F, int64_t n, FfnAct act, ForwardState& s) const {
   const int64_t E = cfg_.n_embd;
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.moe_in.data(), E, n, s.ctx);
-  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), n * F, s.ctx.isa);
+  activate(act, s.ff_gate.data(), s.ff_up.data(), n * F, s.ctx.isa);
   kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
 }
 
@@ -463,19 +516,32 @@ void DecoderModel::tap_experts(int64_t il, ForwardState& s) const {
   }
 }
 
-void DecoderModel::qmoe_expert_ffn(const MoeWeights& m, int64_t e, ForwardState& s) const {
+void DecoderModel::expert_ffn(const MoeWeights& m, int64_t e, FfnAct act, ForwardState& s) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp;
-  kernels::qmoe_matmul(m.q_gate, e, s.moe_in.data(), E, 1, s.ff_gate.data(), F, s.ctx);
-  kernels::qmoe_matmul(m.q_up, e, s.moe_in.data(), E, 1, s.ff_up.data(), F, s.ctx);
-  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), F, s.ctx.isa);
-  kernels::qmoe_matmul(m.q_down, e, s.ff_gate.data(), F, 1, s.moe_out.data(), E, s.ctx);
+  if (m.qmoe) {
+    kernels::qmoe_matmul(m.q_gate, e, s.moe_in.data(), E, 1, s.ff_gate.data(), F, s.ctx);
+    kernels::qmoe_matmul(m.q_up, e, s.moe_in.data(), E, 1, s.ff_up.data(), F, s.ctx);
+  } else {
+    const kernels::MatmulOutput gate_up[] = {{&m.experts[e].gate, s.ff_gate.data(), F},
+                                             {&m.experts[e].up, s.ff_up.data(), F}};
+    kernels::matmul_shared_input(gate_up, s.moe_in.data(), E, 1, s.ctx);
+  }
+  add_expert_bias(m.gate_bias, e, F, s.ff_gate.data(), F, 1);
+  add_expert_bias(m.up_bias, e, F, s.ff_up.data(), F, 1);
+  activate(act, s.ff_gate.data(), s.ff_up.data(), F, s.ctx.isa);
+  if (m.qmoe) {
+    kernels::qmoe_matmul(m.q_down, e, s.ff_gate.data(), F, 1, s.moe_out.data(), E, s.ctx);
+  } else {
+    kernels::matmul(m.experts[e].down, s.ff_gate.data(), F, 1, s.moe_out.data(), E, s.ctx);
+  }
+  add_expert_bias(m.down_bias, e, E, s.moe_out.data(), E, 1);
 }
 
 // One pass per chosen expert over all of its tokens of the step, every
 // expert in one dispatch (kernels::matmul_grouped): the step's rows are
 // gathered in expert order, gate and up of every expert run together, then
 // every down; each token's sum is in expert order, whatever the batch.
-void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const {
+void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, ForwardState& s) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
   const int64_t rows = static_cast<int64_t>(s.moe_tokens.size());
   for (int64_t i = 0; i < rows; ++i) {
@@ -501,7 +567,12 @@ void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState
   }
   kernels::matmul_grouped(jobs, s.ctx);
   kernels::qmoe_matmul_grouped(qjobs, s.ctx);
-  kernels::silu_mul(s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
+  for (int64_t e = 0; e < NE && !m.gate_bias.empty(); ++e) {
+    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    add_expert_bias(m.gate_bias, e, F, s.ff_gate.data() + begin * F, F, n);
+    add_expert_bias(m.up_bias, e, F, s.ff_up.data() + begin * F, F, n);
+  }
+  activate(act, s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
   if (s.tap) tap_experts(il, s);
   jobs.clear();
   qjobs.clear();
@@ -517,6 +588,10 @@ void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState
   }
   kernels::matmul_grouped(jobs, s.ctx);
   kernels::qmoe_matmul_grouped(qjobs, s.ctx);
+  for (int64_t e = 0; e < NE && !m.down_bias.empty(); ++e) {
+    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    add_expert_bias(m.down_bias, e, E, s.moe_out.data() + begin * E, E, n);
+  }
   for (int64_t i = 0; i < rows; ++i) {
     add_scaled(s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, s.moe_out.data() + i * E,
                s.moe_token_weight[i], E);
@@ -526,7 +601,7 @@ void DecoderModel::grouped_experts(const MoeWeights& m, int64_t il, ForwardState
 // The baseline grouping is measured against (TESSERA_MOE_PER_TOKEN=1): each
 // token's experts in turn, one row at a time, so an expert's weights are
 // read once per token that chose it. Same sums, in the same order.
-void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T, ForwardState& s) const {
+void DecoderModel::per_token_experts(const MoeWeights& m, FfnAct act, int64_t il, int64_t T, ForwardState& s) const {
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used;
   std::vector<int32_t> order(static_cast<size_t>(K));
   for (int64_t t = 0; t < T; ++t) {
@@ -535,11 +610,7 @@ void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T,
     for (int32_t k : order) {
       const int32_t e = s.moe_choice[t * K + k];
       std::copy_n(s.xb.data() + t * E, E, s.moe_in.data());
-      if (m.qmoe) {
-        qmoe_expert_ffn(m, e, s);
-      } else {
-        expert_ffn(m.experts[e], cfg_.n_ff_exp, 1, s);
-      }
+      expert_ffn(m, e, act, s);
       add_scaled(s.xb2.data() + t * E, s.moe_out.data(), s.moe_weight[t * K + k], E);
       s.expert_tokens[il * NE + e] += 1;
       s.expert_passes[il * NE + e] += 1;
@@ -548,7 +619,7 @@ void DecoderModel::per_token_experts(const MoeWeights& m, int64_t il, int64_t T,
 }
 
 void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
-                           ForwardState& s) const {
+                           ForwardState& s, FfnAct act) const {
   const MoeWeights& m = L.moe;
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, NE = cfg_.n_expert;
   route(m, weighting, il, T, s);
@@ -558,9 +629,9 @@ void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_
     s.expert_passes.assign(static_cast<size_t>(cfg_.n_layer * NE), 0);
   }
   if (moe_per_token_) {
-    per_token_experts(m, il, T, s);
+    per_token_experts(m, act, il, T, s);
   } else {
-    grouped_experts(m, il, s);
+    grouped_experts(m, act, il, s);
   }
   if (cfg_.n_ff_shexp > 0) {
     // The shared expert, on every token, scaled by sigmoid(x . gate_inp_shexp).
@@ -568,7 +639,7 @@ void DecoderModel::moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_
     float* gate = s.router.data();  // the router's probabilities are no longer needed
     kernels::matmul(m.shared_gate, s.xb.data(), E, T, gate, 1, s.ctx);
     for (int64_t t = 0; t < T; ++t) gate[t] = 1.0f / (1.0f + std::exp(-gate[t]));
-    expert_ffn(m.shared, cfg_.n_ff_shexp, T, s);
+    dense_expert_ffn(m.shared, cfg_.n_ff_shexp, T, FfnAct::kSilu, s);
     for (int64_t t = 0; t < T; ++t) add_scaled(s.xb2.data() + t * E, s.moe_out.data() + t * E, gate[t], E);
   }
   add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);

@@ -29,6 +29,8 @@ struct AttentionWeights {
   kernels::PreparedWeight wo;      // [n_embd, q_dim]
   std::vector<float> bq, bk, bv;   // [q_dim], [kv_dim], [kv_dim]; empty without biases
   std::vector<float> q_norm, k_norm;  // [head_dim] per-head RMSNorm weights; empty without
+  std::vector<float> bo;              // [n_embd] output bias (gpt-oss); empty without
+  std::vector<float> sinks;           // [n_head] attention sinks (gpt-oss, kernels::AttentionShape); empty without
 };
 
 struct FfnWeights {
@@ -48,12 +50,17 @@ struct MoeWeights {
   // projection over every expert.
   bool qmoe = false;
   kernels::QmoeView q_gate, q_up, q_down;
+  // gpt-oss's biases, empty without: the router's [n_expert], and each
+  // expert's gate and up [n_expert][n_ff_exp] and down [n_expert][n_embd].
+  std::vector<float> router_bias, gate_bias, up_bias, down_bias;
 };
 
-// How the router's probabilities become the chosen experts' weights, after
-// a softmax over all experts and the top n_expert_used: renormalised to sum
-// to 1 (Mixtral, Qwen3-MoE) or as they are (Qwen2-MoE).
-enum class MoeWeighting { kRenormalised, kSoftmax };
+// How the router's logits become the chosen experts' weights: after a
+// softmax over all experts and the top n_expert_used, renormalised to sum to
+// 1 (Mixtral, Qwen3-MoE) or as they are (Qwen2-MoE); or a softmax over the
+// logits of the n_expert_used chosen by logit (gpt-oss, llama.cpp's
+// SOFTMAX_WEIGHT).
+enum class MoeWeighting { kRenormalised, kSoftmax, kSoftmaxOfChosen };
 
 struct DecoderLayer {
   std::vector<float> attn_norm;       // [n_embd]
@@ -67,8 +74,9 @@ struct DecoderLayer {
   bool local_rope = false;            // rotates with the local layers' RoPE (ModelConfig::rope_freq_base_swa)
 };
 
-// The activation of a gated FFN: silu (SwiGLU) or tanh-approximated GELU (GeGLU, Gemma).
-enum class FfnAct { kSilu, kGeluTanh };
+// The activation of a gated FFN: silu (SwiGLU), tanh-approximated GELU
+// (GeGLU, Gemma), or gpt-oss's clamped SwiGLU (kernels::swiglu_oai_mul).
+enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
 
 class DecoderModel : public Model {
  public:
@@ -115,7 +123,12 @@ class DecoderModel : public Model {
   // A mixture's experts as matrices (ffn_{gate,up,down}_exps), prepared
   // unless they stay in place (experts_in_place_).
   void load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const;
-  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
+  // `norm`: the FFN norm's tensor (gpt-oss names it post_attention_norm).
+  void load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const char* norm = "ffn_norm.weight") const;
+  // gpt-oss: ffn_gate_inp.bias and ffn_{gate,up,down}_exps.bias.
+  void load_moe_biases(ModelLoader& ld, int64_t il, MoeWeights& m) const;
+  // gpt-oss: attn_output.bias and attn_sinks.weight.
+  void load_attention_bias_and_sinks(ModelLoader& ld, int64_t il, DecoderLayer& L) const;
 
   // ---- blocks ----------------------------------------------------------
   // s.xb = rmsnorm(s.x) * w, per token. Tap `name`.
@@ -139,12 +152,13 @@ class DecoderModel : public Model {
   // ffn_post_norm first when the layer has one; taps ffn_act (the input of
   // W_down) and layer_out.
   void gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
-  // The mixture in place of gated_ffn (SwiGLU experts): s.x += the chosen
-  // experts' outputs, weighted, (+ the shared expert's, gated). The step's
-  // tokens are grouped by expert, so each chosen expert's weights are read
-  // once per step (counted in s.expert_passes). Taps ffn_moe_probs and layer_out.
+  // The mixture in place of gated_ffn (experts gated by `act`): s.x += the
+  // chosen experts' outputs, weighted, (+ the shared expert's, gated). The
+  // step's tokens are grouped by expert, so each chosen expert's weights are
+  // read once per step (counted in s.expert_passes). Taps ffn_moe_probs (the
+  // router's probabilities; its logits for kSoftmaxOfChosen) and layer_out.
   void moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
-               ForwardState& s) const;
+               ForwardState& s, FfnAct act = FfnAct::kSilu) const;
 
   float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 
@@ -159,14 +173,14 @@ class DecoderModel : public Model {
   void route(const MoeWeights& m, MoeWeighting weighting, int64_t il, int64_t n_tokens, ForwardState& s) const;
   // The chosen experts' weighted outputs into s.xb2: grouped by expert (each
   // expert's weights read once per step), or token by token (the baseline).
-  void grouped_experts(const MoeWeights& m, int64_t il, ForwardState& s) const;
-  void per_token_experts(const MoeWeights& m, int64_t il, int64_t n_tokens, ForwardState& s) const;
-  // s.moe_out[0..n) = SwiGLU FFN of w on s.moe_in[0..n).
+  void grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, ForwardState& s) const;
+  void per_token_experts(const MoeWeights& m, FfnAct act, int64_t il, int64_t n_tokens, ForwardState& s) const;
   // The step's rows of each expert to ForwardState::tap (calibration).
   void tap_experts(int64_t il, ForwardState& s) const;
-  // One token's pass through QMoE expert e (moe_in -> moe_out).
-  void qmoe_expert_ffn(const MoeWeights& m, int64_t e, ForwardState& s) const;
-  void expert_ffn(const FfnWeights& w, int64_t n_ff, int64_t n, ForwardState& s) const;
+  // One token's pass through expert e (moe_in -> moe_out), with its biases.
+  void expert_ffn(const MoeWeights& m, int64_t e, FfnAct act, ForwardState& s) const;
+  // s.moe_out[0..n) = the gated FFN of w on s.moe_in[0..n) (no biases).
+  void dense_expert_ffn(const FfnWeights& w, int64_t n_ff, int64_t n, FfnAct act, ForwardState& s) const;
   // s.xb2 = rmsnorm(s.xb2) * w when w is not empty (a post-norm); then s.x += s.xb2.
   void add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t n_tokens,
                     ForwardState& s) const;
@@ -206,5 +220,6 @@ std::unique_ptr<Model> make_qwen3moe(ModelLoader& ld);
 std::unique_ptr<Model> make_gemma2(ModelLoader& ld);
 std::unique_ptr<Model> make_gemma3(ModelLoader& ld);
 std::unique_ptr<Model> make_phi3(ModelLoader& ld);
+std::unique_ptr<Model> make_gpt_oss(ModelLoader& ld);
 
 }  // namespace tessera

@@ -86,6 +86,11 @@ std::vector<float> ModelLoader::vector(const std::string& name, int64_t n) {
   return load_vector(f_, name, n);
 }
 
+std::vector<float> ModelLoader::vectors(const std::string& name, int64_t n, int64_t count) {
+  tensors_.insert(name);
+  return load_vectors(f_, name, n, count);
+}
+
 void ModelLoader::finish() const {
   const std::string arch = f_.get_string_or("general.architecture", "?");
   std::map<const Ignored*, std::vector<std::string>> ignored;  // what was ignored, by reason

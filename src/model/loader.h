@@ -33,6 +33,7 @@ class ModelLoader {
   // (model/weights.h); the tensor is marked used.
   kernels::WeightView matrix(const std::string& name, int64_t cols, int64_t rows);
   std::vector<float> vector(const std::string& name, int64_t n);
+  std::vector<float> vectors(const std::string& name, int64_t n, int64_t count);  // model/weights.h load_vectors
   // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).
   kernels::WeightView experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
   // The same as QMoE codes (the tensor's type is QMOE).

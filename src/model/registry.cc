@@ -25,6 +25,7 @@ const std::map<std::string, Factory, std::less<>>& factories() {
       {"gemma2", make_gemma2},
       {"gemma3", make_gemma3},
       {"phi3", make_phi3},
+      {"gpt-oss", make_gpt_oss},
   };
   return table;
 }

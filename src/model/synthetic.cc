@@ -69,21 +69,23 @@ struct ArchTraits {
   std::string file_arch;  // llama3, mistral and mixtral are llama files with more in them
   bool gemma = false, phi3 = false, qkv_bias = false, qk_norm = false;
   bool moe = false, shared_expert = false;
+  bool gpt_oss = false;  // sinks, output and expert biases, post_attention_norm, alternating window
 };
 
 ArchTraits arch_traits(const std::string& arch) {
   TESSERA_CHECK(arch == "llama" || arch == "llama3" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" ||
                     arch == "gemma2" || arch == "gemma3" || arch == "phi3" || arch == "mixtral" ||
-                    arch == "qwen2moe" || arch == "qwen3moe",
+                    arch == "qwen2moe" || arch == "qwen3moe" || arch == "gpt-oss",
                 kInvalidArgument, "arch '{}' must be llama, llama3, mistral, qwen2, qwen3, gemma2, gemma3, phi3, "
-                "mixtral, qwen2moe or qwen3moe", arch);
+                "mixtral, qwen2moe, qwen3moe or gpt-oss", arch);
   ArchTraits t;
   t.file_arch = arch == "llama3" || arch == "mistral" || arch == "mixtral" ? "llama" : arch;
   t.gemma = arch == "gemma2" || arch == "gemma3";
   t.phi3 = arch == "phi3";
-  t.qkv_bias = arch == "qwen2" || arch == "qwen2moe";
+  t.gpt_oss = arch == "gpt-oss";
+  t.qkv_bias = arch == "qwen2" || arch == "qwen2moe" || t.gpt_oss;
   t.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe";
-  t.moe = arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe";
+  t.moe = arch == "mixtral" || arch == "qwen2moe" || arch == "qwen3moe" || t.gpt_oss;
   t.shared_expert = arch == "qwen2moe";
   return t;
 }
@@ -93,6 +95,7 @@ void resolve_spec(SyntheticModelSpec& s, const ArchTraits& t) {
   if (s.rope_freq_base == 0.0f) {
     s.rope_freq_base = s.arch == "llama3"                                                   ? 500000.0f
                        : s.arch == "qwen3" || s.arch == "gemma3" || s.arch == "qwen3moe" ? 1e6f
+                       : t.gpt_oss                                                       ? 150000.0f
                                                                                         : 10000.0f;
   }
   if (t.moe) {
@@ -108,9 +111,11 @@ void resolve_spec(SyntheticModelSpec& s, const ArchTraits& t) {
   // Gemma's local layers' window (Gemma 2: 4096, Gemma 3 1B: 512).
   if (t.gemma && s.sliding_window == 0) s.sliding_window = s.arch == "gemma2" ? 4096 : 512;
   if (s.arch == "gemma2") s.tied_output = true;  // llama.cpp's gemma2 has no output matrix
+  if (t.gpt_oss && s.sliding_window == 0) s.sliding_window = 128;  // gpt-oss's local layers
+  TESSERA_CHECK(!t.gpt_oss || !s.tied_output, kInvalidArgument, "gpt-oss files always have an output matrix");
   TESSERA_CHECK(s.sliding_window >= 0, kInvalidArgument, "sliding window {} is negative", s.sliding_window);
-  TESSERA_CHECK(s.sliding_window == 0 || t.file_arch == "llama" || t.gemma || t.phi3, kInvalidArgument,
-                "a sliding window is written for llama-family, gemma and phi3 files only, not {}", s.arch);
+  TESSERA_CHECK(s.sliding_window == 0 || t.file_arch == "llama" || t.gemma || t.phi3 || t.gpt_oss, kInvalidArgument,
+                "a sliding window is written for llama-family, gemma, phi3 and gpt-oss files only, not {}", s.arch);
   TESSERA_CHECK(s.rope_scaling.empty() || s.rope_scaling == "linear" || s.rope_scaling == "yarn" ||
                     (t.phi3 && s.rope_scaling == "longrope"),
                 kInvalidArgument, "rope scaling '{}' must be linear or yarn (or longrope for phi3)", s.rope_scaling);
@@ -244,6 +249,20 @@ void plan_experts(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, co
   // tokens, and the second expert's weight is not negligible.
   const float std_router = 2.0f / std::sqrt(static_cast<float>(E));
   plan.push_back({n("ffn_gate_inp.weight"), DType::kF32, E, NE, std_router});
+  if (t.gpt_oss) {
+    // Gate and up of a few units' spread (std 4), so that gpt-oss's clamps
+    // at +-7 act on some values; down shrunk to keep the residual in range.
+    const float std_big = 4.0f / std::sqrt(static_cast<float>(E));
+    const float std_down = std_out / 8.0f;
+    plan.push_back({n("ffn_gate_inp.bias"), DType::kF32, NE, 1, 0.5f});
+    plan.push_back({n("ffn_gate_exps.weight"), s.type, E, F, std_big, {}, NE});
+    plan.push_back({n("ffn_gate_exps.bias"), DType::kF32, F, NE, 1.0f});
+    plan.push_back({n("ffn_down_exps.weight"), s.type, F, E, std_down, {}, NE});
+    plan.push_back({n("ffn_down_exps.bias"), DType::kF32, E, NE, std_in});
+    plan.push_back({n("ffn_up_exps.weight"), s.type, E, F, std_big, {}, NE});
+    plan.push_back({n("ffn_up_exps.bias"), DType::kF32, F, NE, 1.0f});
+    return;
+  }
   plan.push_back({n("ffn_gate_exps.weight"), s.type, E, F, std_in, {}, NE});
   plan.push_back({n("ffn_down_exps.weight"), s.type, F, E, std_out, {}, NE});
   plan.push_back({n("ffn_up_exps.weight"), s.type, E, F, std_in, {}, NE});
@@ -282,8 +301,13 @@ void plan_block(std::vector<TensorPlan>& plan, const SyntheticModelSpec& s, cons
     plan.push_back({n("attn_k_norm.weight"), DType::kF32, s.head_dim, 1, 0.0f});
   }
   plan.push_back({n("attn_output.weight"), s.type, Q, E, std_out});
-  if (t.gemma) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
-  plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
+  if (t.gpt_oss) {
+    plan.push_back({n("attn_output.bias"), DType::kF32, E, 1, std_in});
+    plan.push_back({n("attn_sinks.weight"), DType::kF32, s.n_head, 1, 1.5f});  // logits of a few units
+  }
+  // gpt-oss's FFN norm has llama.cpp's name for the norm after attention.
+  if (t.gemma || t.gpt_oss) plan.push_back({n("post_attention_norm.weight"), DType::kF32, E, 1, 0.0f});
+  if (!t.gpt_oss) plan.push_back({n("ffn_norm.weight"), DType::kF32, E, 1, 0.0f});
   if (t.moe) {
     plan_experts(plan, s, t, il);
   } else if (t.phi3) {

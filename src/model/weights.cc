@@ -23,7 +23,7 @@ const gguf::TensorInfo& checked(const gguf::File& f, const std::string& name, in
 kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows) {
   if (!kernels::matmul_supports(t.type)) {
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has type {}, which Tessera cannot multiply "
-         "(supported: F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K)", f.path(), t.name, dtype_name(t.type));
+         "(docs/FORMATS.md lists the types it can)", f.path(), t.name, dtype_name(t.type));
   }
   kernels::WeightView w;
   w.type = t.type;
@@ -72,14 +72,24 @@ kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& n
   return w;
 }
 
-std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n) {
-  const gguf::TensorInfo& t = checked(f, name, 1, &n);
+namespace {
+std::vector<float> dequantized(const gguf::File& f, const gguf::TensorInfo& t, int64_t n) {
   if (!kernels::can_dequantize(t.type)) {
-    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has unsupported type {}", f.path(), name, dtype_name(t.type));
+    fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has unsupported type {}", f.path(), t.name, dtype_name(t.type));
   }
   std::vector<float> out(static_cast<size_t>(n));
   kernels::dequantize_row(t.type, t.data, out.data(), n);
   return out;
+}
+}  // namespace
+
+std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n) {
+  return dequantized(f, checked(f, name, 1, &n), n);
+}
+
+std::vector<float> load_vectors(const gguf::File& f, const std::string& name, int64_t n, int64_t count) {
+  const int64_t ne[2] = {n, count};
+  return dequantized(f, checked(f, name, 2, ne), n * count);
 }
 
 }  // namespace tessera

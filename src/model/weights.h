@@ -37,6 +37,9 @@ kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name
 
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);
+// `count` vectors of n values stored as a 2-D tensor ne = [n, count] (a
+// mixture's per-expert biases), converted to f32, vector i at [i * n, (i + 1) * n).
+std::vector<float> load_vectors(const gguf::File& f, const std::string& name, int64_t n, int64_t count);
 
 // Bytes of a matrix (for the roofline).
 inline size_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * static_cast<size_t>(w.rows); }

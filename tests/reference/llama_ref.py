@@ -29,6 +29,8 @@ from error_model import Exact
 # interleave local (windowed) and global layers; gemma2 soft-caps scores and
 # logits, gemma3 norms q/k heads and gives local layers their own RoPE base.
 # phi3 stores Q/K/V and gate/up fused and may carry LongRoPE factors.
+# gpt-oss (GPT_OSS below): biases on Q, K, V and the attention output, a sink
+# logit per head in each softmax's sum, a window on even layers.
 ARCHS = {
     "llama": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
     "mistral": {"qkv_bias": False, "neox": False, "qk_norm": False, "rope_freqs": True, "window": True},
@@ -39,12 +41,18 @@ ARCHS = {
     "phi3": {"qkv_bias": False, "neox": True, "qk_norm": False, "rope_freqs": False, "window": True},
     "qwen2moe": {"qkv_bias": True, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
     "qwen3moe": {"qkv_bias": False, "neox": True, "qk_norm": True, "rope_freqs": False, "window": False},
+    "gpt-oss": {"qkv_bias": True, "neox": True, "qk_norm": False, "rope_freqs": False, "window": False},
 }
 # Mixtures of experts (a llama file with llama.expert_count is Mixtral): a
 # softmax over the router's logits, the top expert_used_count experts, their
 # probabilities renormalised to sum to 1 or not, and Qwen2-MoE's shared
 # expert scaled by sigmoid(x . ffn_gate_inp_shexp).
-MOE_RENORMALISE = {"llama": True, "qwen2moe": False, "qwen3moe": True}
+MOE_RENORMALISE = {"llama": True, "qwen2moe": False, "qwen3moe": True, "gpt-oss": False}
+# gpt-oss's experts: the router adds a bias, the top k are chosen by logit
+# and weighted by a softmax over those k logits alone; every expert matrix
+# has a bias; the activation clamps: g = min(gate, 7), u = clip(up, -7, 7),
+# act = g * sigmoid(1.702 g) * (u + 1).
+GPT_OSS_ALPHA, GPT_OSS_LIMIT = 1.702, 7.0
 # Gemma's hyperparameters as llama.cpp fills them in: soft-caps (gemma2's
 # defaults when the file has none), the layer count of the 27B model (whose
 # queries are scaled by n_embd / n_head instead of head_dim), the period of
@@ -117,6 +125,10 @@ class Config:
                 self.local = [il % period != period - 1 for il in range(self.n_layer)]
             self.local_base = float(g.get(a + "rope.freq_base_swa", gm["local_base"] or self.rope_base))
             self.local_factor = 1.0 if gm["local_base"] else self.rope_factor
+        self.gpt_oss = self.arch == "gpt-oss"
+        if self.gpt_oss:  # even layers local, with the global layers' RoPE
+            self.local_window = int(g.get(a + "attention.sliding_window"))
+            self.local = [il % 2 == 0 for il in range(self.n_layer)]
         self.n_expert = int(g.get(a + "expert_count", 0))
         if self.n_expert:
             self.n_expert_used = int(g.get(a + "expert_used_count"))
@@ -167,8 +179,14 @@ class LlamaRef:
             p = f"blk.{il}."
             L = {
                 "attn_norm": g.tensor(p + "attn_norm.weight"),
-                "ffn_norm": g.tensor(p + "ffn_norm.weight"),
+                "ffn_norm": g.tensor(p + ("post_attention_norm.weight" if c.gpt_oss else "ffn_norm.weight")),
             }
+            if c.gpt_oss:
+                L["attn_output.bias"] = g.tensor(p + "attn_output.bias")
+                L["attn_sinks"] = g.tensor(p + "attn_sinks.weight")
+                L["ffn_gate_inp.bias"] = g.tensor(p + "ffn_gate_inp.bias")
+                for m in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+                    L[m + ".bias"] = g.tensor(p + m + ".bias")  # [n_expert, width]
             if c.arch == "phi3":  # fused: attn_qkv = [q; k; v], ffn_up = [gate; up] (rows)
                 nq, nkv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
                 qkv = p + "attn_qkv.weight"
@@ -258,10 +276,11 @@ class LlamaRef:
         y[..., im_idx] = z.imag
         return num.rope_op(y, mscale * x, positions, re_idx, im_idx)
 
-    def attention(self, q, k, v, num, window):
+    def attention(self, q, k, v, num, window, sinks=None):
         """q: [T, H, d]; k, v: [T, H_kv, d]. Causal, materialised; with a
         sliding window W, query t also masks keys s <= t - W. Gemma 2
-        soft-caps the scores: cap * tanh(score / cap)."""
+        soft-caps the scores: cap * tanh(score / cap). gpt-oss's sinks: one
+        more logit per head in the softmax, whose weight goes nowhere."""
         c = self.cfg
         group = c.n_head // c.n_head_kv
         k = np.repeat(k, group, axis=1)  # query head h reads KV head h // group
@@ -276,16 +295,27 @@ class LlamaRef:
         if window > 0:
             masked |= np.tril(np.ones((T, T), dtype=bool), k=-window)  # before the window
         scores = np.where(masked[None], -np.inf, scores)
+        if sinks is not None:  # a column of the sink logit, dropped after the softmax
+            scores = np.concatenate([scores, np.broadcast_to(sinks[:, None, None], (c.n_head, T, 1))], axis=-1)
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         p = p / p.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            p = p[..., :T]
         p = num.softmax_op(p, T)
         out = np.einsum("hts,shd->thd", p, v)
         return num.float_dot(out, np.einsum("hts,shd->thd", p, np.abs(v)), T)
 
-    def swiglu(self, h, gate, up, down, num):
+    def swiglu(self, h, gate, up, down, num, bias=None):
+        """bias: gpt-oss's (gate, up, down) biases of this expert, and its clamped activation."""
         g = num.matmul(h, gate)
-        act = num.transcendental(g / (1.0 + np.exp(-g)) * num.matmul(h, up))
-        return num.matmul(act, down)
+        u = num.matmul(h, up)
+        if bias is None:
+            act = num.transcendental(g / (1.0 + np.exp(-g)) * u)
+            return num.matmul(act, down)
+        g = np.minimum(num.pointwise(g + bias[0]), GPT_OSS_LIMIT)
+        u = np.clip(num.pointwise(u + bias[1]), -GPT_OSS_LIMIT, GPT_OSS_LIMIT)
+        act = num.transcendental(g / (1.0 + np.exp(-GPT_OSS_ALPHA * g)) * (u + 1.0))
+        return num.pointwise(num.matmul(act, down) + bias[2])
 
     def moe(self, h, L, il, num):
         """Every expert on every token, then the chosen ones mixed in with
@@ -295,8 +325,11 @@ class LlamaRef:
         checks separately that the choice is not a near tie)."""
         c = self.cfg
         logits = num.matmul(h, L["ffn_gate_inp"])  # [T, n_expert]
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p = num.softmax_op(p / p.sum(axis=1, keepdims=True), c.n_expert)
+        if c.gpt_oss:  # chosen by logit (p keeps their order), weighted below
+            p = logits = num.pointwise(logits + L["ffn_gate_inp.bias"])
+        else:
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p = num.softmax_op(p / p.sum(axis=1, keepdims=True), c.n_expert)
         if self.deciding:
             order = np.argsort(-p, axis=1, kind="stable")
             self.routes[il] = order[:, : c.n_expert_used]
@@ -309,11 +342,16 @@ class LlamaRef:
             self.route_flips += int(np.any(own != np.sort(self.routes[il], axis=1), axis=1).sum())
         chosen = self.routes[il]
         w = np.take_along_axis(p, chosen, axis=1)
+        if c.gpt_oss:  # a softmax over the chosen logits
+            w = np.exp(w - w.max(axis=1, keepdims=True))
+            w = num.softmax_op(w / w.sum(axis=1, keepdims=True), c.n_expert_used)
         if c.moe_renormalise:
             w = w / w.sum(axis=1, keepdims=True)
         out = np.zeros_like(h)
         for e in range(c.n_expert):
-            y = self.swiglu(h, L["ffn_gate_exps"].each[e], L["ffn_up_exps"].each[e], L["ffn_down_exps"].each[e], num)
+            bias = (L["ffn_gate_exps.bias"][e], L["ffn_up_exps.bias"][e], L["ffn_down_exps.bias"][e]) if c.gpt_oss else None
+            y = self.swiglu(h, L["ffn_gate_exps"].each[e], L["ffn_up_exps"].each[e], L["ffn_down_exps"].each[e], num,
+                            bias)
             we = np.where(chosen == e, w, 0.0).sum(axis=1)  # [T]: expert e's weight per token (0: not chosen)
             out = num.pointwise(out + we[:, None] * y)
         if c.shared_expert:
@@ -387,12 +425,14 @@ class LlamaRef:
             if c.qk_norm:  # over each head's head_dim values
                 q = self.rmsnorm(q, L["attn_q_norm"], num)
                 k = self.rmsnorm(k, L["attn_k_norm"], num)
-            q = self.rope(q, positions, num, local)
-            k = self.rope(k, positions, num, local)
+            q = self.rope(q, positions, num, local and not c.gpt_oss)
+            k = self.rope(k, positions, num, local and not c.gpt_oss)
             v = v.reshape(T, c.n_head_kv, c.head_dim)
             window = c.local_window if local else c.window
-            att = self.attention(q, k, v, num, window).reshape(T, c.n_head * c.head_dim)
+            att = self.attention(q, k, v, num, window, L.get("attn_sinks")).reshape(T, c.n_head * c.head_dim)
             o = num.matmul(att, L["attn_output"])
+            if c.gpt_oss:
+                o = num.pointwise(o + L["attn_output.bias"])
             if c.gemma:
                 o = self.rmsnorm(o, L["post_attention_norm"], num)
             x = num.pointwise(x + o)

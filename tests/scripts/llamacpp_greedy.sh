@@ -2,7 +2,7 @@
 # Greedy tokens of random-weight models of each architecture (make-model's
 # llama.cpp layouts: llama3's rope_freqs.weight, qwen3's q/k norms, YaRN,
 # mistral's sliding_window key, gemma2 / gemma3 / phi3, the mixtral / qwen2moe
-# / qwen3moe mixtures) against llama.cpp's, recorded with the peer
+# / qwen3moe / gpt-oss mixtures) against llama.cpp's, recorded with the peer
 # (node-llama-cpp, bench/setup_peer; version in the data file) in
 # tests/reference/llamacpp_greedy.json. make-model is deterministic, so the
 # recorded tokens stay valid; the engine is teacher-forced on prompt + the
@@ -133,6 +133,12 @@ model phi3-f32-longrope  --dim 96  --layers 2 --heads 3 --kv-heads 3 --ff 192 --
 model mixtral-f32-k2     --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch mixtral --experts 8 --experts-used 2 --type f32 --seed 45
 model qwen2moe-f32-k4    --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 128 --arch qwen2moe --experts 8 --experts-used 4 --ff-exp 64 --ff-shexp 96 --type f32 --seed 46
 model qwen3moe-f32-k1    --dim 64  --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 4 --experts-used 1 --ff-exp 64 --type f32 --seed 47
+# gpt-oss: sinks, biases, a window on even layers (short here, so that it
+# cuts), clamped SwiGLU, top-k by logit with a softmax over the k; YaRN as
+# the released files have it; MXFP4 matrices as its experts are released.
+model gpt-oss-f32-k2     --dim 64  --layers 4 --heads 4 --kv-heads 2 --ff 128 --arch gpt-oss --experts 8 --experts-used 2 --ff-exp 64 --sliding-window 4 --type f32 --seed 60
+model gpt-oss-f32-yarn-k4 --dim 64 --layers 3 --heads 8 --kv-heads 2 --head-dim 16 --ff 128 --arch gpt-oss --experts 16 --experts-used 4 --ff-exp 96 --sliding-window 8 --rope-scaling yarn --rope-scaling-factor 32 --rope-orig-ctx 64 --type f32 --seed 61
+model gpt-oss-mxfp4-k2   --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 128 --arch gpt-oss --experts 8 --experts-used 2 --ff-exp 128 --sliding-window 6 --type mxfp4 --seed 62
 # Every other type llama-quantize writes that Tessera reads and writes
 # (issue 35): the matrices in the type (llama.cpp reads Tessera's blocks as
 # its own), the token embedding too (make-model writes one type).

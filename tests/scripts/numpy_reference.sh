@@ -5,7 +5,8 @@
 # Llama 3 RoPE factors, YaRN and linear RoPE scaling, Qwen3's q/k norms,
 # sliding windows shorter than the prompt (Mistral v0.1), Gemma 2 / 3
 # (post-norms, GeGLU, soft-capping, interleaved local / global layers with
-# their own RoPE), Phi-3 (fused matrices, LongRoPE, sliding window),
+# their own RoPE), Phi-3 (fused matrices, LongRoPE, sliding window), the
+# mixtures (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss with its sinks and biases),
 # tied and untied output, F32/F16/BF16/Q8_0/Q4_0 weights and several seeds,
 # each evaluated on a random token sequence with the scalar kernels, the
 # default ISA, and a small batch (chunked prefill) on 2 threads; then the real
@@ -143,6 +144,12 @@ model qwen2moe-f16-k4     45  --dim 64  --layers 2 --heads 4 --kv-heads 2 --ff 1
 model qwen2moe-q4-k2      36  --dim 128 --layers 2 --heads 8 --kv-heads 2 --ff 256 --arch qwen2moe --experts 8 --experts-used 2 --ff-exp 64 --type q4_0 --seed 40
 model qwen3moe-bf16-k2    41  --dim 64  --layers 3 --heads 4 --kv-heads 2 --head-dim 32 --ff 128 --arch qwen3moe --experts 8 --experts-used 2 --ff-exp 32 --type bf16 --seed 41
 model qwen3moe-q8-k4-e16  30  --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 256 --arch qwen3moe --experts 16 --experts-used 4 --ff-exp 64 --type q8_0 --tied --seed 42
+# gpt-oss: sinks, biases everywhere, windows on even layers shorter than the
+# prompt, clamped SwiGLU (gate and up reach past +-7 here), top-k by logit
+# weighted by a softmax over the k; YaRN; k = 2 and 4.
+model gpt-oss-f32-yarn    40  --dim 64  --layers 4 --heads 4 --kv-heads 2 --ff 128 --arch gpt-oss --experts 8 --experts-used 2 --ff-exp 64 --sliding-window 5 --rope-scaling yarn --rope-scaling-factor 32 --rope-orig-ctx 64 --type f32 --seed 44
+model gpt-oss-bf16-k4     37  --dim 64  --layers 3 --heads 8 --kv-heads 2 --head-dim 16 --ff 128 --arch gpt-oss --experts 16 --experts-used 4 --ff-exp 96 --sliding-window 9 --type bf16 --seed 45
+model gpt-oss-q8-k2       33  --dim 128 --layers 2 --heads 4 --kv-heads 1 --ff 128 --arch gpt-oss --experts 8 --experts-used 2 --ff-exp 128 --sliding-window 6 --type q8_0 --seed 46
 # Gemma 2 from a Hugging Face folder whose query_pre_attn_scalar (36) is not
 # head_dim (16), converted to GGUF: queries scaled by 1/6.
 "$TESSERA" make-model --format hf -o "$TMP/gemma2-scalar-hf" --arch gemma2 --dim 64 --layers 2 --heads 4 --kv-heads 2 \
