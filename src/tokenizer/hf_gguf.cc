@@ -18,7 +18,7 @@ constexpr std::string_view kSpmSpaceMark = "\xE2\x96\x81";  // U+2581 "▁"
 // llama.cpp's tokenizer.ggml.pre names whose splits Tessera implements, most
 // common first: the first whose splits equal the tokenizer.json's is written
 // (several names share one regex; llama.cpp treats those alike).
-constexpr const char* kLlamaCppPreNames[] = {"llama-bpe",    "qwen2",          "gpt-2",  "starcoder", "deepseek-llm",
+constexpr const char* kLlamaCppPreNames[] = {"llama-bpe",      "qwen2",  "gpt-2",     "gpt-4o", "starcoder", "deepseek-llm",
                                              "deepseek-coder", "falcon", "poro-chat", "viking"};
 
 gguf::Value meta_u32(int64_t v) {
@@ -64,7 +64,7 @@ std::string byte_level_pre_name(const tok::HfTokenizerParts& p, const std::strin
   }
   if (name.empty()) {
     fail(ErrorCode::kCorruptFile, "{}: its pre-tokenizer ({} regex split(s), the first /{}/) is none that llama.cpp "
-         "names in tokenizer.ggml.pre (known: llama-bpe, qwen2, gpt-2, starcoder, deepseek-llm, deepseek-coder, "
+         "names in tokenizer.ggml.pre (known: llama-bpe, qwen2, gpt-2, gpt-4o, starcoder, deepseek-llm, deepseek-coder, "
          "falcon, poro-chat, viking); a GGUF would tokenize differently", path, want.size(),
          want.empty() ? std::string() : want[0].pattern);
   }

@@ -26,6 +26,16 @@ const char* const kLlama3Pattern =
 const char* const kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
     R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// GPT-4o's o200k (gpt-oss, Llama 4): a word is an optional non-letter, then
+// upper-case-like letters then lower-case-like ones (or at least one of the
+// former), each with an optional case-insensitive contraction; digits in
+// threes; '/' may close a punctuation run. As its tokenizer.json writes it:
+// llama.cpp's own regex engine runs an approximation of the letter classes
+// ("a letter not in a-z" for the upper-case-like ones).
+const char* const kGpt4oPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // CJK runs shared by the DeepSeek pre-tokenizers: 一-龥, U+0800-一, 가-U+D7FF.
 const char* const kDeepseekCjkPattern = R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
 // DeepSeek LLM's letters: the cased letters of its tokenizer.json, written as
@@ -225,6 +235,8 @@ PreTokenizer PreTokenizer::from_name(std::string_view name, bool* known) {
   } else if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "dbrx" ||
              name == "smaug-bpe" || name == "chatglm-bpe") {
     pre.add_split(kLlama3Pattern);
+  } else if (name == "gpt-4o" || name == "llama4" || name == "minimax-m2") {
+    pre.add_split(kGpt4oPattern);
   } else if (name == "qwen2" || name == "stablelm2" || name == "deepseek-r1-qwen" || name == "hunyuan") {
     pre.add_split(kQwen2Pattern);
   } else if (name == "deepseek-llm") {
