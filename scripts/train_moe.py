@@ -507,7 +507,18 @@ def parse_args():
     p.add_argument("--aux-coef", type=float, default=0.01)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
-    return p.parse_args()
+    # The shape (defaults: CFG above, the 8x model of models/stories-moe).
+    p.add_argument("--dim", type=int, help="n_embd")
+    p.add_argument("--layers", type=int, help="n_layer")
+    p.add_argument("--heads", type=int, help="n_head")
+    p.add_argument("--kv-heads", type=int, help="n_head_kv")
+    p.add_argument("--ff", type=int, help="an expert's FFN width")
+    args = p.parse_args()
+    for key, value in (("n_embd", args.dim), ("n_layer", args.layers), ("n_head", args.heads),
+                       ("n_head_kv", args.kv_heads), ("n_ff", args.ff)):
+        if value is not None:
+            CFG[key] = value
+    return args
 
 
 def main():

@@ -195,11 +195,12 @@ double squared_error(const std::vector<float>& a, const std::vector<float>& b) {
 // rows of every kind: Gaussian, zero sub-blocks, an outlier, tiny values
 // (fp16 subnormal scales), all of one sign (round_and_check_packing). On
 // Gaussian rows Q4_K's error is below Q4_0's at the same 4.5 bits per
-// weight, and Q3_K's (3.4375 bits) below that of 3-bit values in Q4_0
-// blocks (4.5 bits).
+// weight, Q3_K's (3.4375 bits) below that of 3-bit values in Q4_0 blocks
+// (4.5 bits), Q5_K's below Q4_K's and Q6_K's below Q5_K's.
 TEST(Quantize, SuperBlockGridsPackWhatTheyRound) {
   for (const auto& [type, other_type, other_bits] :
-       {std::tuple{DType::kQ4_K, DType::kQ4_0, 4}, std::tuple{DType::kQ3_K, DType::kQ4_0, 3}}) {
+       {std::tuple{DType::kQ4_K, DType::kQ4_0, 4}, std::tuple{DType::kQ3_K, DType::kQ4_0, 3},
+        std::tuple{DType::kQ5_K, DType::kQ4_K, 4}, std::tuple{DType::kQ6_K, DType::kQ5_K, 5}}) {
     SCOPED_TRACE(dtype_name(type));
     const Grid g = make_grid(type, 0), other = make_grid(other_type, other_bits);
     std::mt19937 rng(17);
@@ -235,7 +236,7 @@ TEST(Quantize, SuperBlockGridsPackWhatTheyRound) {
 // fit's, summed over many super-blocks of Gaussian values with
 // exponentially spread weights.
 TEST(Quantize, ImportanceWeightedFitLowersWeightedError) {
-  for (DType type : {DType::kQ4_K, DType::kQ3_K}) {
+  for (DType type : {DType::kQ4_K, DType::kQ3_K, DType::kQ5_K, DType::kQ6_K}) {
     const Grid g = make_grid(type, 0);
     std::mt19937 rng(23);
     std::normal_distribution<float> nd;

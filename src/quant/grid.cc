@@ -11,7 +11,8 @@
 namespace tessera::quant {
 
 bool is_grid_type(DType type) {
-  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ3_K;
+  return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ3_K ||
+         type == DType::kQ5_K || type == DType::kQ6_K;
 }
 
 Grid make_grid(DType type, int bits) {
@@ -40,18 +41,30 @@ Grid make_grid(DType type, int bits) {
       g.affine = true;
       g.super = 256;
       return g;
+    case DType::kQ5_K:
+      TESSERA_CHECK(bits == 0 || bits == 5, kInvalidArgument, "Q5_K holds 5-bit values, not {}-bit", bits);
+      g.bits = 5;
+      g.qmin = 0;
+      g.qmax = 31;
+      g.affine = true;
+      g.super = 256;
+      return g;
     case DType::kQ3_K:
-      TESSERA_CHECK(bits == 0 || bits == 3, kInvalidArgument, "Q3_K holds 3-bit values, not {}-bit", bits);
-      g.bits = 3;
-      g.qmin = -4;
-      g.qmax = 3;
+    case DType::kQ6_K: {
+      const int b = type == DType::kQ3_K ? 3 : 6;
+      TESSERA_CHECK(bits == 0 || bits == b, kInvalidArgument, "{} holds {}-bit values, not {}-bit", dtype_name(type), b,
+                    bits);
+      g.bits = b;
+      g.qmin = -(1 << (b - 1));
+      g.qmax = (1 << (b - 1)) - 1;
       g.block = 16;
       g.super = 256;
       return g;
+    }
     default:
       fail(ErrorCode::kInvalidArgument,
-           "tessera quantize cannot write {} blocks yet (it writes Q3_K, Q4_0, Q4_K, Q8_0, F16, BF16, F32)",
-           dtype_name(type));
+           "tessera quantize cannot write {} blocks by this method (it writes Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, "
+           "F16, BF16, F32)", dtype_name(type));
   }
 }
 
@@ -200,12 +213,16 @@ int six_bits(float v, float unit) {
   return static_cast<int>(std::clamp(q, 0.0f, 63.0f));
 }
 
-// v / unit rounded to an integer in -32..31 (unit == 0: 0).
-int six_bits_signed(float v, float unit) {
+// v / unit rounded to an integer in -s..s-1 (unit == 0: 0).
+int signed_units(float v, float unit, int s) {
   if (unit == 0.0f) return 0;
   const float q = std::nearbyint(v / unit);
-  return static_cast<int>(std::clamp(q, -32.0f, 31.0f));
+  return static_cast<int>(std::clamp(q, static_cast<float>(-s), static_cast<float>(s - 1)));
 }
+
+// A symmetric super-block grid's scales are signed integers in -s..s-1
+// times the super-block's unit: 6 bits (s = 32, Q3_K) or 8 bits (s = 128, Q6_K).
+int scale_units(const Grid& g) { return g.type == DType::kQ6_K ? 128 : 32; }
 
 // The scale of largest magnitude, sign kept (the first of equal ones).
 float largest(const float* scales, int nb) {
@@ -214,11 +231,11 @@ float largest(const float* scales, int nb) {
   return top;
 }
 
-// The super-block's signed 6-bit unit D of scales stored by super_params
-// (Q3_K): the scale of largest magnitude is -32 D.
-float signed_unit(const float* scales, int nb) {
+// The super-block's unit D of scales stored by super_params (Q3_K, Q6_K):
+// the scale of largest magnitude is -s D.
+float signed_unit(const float* scales, int nb, int s) {
   const float top = largest(scales, nb);
-  return top == 0.0f ? 0.0f : top / -32.0f;
+  return top == 0.0f ? 0.0f : top / static_cast<float>(-s);
 }
 
 }  // namespace
@@ -229,11 +246,12 @@ void super_params(const Grid& g, const float* w, float* scales, float* mins, con
     for (int b = 0; b < nb; ++b) {
       scales[b] = fit_symmetric(g, w + b * g.block, importance != nullptr ? importance + b * g.block : nullptr, g.block);
     }
-    const float top = largest(scales, nb);  // stored as -32 units
-    float D = fp16_to_f32(f32_to_fp16(top / -32.0f));
+    const int su = scale_units(g);
+    const float top = largest(scales, nb);  // stored as -su units
+    float D = fp16_to_f32(f32_to_fp16(top / static_cast<float>(-su)));
     D = D == 0.0f ? 0.0f : D;  // +0: all scales then store as +0, as pack_row reads them back
     for (int b = 0; b < nb; ++b) {
-      scales[b] = D * static_cast<float>(scales[b] == top ? (D == 0.0f ? 0 : -32) : six_bits_signed(scales[b], D));
+      scales[b] = D * static_cast<float>(scales[b] == top ? (D == 0.0f ? 0 : -su) : signed_units(scales[b], D, su));
     }
     return;
   }
@@ -290,28 +308,81 @@ void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64
   for (int64_t i = 0; i < n; ++i) out[i] = scales[i / g.block] * static_cast<float>(levels[i]);
 }
 
+namespace {
+
+// Q4_K / Q5_K: fp16 D and Dmin, then 12 bytes of 6-bit scales and mins
+// (llama.cpp's get_scale_min_k4) of one super-block at dst.
+void pack_k4_scales(const float* sc, const float* mn, uint8_t* dst) {
+  // D and Dmin: the largest of each is 63 units (super_params), exactly.
+  const float D = *std::max_element(sc, sc + 8) / 63.0f, Dm = *std::max_element(mn, mn + 8) / 63.0f;
+  uint8_t is[8], im[8];
+  for (int j = 0; j < 8; ++j) {
+    is[j] = static_cast<uint8_t>(six_bits(sc[j], D));
+    im[j] = static_cast<uint8_t>(six_bits(mn[j], Dm));
+  }
+  const fp16_t d16 = f32_to_fp16(D), m16 = f32_to_fp16(Dm);
+  std::memcpy(dst, &d16, 2);
+  std::memcpy(dst + 2, &m16, 2);
+  uint8_t* k = dst + 4;
+  for (int j = 0; j < 4; ++j) {
+    k[j] = static_cast<uint8_t>(is[j] | ((is[j + 4] >> 4) << 6));
+    k[j + 4] = static_cast<uint8_t>(im[j] | ((im[j + 4] >> 4) << 6));
+    k[j + 8] = static_cast<uint8_t>((is[j + 4] & 0x0f) | ((im[j + 4] & 0x0f) << 4));
+  }
+}
+
+// Q5_K's super-block (kernels/blocks.h BlockQ5_K): scales, then the fifth
+// bits (value 64 c + i in bit 2c of qh[i], 64 c + 32 + i in bit 2c + 1),
+// then the low nibbles as Q4_K's.
+void pack_q5_k(const int8_t* q, const float* sc, const float* mn, uint8_t* dst) {
+  pack_k4_scales(sc, mn, dst);
+  uint8_t* qh = dst + 16;
+  uint8_t* qs = dst + 48;
+  std::memset(qh, 0, 32);
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];  // 0..31
+      qs[32 * c + l] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+      qh[l] = static_cast<uint8_t>(qh[l] | (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
+    }
+  }
+}
+
+// Q6_K's super-block (kernels/blocks.h BlockQ6_K): per half h of 128 values,
+// value 128 h + 32 k + l (l < 32) as u = q + 32: low nibble in ql[64 h + l
+// + 32 (k & 1)] (low nibble for k < 2, high for k >= 2), top two bits in
+// bits 2k of qh[32 h + l]; int8 scales; fp16 d last.
+void pack_q6_k(const int8_t* q, const float* sc, uint8_t* dst) {
+  const float D = signed_unit(sc, 16, 128);  // exact: the largest |scale| is -128 D (super_params)
+  std::memset(dst, 0, 210);
+  uint8_t *ql = dst, *qh = dst + 128;
+  auto* scales = reinterpret_cast<int8_t*>(dst + 192);
+  for (int j = 0; j < 16; ++j) scales[j] = static_cast<int8_t>(signed_units(sc[j], D, 128));
+  for (int i = 0; i < 256; ++i) {
+    const int u = q[i] + 32, h = i / 128, k = (i % 128) / 32, l = i % 32;  // u in 0..63
+    uint8_t& lo = ql[64 * h + l + 32 * (k & 1)];
+    lo = static_cast<uint8_t>(lo | (u & 15) << (k < 2 ? 0 : 4));
+    qh[32 * h + l] = static_cast<uint8_t>(qh[32 * h + l] | (u >> 4) << (2 * k));
+  }
+  const fp16_t d16 = f32_to_fp16(D);
+  std::memcpy(dst + 208, &d16, 2);
+}
+
+}  // namespace
+
 void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst, const float* mins) {
+  if (g.type == DType::kQ5_K) {
+    for (int64_t s = 0; s < n / 256; ++s) pack_q5_k(levels + s * 256, scales + s * 8, mins + s * 8, dst + s * 176);
+    return;
+  }
+  if (g.type == DType::kQ6_K) {
+    for (int64_t s = 0; s < n / 256; ++s) pack_q6_k(levels + s * 256, scales + s * 16, dst + s * 210);
+    return;
+  }
   if (g.type == DType::kQ4_K) {
     for (int64_t s = 0; s < n / 256; ++s) {
-      const float* sc = scales + s * 8;
-      const float* mn = mins + s * 8;
       const int8_t* q = levels + s * 256;
-      // D and Dmin: the largest of each is 63 units (super_params), exactly.
-      const float D = *std::max_element(sc, sc + 8) / 63.0f, Dm = *std::max_element(mn, mn + 8) / 63.0f;
-      uint8_t is[8], im[8];
-      for (int j = 0; j < 8; ++j) {
-        is[j] = static_cast<uint8_t>(six_bits(sc[j], D));
-        im[j] = static_cast<uint8_t>(six_bits(mn[j], Dm));
-      }
-      const fp16_t d16 = f32_to_fp16(D), m16 = f32_to_fp16(Dm);
-      std::memcpy(dst, &d16, 2);
-      std::memcpy(dst + 2, &m16, 2);
-      uint8_t* k = dst + 4;  // 12 bytes of 6-bit scales and mins (llama.cpp's get_scale_min_k4)
-      for (int j = 0; j < 4; ++j) {
-        k[j] = static_cast<uint8_t>(is[j] | ((is[j + 4] >> 4) << 6));
-        k[j + 4] = static_cast<uint8_t>(im[j] | ((im[j + 4] >> 4) << 6));
-        k[j + 8] = static_cast<uint8_t>((is[j + 4] & 0x0f) | ((im[j + 4] & 0x0f) << 4));
-      }
+      pack_k4_scales(scales + s * 8, mins + s * 8, dst);
       uint8_t* qs = dst + 16;
       for (int c = 0; c < 4; ++c) {
         for (int l = 0; l < 32; ++l) qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
@@ -324,11 +395,11 @@ void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t 
     for (int64_t s = 0; s < n / 256; ++s, dst += 110) {
       const float* sc = scales + s * 16;
       const int8_t* q = levels + s * 256;
-      const float D = signed_unit(sc, 16);  // exact: the largest |scale| is -32 D (super_params)
+      const float D = signed_unit(sc, 16, 32);  // exact: the largest |scale| is -32 D (super_params)
       std::memset(dst, 0, 110);
       uint8_t *hmask = dst, *qs = dst + 32, *k = dst + 96;  // layout: kernels/blocks.h BlockQ3_K
       for (int j = 0; j < 16; ++j) {
-        const int u = six_bits_signed(sc[j], D) + 32;
+        const int u = signed_units(sc[j], D, 32) + 32;
         k[j % 8] = static_cast<uint8_t>(k[j % 8] | (u & 15) << (j < 8 ? 0 : 4));
         k[8 + j % 4] = static_cast<uint8_t>(k[8 + j % 4] | (u >> 4) << (2 * (j / 4)));
       }

@@ -13,10 +13,13 @@
 //   Q3_K (3 bits): super-blocks of 256 values, 16 blocks of 16 each with
 //                  w = d_j q, q in -4..3; d_j = D sc_j with 6-bit signed
 //                  sc_j in -32..31 and fp16 D per super-block
+//   Q5_K (5 bits): Q4_K with q in 0..31 (a fifth bit per value)
+//   Q6_K (6 bits): Q3_K's shape with q in -32..31 and 8-bit signed scales
+//                  sc_j in -128..127
 // d is stored as fp16; levels are chosen against the stored d. Functions
 // take the blocks' scales and, for an affine grid (Q4_K), their mins (one
 // per block of g.block values; null for the other grids). Super-block grids
-// (Q4_K, Q3_K) fit all of a super-block's parameters at once (super_params).
+// (Q3_K..Q6_K) fit all of a super-block's parameters at once (super_params).
 #pragma once
 
 #include <cstdint>
@@ -74,15 +77,15 @@ inline int level(const Grid& g, float w, float d, float m = 0.0f) {
 // g.block blocks of one super-block of g.super values, as stored, each
 // value's squared error weighted by importance[i] when given (e.g. H_ii:
 // how much input i moves the output).
-//   Q4_K: each block's (d, m) is fitted to its values (range, then
+//   Q4_K, Q5_K: each block's (d, m) is fitted to its values (range, then
 //     alternating least squares of w on the levels), then both are stored in
 //     6 bits against the super-block's fp16 D = max d / 63 and Dmin = max m /
 //     63, and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
-//   Q3_K: each block's d is the best (least error) of the scales mapping its
+//   Q3_K, Q6_K: each block's d is the best (least error) of the scales mapping its
 //     value of largest magnitude to qmin or qmax, each scaled by 1 + 0.1 t
 //     for t in -9..9 and then refitted by least squares on its levels; then
 //     stored in 6 bits against fp16 D = (the d of largest |d|) / -32, which
-//     stores as -32 exactly: D sc_j, sc_j in -32..31.
+//     stores as -32 exactly: D sc_j, sc_j in -32..31 (Q6_K: 8 bits, -128).
 void super_params(const Grid& g, const float* w, float* scales, float* mins, const float* importance = nullptr);
 
 // H_ii of an [n, n] H as float: the importance super_params weights by.
@@ -101,8 +104,8 @@ void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64
 
 // Packs a row of levels and scales (and mins) as row_bytes(g.type, n)
 // bytes at dst. For super-block grids the scales and mins must be those of
-// super_params (each super-block's largest sc and mn is 63 (Q4_K), its
-// scale of largest magnitude -32 (Q3_K), or all are 0, so D and Dmin are
+// super_params (each super-block's largest sc and mn is 63 (Q4_K, Q5_K), its
+// scale of largest magnitude -32 (Q3_K) or -128 (Q6_K), or all are 0, so D and Dmin are
 // recovered exactly).
 void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst,
               const float* mins = nullptr);

@@ -54,12 +54,19 @@ kind_of() {
   esac
 }
 
-# model LABEL MAKE-MODEL-ARGS...
+# model LABEL MAKE-MODEL-ARGS...   (QUANTIZE=TYPE: then tessera quantize to TYPE)
+QUANTIZE=""
 model() {
   local label=$1
   shift
   "$TESSERA" make-model -o "$TMP/$label.gguf" --vocab-from "$VOCAB" -t 2 "$@" >/dev/null 2>&1 ||
     { echo "FAIL $label: make-model $*"; failures=$((failures + 1)); return; }
+  if [ -n "$QUANTIZE" ]; then  # the F32 file rewritten by tessera quantize (round to nearest)
+    mv "$TMP/$label.gguf" "$TMP/$label-f32.gguf"
+    "$TESSERA" quantize -m "$TMP/$label-f32.gguf" -o "$TMP/$label.gguf" --type "$QUANTIZE" --method rtn -t 2 >/dev/null 2>&1 ||
+      { echo "FAIL $label: quantize --type $QUANTIZE"; failures=$((failures + 1)); return; }
+    set -- "$@" "(then quantize --type $QUANTIZE --method rtn)"
+  fi
   if [ "$MODE" = --record ]; then
     local out
     out=$(node bench/peer_greedy.mjs --model "$TMP/$label.gguf" --tokens "$PROMPT" --n "$N")
@@ -102,7 +109,7 @@ if bound is not None and worst > bound:
     sys.exit(1)
 ties = f" ({len(flips)} near ties at steps {flips})" if flips else ""
 print(f"ok {label}: {len(want) - len(flips)} of {len(want)} greedy tokens equal those of llama.cpp{ties}; logit differences within {worst:.1e}")
-' "$DATA" "$label" "$TMP/$label.f32" "$(kind_of " $* ")"; then
+' "$DATA" "$label" "$TMP/$label.f32" "$(if [ -n "$QUANTIZE" ]; then echo quantized; else kind_of " $* "; fi)"; then
     failures=$((failures + 1))
   fi
 }
@@ -153,6 +160,12 @@ model llama-q2_k         --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --
 model llama-iq4_xs       --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type iq4_xs --seed 54
 model llama-tq1_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type tq1_0 --seed 55
 model llama-tq2_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type tq2_0 --seed 56
+# The super-block types tessera quantize writes on its grids (rtn here):
+# an F32 file rewritten (token_embd and output too).
+QUANTIZE=q3_k model llama-q3_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 63
+QUANTIZE=q4_k model llama-q4_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 64
+QUANTIZE=q5_k model llama-q5_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 65
+QUANTIZE=q6_k model llama-q6_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 66
 
 if [ "$MODE" = --record ]; then
   printf '%s\n' "${records[@]}" | "$PY" -c '
