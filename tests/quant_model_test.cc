@@ -196,11 +196,13 @@ double squared_error(const std::vector<float>& a, const std::vector<float>& b) {
 // (fp16 subnormal scales), all of one sign (round_and_check_packing). On
 // Gaussian rows Q4_K's error is below Q4_0's at the same 4.5 bits per
 // weight, Q3_K's (3.4375 bits) below that of 3-bit values in Q4_0 blocks
-// (4.5 bits), Q5_K's below Q4_K's and Q6_K's below Q5_K's.
+// (4.5 bits), Q5_K's below Q4_K's, Q6_K's below Q5_K's, and Q2_K's (2.625
+// bits) below 2-bit values in Q4_0 blocks.
 TEST(Quantize, SuperBlockGridsPackWhatTheyRound) {
   for (const auto& [type, other_type, other_bits] :
        {std::tuple{DType::kQ4_K, DType::kQ4_0, 4}, std::tuple{DType::kQ3_K, DType::kQ4_0, 3},
-        std::tuple{DType::kQ5_K, DType::kQ4_K, 4}, std::tuple{DType::kQ6_K, DType::kQ5_K, 5}}) {
+        std::tuple{DType::kQ5_K, DType::kQ4_K, 4}, std::tuple{DType::kQ6_K, DType::kQ5_K, 5},
+        std::tuple{DType::kQ2_K, DType::kQ4_0, 2}}) {
     SCOPED_TRACE(dtype_name(type));
     const Grid g = make_grid(type, 0), other = make_grid(other_type, other_bits);
     std::mt19937 rng(17);
@@ -236,7 +238,7 @@ TEST(Quantize, SuperBlockGridsPackWhatTheyRound) {
 // fit's, summed over many super-blocks of Gaussian values with
 // exponentially spread weights.
 TEST(Quantize, ImportanceWeightedFitLowersWeightedError) {
-  for (DType type : {DType::kQ4_K, DType::kQ3_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_K, DType::kQ3_K, DType::kQ5_K, DType::kQ6_K, DType::kQ2_K}) {
     const Grid g = make_grid(type, 0);
     std::mt19937 rng(23);
     std::normal_distribution<float> nd;
@@ -324,8 +326,9 @@ TEST(Quantize, Q8_0AndKeepOverrides) {
 TEST(Quantize, RtnIntoEveryOtherType) {
   const auto& m = testing::stories260k();
   ThreadPool pool(1);
-  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kQ2_K,
-                  DType::kIQ4_XS, DType::kTQ1_0, DType::kTQ2_0}) {
+  // (Q2_K is a grid type: quantize fits it like Q4_K, SuperBlockGridsPackWhatTheyRound.)
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4, DType::kIQ4_XS,
+                  DType::kTQ1_0, DType::kTQ2_0}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const std::string path = testing::temp_path("s260k_other.gguf");
     QuantizeOptions opt;

@@ -42,7 +42,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   auto a = std::make_shared<QuantizeArgs>();
   sub.add_option("-m,--model", a->model, "Input GGUF")->required();
   sub.add_option("-o,--out", a->out, "Output GGUF")->required();
-  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q4_k, q3_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, q2_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32")->capture_default_str();
+  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32")->capture_default_str();
   sub.add_option("--bits", a->bits, "Value bits inside the type (3 or 2: 3- or 2-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
   sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes)")->capture_default_str();
@@ -53,7 +53,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
                  "MiB of calibration statistics held at once: layers are calibrated in windows that fit (a forward "
                  "pass per window)")
       ->capture_default_str();
-  sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q3_K and Q6_K 16)");
+  sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q2_K, Q3_K and Q6_K 16)");
   sub.add_option("--keep", a->keep, "NAME=TYPE: store tensor NAME as TYPE (repeatable)");
   sub.add_option("--experts-type", a->experts_type, "A mixture's experts in this type (default: --type)");
   sub.add_flag("--act-order", a->act_order, "GPTQ: quantize columns by decreasing input energy");

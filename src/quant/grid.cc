@@ -12,7 +12,7 @@ namespace tessera::quant {
 
 bool is_grid_type(DType type) {
   return type == DType::kQ4_0 || type == DType::kQ8_0 || type == DType::kQ4_K || type == DType::kQ3_K ||
-         type == DType::kQ5_K || type == DType::kQ6_K;
+         type == DType::kQ5_K || type == DType::kQ6_K || type == DType::kQ2_K;
 }
 
 Grid make_grid(DType type, int bits) {
@@ -41,6 +41,15 @@ Grid make_grid(DType type, int bits) {
       g.affine = true;
       g.super = 256;
       return g;
+    case DType::kQ2_K:
+      TESSERA_CHECK(bits == 0 || bits == 2, kInvalidArgument, "Q2_K holds 2-bit values, not {}-bit", bits);
+      g.bits = 2;
+      g.qmin = 0;
+      g.qmax = 3;
+      g.affine = true;
+      g.block = 16;
+      g.super = 256;
+      return g;
     case DType::kQ5_K:
       TESSERA_CHECK(bits == 0 || bits == 5, kInvalidArgument, "Q5_K holds 5-bit values, not {}-bit", bits);
       g.bits = 5;
@@ -63,8 +72,8 @@ Grid make_grid(DType type, int bits) {
     }
     default:
       fail(ErrorCode::kInvalidArgument,
-           "tessera quantize cannot write {} blocks by this method (it writes Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, "
-           "F16, BF16, F32)", dtype_name(type));
+           "tessera quantize cannot write {} blocks by this method (it writes Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, "
+           "Q8_0, F16, BF16, F32)", dtype_name(type));
   }
 }
 
@@ -206,12 +215,18 @@ float fit_symmetric(const Grid& g, const float* w, const float* imp, int n) {
   return best_d;
 }
 
-// v / unit rounded to an integer in 0..63 (unit == 0: 0).
-int six_bits(float v, float unit) {
+// v / unit rounded to an integer in 0..top (unit == 0: 0).
+int unsigned_units(float v, float unit, int top) {
   if (unit == 0.0f) return 0;
   const float q = std::nearbyint(v / unit);
-  return static_cast<int>(std::clamp(q, 0.0f, 63.0f));
+  return static_cast<int>(std::clamp(q, 0.0f, static_cast<float>(top)));
 }
+
+int six_bits(float v, float unit) { return unsigned_units(v, unit, 63); }
+
+// An affine super-block grid's scales and mins are integers in 0..top times
+// the super-block's units: 6 bits (Q4_K, Q5_K) or 4 bits (Q2_K).
+int affine_units(const Grid& g) { return g.type == DType::kQ2_K ? 15 : 63; }
 
 // v / unit rounded to an integer in -s..s-1 (unit == 0: 0).
 int signed_units(float v, float unit, int s) {
@@ -262,11 +277,13 @@ void super_params(const Grid& g, const float* w, float* scales, float* mins, con
     dmax = std::max(dmax, scales[b]);
     mmax = std::max(mmax, mins[b]);
   }
-  // The largest d (m) is stored as 63 units: D = fp16(dmax / 63).
-  const float D = fp16_to_f32(f32_to_fp16(dmax / 63.0f)), Dm = fp16_to_f32(f32_to_fp16(mmax / 63.0f));
+  // The largest d (m) is stored as `top` units: D = fp16(dmax / top).
+  const int top = affine_units(g);
+  const float ft = static_cast<float>(top);
+  const float D = fp16_to_f32(f32_to_fp16(dmax / ft)), Dm = fp16_to_f32(f32_to_fp16(mmax / ft));
   for (int b = 0; b < nb; ++b) {
-    scales[b] = D * static_cast<float>(scales[b] == dmax ? (D == 0.0f ? 0 : 63) : six_bits(scales[b], D));
-    mins[b] = Dm * static_cast<float>(mins[b] == mmax ? (Dm == 0.0f ? 0 : 63) : six_bits(mins[b], Dm));
+    scales[b] = D * static_cast<float>(scales[b] == dmax ? (D == 0.0f ? 0 : top) : unsigned_units(scales[b], D, top));
+    mins[b] = Dm * static_cast<float>(mins[b] == mmax ? (Dm == 0.0f ? 0 : top) : unsigned_units(mins[b], Dm, top));
   }
 }
 
@@ -368,9 +385,32 @@ void pack_q6_k(const int8_t* q, const float* sc, uint8_t* dst) {
   std::memcpy(dst + 208, &d16, 2);
 }
 
+// Q2_K's super-block (kernels/blocks.h BlockQ2_K): per sub-block a byte of
+// 4-bit scale (low) and min (high), the 2-bit levels as Q3_K's low bits,
+// then fp16 d and dmin (the largest scale and min are 15 units: exact).
+void pack_q2_k(const int8_t* q, const float* sc, const float* mn, uint8_t* dst) {
+  const float D = *std::max_element(sc, sc + 16) / 15.0f, Dm = *std::max_element(mn, mn + 16) / 15.0f;
+  std::memset(dst, 0, 84);
+  uint8_t* qs = dst + 16;
+  for (int j = 0; j < 16; ++j) {
+    dst[j] = static_cast<uint8_t>(unsigned_units(sc[j], D, 15) | unsigned_units(mn[j], Dm, 15) << 4);
+  }
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, j = (i % 128) / 32, l = i % 32;
+    qs[32 * h + l] = static_cast<uint8_t>(qs[32 * h + l] | q[i] << (2 * j));
+  }
+  const fp16_t d16 = f32_to_fp16(D), m16 = f32_to_fp16(Dm);
+  std::memcpy(dst + 80, &d16, 2);
+  std::memcpy(dst + 82, &m16, 2);
+}
+
 }  // namespace
 
 void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst, const float* mins) {
+  if (g.type == DType::kQ2_K) {
+    for (int64_t s = 0; s < n / 256; ++s) pack_q2_k(levels + s * 256, scales + s * 16, mins + s * 16, dst + s * 84);
+    return;
+  }
   if (g.type == DType::kQ5_K) {
     for (int64_t s = 0; s < n / 256; ++s) pack_q5_k(levels + s * 256, scales + s * 8, mins + s * 8, dst + s * 176);
     return;

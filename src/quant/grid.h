@@ -14,6 +14,8 @@
 //                  w = d_j q, q in -4..3; d_j = D sc_j with 6-bit signed
 //                  sc_j in -32..31 and fp16 D per super-block
 //   Q5_K (5 bits): Q4_K with q in 0..31 (a fifth bit per value)
+//   Q2_K (2 bits): Q4_K's affine grid on 16 blocks of 16, q in 0..3, the
+//                  scales and mins in 4 bits (0..15 units)
 //   Q6_K (6 bits): Q3_K's shape with q in -32..31 and 8-bit signed scales
 //                  sc_j in -128..127
 // d is stored as fp16; levels are chosen against the stored d. Functions
@@ -77,7 +79,7 @@ inline int level(const Grid& g, float w, float d, float m = 0.0f) {
 // g.block blocks of one super-block of g.super values, as stored, each
 // value's squared error weighted by importance[i] when given (e.g. H_ii:
 // how much input i moves the output).
-//   Q4_K, Q5_K: each block's (d, m) is fitted to its values (range, then
+//   Q2_K, Q4_K, Q5_K: each block's (d, m) is fitted to its values (range, then
 //     alternating least squares of w on the levels), then both are stored in
 //     6 bits against the super-block's fp16 D = max d / 63 and Dmin = max m /
 //     63, and returned as llama.cpp dequantizes them: D sc_j and Dmin mn_j.
@@ -104,7 +106,7 @@ void dequant_row(const Grid& g, const int8_t* levels, const float* scales, int64
 
 // Packs a row of levels and scales (and mins) as row_bytes(g.type, n)
 // bytes at dst. For super-block grids the scales and mins must be those of
-// super_params (each super-block's largest sc and mn is 63 (Q4_K, Q5_K), its
+// super_params (each super-block's largest sc and mn is 63 (Q4_K, Q5_K) or 15 (Q2_K), its
 // scale of largest magnitude -32 (Q3_K) or -128 (Q6_K), or all are 0, so D and Dmin are
 // recovered exactly).
 void pack_row(const Grid& g, const int8_t* levels, const float* scales, int64_t n, uint8_t* dst,

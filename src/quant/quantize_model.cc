@@ -236,7 +236,7 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
 // The types quantize writes: the grids' (any method) and the others
 // kernels::quantize_row writes (round to nearest).
 constexpr const char* kWritable =
-    "Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 (every method); Q4_1, Q5_0, Q5_1, Q2_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 (rtn); "
+    "Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 (every method); Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 (rtn); "
     "F16, BF16, F32";
 bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t); }
 bool rtn_only(DType t) { return !is_grid_type(t) && dtype_traits(t).block_size > 1; }
@@ -247,7 +247,7 @@ void check_request(const gguf::File& in, const std::string& out_path, const Quan
   TESSERA_CHECK(writable(opt.type), kInvalidArgument, "tessera quantize cannot write {} (it writes {})",
                 dtype_name(opt.type), kWritable);
   TESSERA_CHECK(opt.method == Method::kRtn || opt.method == Method::kQmoeRtn || !rtn_only(opt.type), kInvalidArgument,
-                "--method {} chooses levels on the grids of Q3_K, Q4_0, Q4_K, Q5_K, Q6_K and Q8_0; {} is written by rtn only",
+                "--method {} chooses levels on the grids of Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K and Q8_0; {} is written by rtn only",
                 method_name(opt.method), dtype_name(opt.type));
   TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
                 "method {} needs calibration statistics", method_name(opt.method));

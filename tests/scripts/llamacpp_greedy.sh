@@ -162,6 +162,7 @@ model llama-tq1_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --
 model llama-tq2_0        --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type tq2_0 --seed 56
 # The super-block types tessera quantize writes on its grids (rtn here):
 # an F32 file rewritten (token_embd and output too).
+QUANTIZE=q2_k model llama-q2_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 67
 QUANTIZE=q3_k model llama-q3_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 63
 QUANTIZE=q4_k model llama-q4_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 64
 QUANTIZE=q5_k model llama-q5_k-quantized --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type f32 --seed 65
