@@ -53,7 +53,9 @@ def configs():
     c.append(("2-bit GPTQ (Q4_0 blocks)", ["--method", "gptq", "--type", "f16", "--experts-type", "q4_0",
                                             "--bits", "2"]))
     c.append(("QMoE RTN", ["--method", "qmoe-rtn", "--type", "f16"]))
-    c.append(("QMoE GPTQ", ["--method", "qmoe", "--type", "f16"]))
+    c.append(("QMoE GPTQ, damp 0.01 (GPTQ's usual)", ["--method", "qmoe", "--type", "f16", "--damp", "0.01"]))
+    c.append(("QMoE GPTQ (damp 0.5, the default)", ["--method", "qmoe", "--type", "f16"]))
+    c.append(("QMoE GPTQ, damp 1.0", ["--method", "qmoe", "--type", "f16", "--damp", "1.0"]))
     return c
 
 

@@ -26,7 +26,10 @@ half of each chunk scored. The checkpoint with the best validation loss is
 kept, written as F16 GGUF, read back, and checked with `tessera perplexity`.
 
 Deterministic for a given --seed and --steps (--minutes picks the step count
-from the measured speed, so it depends on the machine).
+from the measured speed, so it depends on the machine). --dim, --layers,
+--heads, --kv-heads and --ff change the shape (models/stories-moe's wide
+model: --dim 512 --layers 2 --heads 8 --kv-heads 2 --ff 1024, rows wide
+enough for QMoE's per-row scales to cost little).
 
 Run with Debian's python3 and python3-torch (apt-get install python3-torch
 libopenblas0-openmp):

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "quant/qmoe.h"
 #include "quant/quantize_model.h"
 
 namespace tessera::cli {
@@ -27,7 +28,7 @@ struct QuantizeArgs {
   std::vector<std::string> keep;
   std::string experts_type;
   bool act_order = false, no_clip = false;
-  double damp = 0.01;
+  double damp = -1.0;  // < 0: the method's (GPTQ's 0.01, QMoE's quant::kQmoeDamp)
   int threads = 0;
   int64_t calib_memory_mb = 1024;
 };
@@ -57,7 +58,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("--keep", a->keep, "NAME=TYPE: store tensor NAME as TYPE (repeatable)");
   sub.add_option("--experts-type", a->experts_type, "A mixture's experts in this type (default: --type)");
   sub.add_flag("--act-order", a->act_order, "GPTQ: quantize columns by decreasing input energy");
-  sub.add_option("--damp", a->damp, "GPTQ: dampening, a fraction of mean(diag H)")->capture_default_str();
+  sub.add_option("--damp", a->damp, "GPTQ: dampening, a fraction of mean(diag H) (default 0.01; qmoe 0.5, which keeps the ternary codes sparse)");
   sub.add_flag("--no-clip", a->no_clip, "AWQ: no clipping search");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   return [a]() {
@@ -68,7 +69,11 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     opt.group = a->group;
     if (!a->experts_type.empty()) opt.experts_type = parse_type_option(a->experts_type);
     opt.gptq.act_order = a->act_order;
-    opt.gptq.damp = a->damp;
+    if (a->damp >= 0.0) {
+      opt.gptq.damp = a->damp;
+    } else if (opt.method == quant::Method::kQmoe) {
+      opt.gptq.damp = quant::kQmoeDamp;
+    }
     opt.awq.clip = !a->no_clip;
     for (const std::string& k : a->keep) {
       const size_t eq = k.find('=');

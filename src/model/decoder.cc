@@ -282,6 +282,30 @@ void choose_by_logit(const float* logit, int64_t n_expert, int64_t k, std::vecto
   }
 }
 
+// Mixtral's, Qwen's routing: a softmax over every expert's logit (p becomes
+// the probabilities), the k most probable (ties: lower id), their
+// probabilities renormalised to sum to 1 or as they are.
+void choose_by_probability(float* p, int64_t n_expert, int64_t k, bool renormalise, std::vector<int32_t>& order,
+                           int32_t* choice, float* weight) {
+  const float mx = *std::max_element(p, p + n_expert);
+  double sum = 0.0;
+  for (int64_t e = 0; e < n_expert; ++e) {
+    p[e] = std::exp(p[e] - mx);
+    sum += p[e];
+  }
+  for (int64_t e = 0; e < n_expert; ++e) p[e] = static_cast<float>(p[e] / sum);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  double chosen = 0.0;
+  for (int64_t j = 0; j < k; ++j) chosen += p[order[j]];
+  for (int64_t j = 0; j < k; ++j) {
+    choice[j] = order[j];
+    const float w = p[order[j]];
+    weight[j] = renormalise ? static_cast<float>(w / chosen) : w;
+  }
+}
+
 // y[0..n) += w * x[0..n): a chosen expert's output into its token's sum.
 void add_scaled(float* y, const float* x, float w, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] += w * x[j];
@@ -458,27 +482,12 @@ void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il
   std::vector<int32_t> order(static_cast<size_t>(NE));
   for (int64_t t = 0; t < T; ++t) {
     float* p = s.router.data() + t * NE;
+    int32_t* choice = s.moe_choice.data() + t * K;
+    float* weight = s.moe_weight.data() + t * K;
     if (weighting == MoeWeighting::kSoftmaxOfChosen) {
-      choose_by_logit(p, NE, K, order, s.moe_choice.data() + t * K, s.moe_weight.data() + t * K);
-      continue;
-    }
-    // Softmax over every expert, then the K most probable (ties: lower id).
-    const float mx = *std::max_element(p, p + NE);
-    double sum = 0.0;
-    for (int64_t e = 0; e < NE; ++e) {
-      p[e] = std::exp(p[e] - mx);
-      sum += p[e];
-    }
-    for (int64_t e = 0; e < NE; ++e) p[e] = static_cast<float>(p[e] / sum);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double chosen = 0.0;
-    for (int64_t k = 0; k < K; ++k) chosen += p[order[k]];
-    for (int64_t k = 0; k < K; ++k) {
-      s.moe_choice[t * K + k] = order[k];
-      const float w = p[order[k]];
-      s.moe_weight[t * K + k] = weighting == MoeWeighting::kRenormalised ? static_cast<float>(w / chosen) : w;
+      choose_by_logit(p, NE, K, order, choice, weight);
+    } else {
+      choose_by_probability(p, NE, K, weighting == MoeWeighting::kRenormalised, order, choice, weight);
     }
   }
   if (s.tap) s.tap("ffn_moe_probs", il, s.router.data(), T, NE, NE);
