@@ -265,14 +265,19 @@ void add_expert_bias(const std::vector<float>& bias, int64_t e, int64_t width, f
   if (!bias.empty()) add_bias(x, ld, n, bias.data() + e * width, width);
 }
 
+// order[0, k) = the indices of v's k largest values, largest first (ties:
+// lower index).
+void top_k(const float* v, int64_t k, std::vector<int32_t>& order) {
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+}
+
 // gpt-oss's routing (llama.cpp's SOFTMAX_WEIGHT): the k largest logits
 // (ties: lower id), weighted by a softmax over those k logits alone.
-void choose_by_logit(const float* logit, int64_t n_expert, int64_t k, std::vector<int32_t>& order, int32_t* choice,
+void choose_by_logit(const float* logit, int64_t k, std::vector<int32_t>& order, int32_t* choice,
                      float* weight) {
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return logit[a] > logit[b] || (logit[a] == logit[b] && a < b);
-  });
+  top_k(logit, k, order);
   const float mx = logit[order[0]];
   double sum = 0.0;
   for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(logit[order[j]] - mx));
@@ -294,9 +299,7 @@ void choose_by_probability(float* p, int64_t n_expert, int64_t k, bool renormali
     sum += p[e];
   }
   for (int64_t e = 0; e < n_expert; ++e) p[e] = static_cast<float>(p[e] / sum);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  top_k(p, k, order);
   double chosen = 0.0;
   for (int64_t j = 0; j < k; ++j) chosen += p[order[j]];
   for (int64_t j = 0; j < k; ++j) {
@@ -485,7 +488,7 @@ void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il
     int32_t* choice = s.moe_choice.data() + t * K;
     float* weight = s.moe_weight.data() + t * K;
     if (weighting == MoeWeighting::kSoftmaxOfChosen) {
-      choose_by_logit(p, NE, K, order, choice, weight);
+      choose_by_logit(p, K, order, choice, weight);
     } else {
       choose_by_probability(p, NE, K, weighting == MoeWeighting::kRenormalised, order, choice, weight);
     }

@@ -15,6 +15,28 @@ bool is_grid_type(DType type) {
          type == DType::kQ5_K || type == DType::kQ6_K || type == DType::kQ2_K;
 }
 
+namespace {
+
+// A super-block grid: b-bit levels, 0..2^b - 1 (affine: w = d q - m) or
+// -2^(b-1)..2^(b-1) - 1, on blocks of `block` values whose scales (and mins)
+// are scale_bits-bit integers of the super-block's units.
+Grid super_grid(DType type, int bits, int b, bool affine, int block, int scale_bits) {
+  TESSERA_CHECK(bits == 0 || bits == b, kInvalidArgument, "{} holds {}-bit values, not {}-bit", dtype_name(type), b,
+                bits);
+  Grid g;
+  g.type = type;
+  g.bits = b;
+  g.qmin = affine ? 0 : -(1 << (b - 1));
+  g.qmax = affine ? (1 << b) - 1 : (1 << (b - 1)) - 1;
+  g.affine = affine;
+  g.block = block;
+  g.super = 256;
+  g.scale_bits = scale_bits;
+  return g;
+}
+
+}  // namespace
+
 Grid make_grid(DType type, int bits) {
   Grid g;
   g.type = type;
@@ -33,43 +55,12 @@ Grid make_grid(DType type, int bits) {
       g.qmax = 127;
       g.signed_max = false;
       return g;
-    case DType::kQ4_K:
-      TESSERA_CHECK(bits == 0 || bits == 4, kInvalidArgument, "Q4_K holds 4-bit values, not {}-bit", bits);
-      g.bits = 4;
-      g.qmin = 0;
-      g.qmax = 15;
-      g.affine = true;
-      g.super = 256;
-      return g;
-    case DType::kQ2_K:
-      TESSERA_CHECK(bits == 0 || bits == 2, kInvalidArgument, "Q2_K holds 2-bit values, not {}-bit", bits);
-      g.bits = 2;
-      g.qmin = 0;
-      g.qmax = 3;
-      g.affine = true;
-      g.block = 16;
-      g.super = 256;
-      return g;
-    case DType::kQ5_K:
-      TESSERA_CHECK(bits == 0 || bits == 5, kInvalidArgument, "Q5_K holds 5-bit values, not {}-bit", bits);
-      g.bits = 5;
-      g.qmin = 0;
-      g.qmax = 31;
-      g.affine = true;
-      g.super = 256;
-      return g;
-    case DType::kQ3_K:
-    case DType::kQ6_K: {
-      const int b = type == DType::kQ3_K ? 3 : 6;
-      TESSERA_CHECK(bits == 0 || bits == b, kInvalidArgument, "{} holds {}-bit values, not {}-bit", dtype_name(type), b,
-                    bits);
-      g.bits = b;
-      g.qmin = -(1 << (b - 1));
-      g.qmax = (1 << (b - 1)) - 1;
-      g.block = 16;
-      g.super = 256;
-      return g;
-    }
+    // llama.cpp's K-quants: super-blocks of 256 values.
+    case DType::kQ2_K: return super_grid(type, bits, 2, /*affine=*/true, 16, 4);
+    case DType::kQ3_K: return super_grid(type, bits, 3, /*affine=*/false, 16, 6);
+    case DType::kQ4_K: return super_grid(type, bits, 4, /*affine=*/true, 32, 6);
+    case DType::kQ5_K: return super_grid(type, bits, 5, /*affine=*/true, 32, 6);
+    case DType::kQ6_K: return super_grid(type, bits, 6, /*affine=*/false, 16, 8);
     default:
       fail(ErrorCode::kInvalidArgument,
            "tessera quantize cannot write {} blocks by this method (it writes Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, "
@@ -225,8 +216,8 @@ int unsigned_units(float v, float unit, int top) {
 int six_bits(float v, float unit) { return unsigned_units(v, unit, 63); }
 
 // An affine super-block grid's scales and mins are integers in 0..top times
-// the super-block's units: 6 bits (Q4_K, Q5_K) or 4 bits (Q2_K).
-int affine_units(const Grid& g) { return g.type == DType::kQ2_K ? 15 : 63; }
+// the super-block's units.
+int affine_units(const Grid& g) { return (1 << g.scale_bits) - 1; }
 
 // v / unit rounded to an integer in -s..s-1 (unit == 0: 0).
 int signed_units(float v, float unit, int s) {
@@ -236,8 +227,8 @@ int signed_units(float v, float unit, int s) {
 }
 
 // A symmetric super-block grid's scales are signed integers in -s..s-1
-// times the super-block's unit: 6 bits (s = 32, Q3_K) or 8 bits (s = 128, Q6_K).
-int scale_units(const Grid& g) { return g.type == DType::kQ6_K ? 128 : 32; }
+// times the super-block's unit.
+int scale_units(const Grid& g) { return 1 << (g.scale_bits - 1); }
 
 // The scale of largest magnitude, sign kept (the first of equal ones).
 float largest(const float* scales, int nb) {

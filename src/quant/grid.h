@@ -40,6 +40,7 @@ struct Grid {
   bool signed_max = true;  // d from the signed value of largest magnitude (Q4_0) or max|w| (Q8_0)
   bool affine = false;     // w = d q - m (Q4_K), not w = d q
   int super = 0;           // > 0: blocks' scales (and mins) are stored per super-block of this many values
+  int scale_bits = 0;      // super-block grids: bits of each block's stored scale (and min)
 
   // Values that share stored parameters: what a row's width must be a multiple of.
   int unit() const { return super > 0 ? super : block; }
