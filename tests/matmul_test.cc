@@ -46,6 +46,7 @@ std::vector<Table> all_tables() {
       {"avx2", &matmul_kernels_avx2(), 8, avx2},
       {"avx2_vnni_emulated", &matmul_kernels_avx2_vnni_emulated(), 8, avx2},
       {"avx512", &matmul_kernels_avx512(), 16, isa_supported(Isa::kAvx512)},
+      {"amx", &matmul_kernels_amx(), 16, isa_supported(Isa::kAvx512) && amx_usable()},
   };
 }
 
@@ -572,7 +573,7 @@ TEST(MatmulApi, RejectsBadArguments) {
   EXPECT_TRUE(matmul_supports(DType::kQ5_K));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, MatmulTest, ::testing::Range(0, 4), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Tables, MatmulTest, ::testing::Range(0, 5), [](const auto& info) {
   return all_tables()[static_cast<size_t>(info.param)].name;
 });
 

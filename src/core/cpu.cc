@@ -1,6 +1,8 @@
 #include "core/cpu.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -40,6 +42,10 @@ CpuFeatures detect() {
     f.avx512vnni = (c >> 11) & 1;
     unsigned a1, b1, c1, d1;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512bf16 = (a1 >> 5) & 1;
+    // AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25), with XTILECFG and
+    // XTILEDATA (XCR0 bits 17, 18) enabled by the OS.
+    const bool tiles_saved = (xcr0 & 0x60000) == 0x60000;
+    f.amx_int8 = tiles_saved && ((d >> 24) & 1) && ((d >> 25) & 1);
   }
   return f;
 }
@@ -60,7 +66,32 @@ Isa choose_isa() {
   return Isa::kScalar;
 }
 
+// Linux keeps the 8 KiB of tile data out of a process's signal frames
+// until it asks for them (Documentation/arch/x86/xstate.rst).
+bool request_amx_permission() {
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+bool choose_amx() {
+  const char* forced = std::getenv("TESSERA_AMX");
+  const bool off = forced != nullptr && std::string_view(forced) == "0";
+  const bool on = forced != nullptr && std::string_view(forced) == "1";
+  TESSERA_CHECK(forced == nullptr || *forced == '\0' || off || on, kInvalidArgument,
+                "TESSERA_AMX='{}' is not 0 or 1", forced);
+  if (off) return false;
+  const bool usable = cpu_features().amx_int8 && request_amx_permission();
+  TESSERA_CHECK(usable || !on, kInvalidArgument,
+                "TESSERA_AMX=1 requested but this CPU or kernel does not allow AMX-INT8 ({})", cpu_summary());
+  return usable;
+}
+
 }  // namespace
+
+bool amx_usable() {
+  static const bool usable = choose_amx();
+  return usable;
+}
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
@@ -125,6 +156,7 @@ std::string cpu_summary() {
   add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni");
   add(f.avx512bf16, "avx512bf16");
+  add(f.amx_int8, "amx-int8");
   return s.empty() ? std::string("no simd extensions") : s;
 }
 

@@ -23,6 +23,10 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  // AMX tiles with int8 dot products (Sapphire Rapids and later), the
+  // tile state enabled in XCR0. Using them also needs the kernel's
+  // permission for the process: see amx_usable().
+  bool amx_int8 = false;
 };
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -42,6 +46,13 @@ std::vector<Isa> supported_isas();
 // The ISA kernels dispatch to: TESSERA_ISA if set (throws if unsupported or
 // unknown), otherwise the best supported one. Fixed after the first call.
 Isa active_isa();
+
+// Whether the AMX int8 tile kernels may run: the CPU has AMX-INT8, Linux
+// granted this process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM,
+// asked once, for every thread of the process), and TESSERA_AMX is not 0.
+// TESSERA_AMX=1 on a machine without it is an error. The AMX kernels are
+// an AVX-512 table (kernels/matmul_amx.cc): only used when that ISA is.
+bool amx_usable();
 
 // One line for logs: "avx2 (fma f16c)" and the like.
 std::string cpu_summary();

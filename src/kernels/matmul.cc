@@ -88,7 +88,7 @@ bool matmul_supports(DType type) {
 const MatmulKernels& matmul_kernels(Isa isa) {
   switch (isa) {
     case Isa::kAvx2: return matmul_kernels_avx2();
-    case Isa::kAvx512: return matmul_kernels_avx512();
+    case Isa::kAvx512: return amx_usable() ? matmul_kernels_amx() : matmul_kernels_avx512();
     case Isa::kScalar: break;
   }
   return matmul_kernels_ref();

@@ -190,5 +190,8 @@ const MatmulKernels& matmul_kernels_ref();
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avx2_vnni_emulated();
 const MatmulKernels& matmul_kernels_avx512();
+// The AVX-512 table with AMX-INT8 prompt tiles for the packed 32-value
+// kinds (matmul_amx.cc): only where amx_usable().
+const MatmulKernels& matmul_kernels_amx();
 
 }  // namespace tessera::kernels

@@ -1,0 +1,286 @@
+// AMX-INT8 prompt kernels for the packed kinds of 32-value blocks (Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4), compiled with the AVX-512 flags
+// plus -mamx-tile -mamx-int8 by the *_amx.cc rule. Only called when
+// amx_usable() (core/cpu.h): the CPU has AMX-INT8 and Linux granted the
+// process the tile state.
+//
+// Why: the AVX-512 tiles spend one vpdpbusd per 64 multiply-adds and the
+// float step per block on the same two vector ports. One tdpbssd does
+// 16 tokens x 16 rows x 32 values (8192 multiply-adds) on the tile unit,
+// so the vector ports are left with only the float step. Measured on the
+// Xeon (docs/KERNELS.md, "AMX"): 16x16x32 tdpbssd at ~5 ns.
+//
+// The table is the AVX-512 one with the packed prompt kernels of those
+// kinds replaced: full 16-token tiles on row-group pairs go through AMX,
+// everything else (decode, the last tokens, a lone last row group) through
+// the AVX-512 kernels. The arithmetic is the contract's (matmul_kernels.h):
+// tdpbssd forms each block's exact int32 sum of value * activation, with
+// the kind's offset already taken out of the values (Q4_0: q - 8, Q5_0:
+// q - 16; the table kinds' signed levels), then per block in order
+//   acc = fma(float(isum), fl(d_w * d_x), acc)  [+ fma(float(sum x), fl(m * d_x), acc)]
+// so the bits equal the scalar reference's and every other table's.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC optimize("fp-contract=off")
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "kernels/blocks.h"
+#include "kernels/matmul_kernels.h"
+
+namespace tessera::kernels {
+namespace {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Palette 1's 64-byte configuration (Intel SDM, LDTILECFG).
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// Tiles: 0 = A, 16 tokens x 32 int8 activations; 1 = B, one block's 32
+// values of 16 rows in the VNNI order (8 rows of 4 values x 16 columns);
+// 2 = C, 16 tokens x 16 rows of int32 sums.
+constexpr int kTokens = 16;
+constexpr TileConfig make_config() {
+  TileConfig c{};
+  c.palette = 1;
+  c.rows[0] = kTokens, c.colsb[0] = 32;
+  c.rows[1] = 8, c.colsb[1] = 64;
+  c.rows[2] = kTokens, c.colsb[2] = 64;
+  return c;
+}
+constexpr TileConfig kConfig = make_config();
+
+inline __m512i join256(const uint8_t* lo, const uint8_t* hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
+}
+
+inline __m512 fp16x16(const uint8_t* lo, const uint8_t* hi) {
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
+}
+
+// Kind K's layout facts (matmul_kernels.h): where the values, fifth bits
+// and mins are, and what is subtracted from a value to make it signed.
+template <Packed K>
+struct Kind {
+  static constexpr bool kLut = K == Packed::kIQ4_NL || K == Packed::kMXFP4;
+  static constexpr bool kNibbles = K != Packed::kQ8_0;
+  static constexpr bool kMin = K == Packed::kQ4_1 || K == Packed::kQ5_1;
+  static constexpr bool kFifth = K == Packed::kQ5_0 || K == Packed::kQ5_1;
+  static constexpr size_t kQh = 16 + (kMin ? 16 : 0);
+  static constexpr size_t kVal = kQh + (kFifth ? 32 : 0);
+  static constexpr int kOffset = K == Packed::kQ4_0 ? 8 : K == Packed::kQ5_0 ? 16 : 0;
+  static constexpr size_t kBytes = kPackedBytes[static_cast<int>(K)];
+};
+
+// Writes block b0 / b1 (the same block of two consecutive row groups) as a
+// B tile: row j = values 4j..4j + 3 of rows 0-7 (b0), then of rows 8-15
+// (b1), signed. The packed layout already interleaves 8 rows in 4-value
+// groups, so a row is one 32-byte load of each group.
+template <Packed K>
+inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
+  using k = Kind<K>;
+  const auto put = [&](int j, __m512i v) { _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64 * j), v); };
+  if constexpr (!k::kNibbles) {
+    for (int j = 0; j < 8; ++j) put(j, join256(b0 + 16 + 32 * j, b1 + 16 + 32 * j));
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(static_cast<char>(k::kOffset));
+    const __m512i lut = k::kLut ? _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(K == Packed::kMXFP4 ? kMXFP4Values : kIQ4Values)))
+                                : _mm512_setzero_si512();
+    for (int h = 0; h < 4; ++h) {  // low nibbles: values 4h + i; high: 16 + 4h + i
+      const __m512i v = join256(b0 + k::kVal + 32 * h, b1 + k::kVal + 32 * h);
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if constexpr (k::kFifth) {
+        const __m512i qh = join256(b0 + k::kQh, b1 + k::kQh), one = _mm512_set1_epi8(1);
+        lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, h), one), 4));
+        hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4 + h), one), 4));
+      }
+      if constexpr (k::kLut) {
+        lo = _mm512_shuffle_epi8(lut, lo);
+        hi = _mm512_shuffle_epi8(lut, hi);
+      } else if constexpr (k::kOffset != 0) {
+        lo = _mm512_sub_epi8(lo, off);
+        hi = _mm512_sub_epi8(hi, off);
+      }
+      put(h, lo);
+      put(4 + h, hi);
+    }
+  }
+}
+
+// A tile's results go through memory twice: decoded values are stored and
+// then loaded as B, and C is stored and then loaded into vectors. Neither
+// is forwarded from the store buffer, so each load waits for its store to
+// reach the cache; done block by block that round trip serialises the
+// tile unit and the vector ports (measured: ~46 ns a block, no faster than
+// AVX-512). So the pair's B tiles are all decoded first (bscratch, nb x
+// 512 bytes, reused by every token tile), and the float step of block b
+// runs kLag blocks after its tile work, from a ring of kRing C buffers.
+constexpr int kLag = 4, kRing = 8;
+static_assert(kRing > kLag && (kRing & (kRing - 1)) == 0, "a C buffer is read before it is written again");
+
+// The packed pair's B tiles, block b at bscratch + 512 b.
+template <Packed K>
+void build_pair(const uint8_t* g0, size_t group_bytes, int64_t nb, uint8_t* bscratch) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* b0 = g0 + static_cast<size_t>(b) * Kind<K>::kBytes;
+    build_b<K>(b0, b0 + group_bytes, bscratch + 512 * b);
+  }
+}
+
+// The float step of block b from its C buffer (16 tokens x 16 rows).
+template <Packed K>
+__attribute__((always_inline)) inline void finish(const uint8_t* g0, size_t group_bytes, int64_t b,
+                                                  const uint8_t* act, const ActLayout& lay, const int32_t* c,
+                                                  __m512 (&acc)[kTokens]) {
+  using k = Kind<K>;
+  const uint8_t* b0 = g0 + static_cast<size_t>(b) * k::kBytes;
+  const __m512 ws = fp16x16(b0, b0 + group_bytes);
+  __m512 wm = _mm512_setzero_ps();
+  if constexpr (k::kMin) wm = fp16x16(b0 + 16, b0 + group_bytes + 16);
+  for (int t = 0; t < kTokens; ++t) {
+    const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
+    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
+    const __m512i isum = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 16 * t));
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws, dx), acc[t]);
+    if constexpr (k::kMin) {  // + sum(x) * fl(m * dx)
+      const float sx = reinterpret_cast<const int16_t*>(row + lay.sum_offset)[b];
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(sx), _mm512_mul_ps(wm, dx), acc[t]);
+    }
+  }
+}
+
+// Tile loads and stores as plain asm (GCC's _tile_stored clobbers all
+// memory, which keeps the 16 accumulators on the stack). The compiler is
+// told the order instead: every volatile asm keeps its place among the
+// others, B's decoded tiles are all stored before a full barrier
+// (pair_tile), and a C buffer is read through a pointer that comes out of
+// an empty volatile asm after the store (after_tile_store). A's
+// activations are not written while the kernels run. The tile number is
+// pasted into the text: it must be a literal.
+#define TESSERA_TILE_LOAD(tmm, base, stride) asm volatile("tileloadd (%0,%1,1), %%tmm" #tmm ::"r"(base), "r"(stride))
+#define TESSERA_TILE_STORE(tmm, base, stride) \
+  asm volatile("tilestored %%tmm" #tmm ", (%0,%1,1)" ::"r"(base), "r"(stride))
+
+inline const int32_t* after_tile_store(const int32_t* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
+// One 16-token x 16-row tile over every block: the packed group pair at g0
+// (its B tiles in bscratch), the tokens' activation rows from act (stride
+// lay.row_bytes), y[t * y_stride + r] for r < nvalid.
+template <Packed K>
+void pair_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t* bscratch, int32_t (*cbuf)[kTokens * 16],
+               const uint8_t* act, const ActLayout& lay, float* y, int64_t y_stride, int nvalid) {
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  const long stride = static_cast<long>(lay.row_bytes);
+  asm volatile("" ::: "memory");  // bscratch's stores before the first tile load
+  const auto tiles = [&](int64_t b) __attribute__((always_inline)) {
+    TESSERA_TILE_LOAD(1, bscratch + 512 * b, 64L);
+    TESSERA_TILE_LOAD(0, act + 32 * b, stride);
+    _tile_zero(2);
+    _tile_dpbssd(2, 0, 1);
+    TESSERA_TILE_STORE(2, cbuf[b & (kRing - 1)], 64L);
+  };
+  const int64_t lead = imin(kLag, nb);
+  for (int64_t b = 0; b < lead; ++b) tiles(b);
+  for (int64_t b = lead; b < nb; ++b) {
+    tiles(b);
+    finish<K>(g0, group_bytes, b - kLag, act, lay, after_tile_store(cbuf[(b - kLag) & (kRing - 1)]), acc);
+  }
+  for (int64_t b = nb - lead; b < nb; ++b) finish<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[b & (kRing - 1)]), acc);
+  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
+  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+}
+
+// A thread's scratch: the ring of C buffers, then the decoded B tiles,
+// grown as needed.
+uint8_t* scratch_for(int64_t nb) {
+  struct Buf {
+    uint8_t* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  const size_t need = sizeof(int32_t) * kRing * kTokens * 16 + static_cast<size_t>(nb) * 512;
+  if (buf.n < need) {
+    std::free(buf.p);
+    buf.p = static_cast<uint8_t*>(std::aligned_alloc(64, need));
+    buf.n = need;
+  }
+  return buf.p;
+}
+
+// The packed range of kind K: AMX where a full 16-token tile meets a pair
+// of row groups, the AVX-512 kernel for the rest (same bits either way).
+template <Packed K>
+void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const MatmulRangeFn base = matmul_kernels_avx512().packed_range[static_cast<int>(K)];
+  const int64_t t_amx = t0 + (t1 - t0) / kTokens * kTokens;
+  int64_t r_amx = r0;  // rows [r0, r_amx) in pairs of groups with a second group present
+  while (r1 - r_amx > kRowTile) r_amx += 2 * kRowTile;
+  r_amx = imin(r_amx, r1);
+  if (t_amx == t0 || r_amx == r0) return base(a, r0, r1, t0, t1);
+  const int64_t nb = a.cols / 32;
+  const size_t group_bytes = static_cast<size_t>(nb) * Kind<K>::kBytes;
+  const ActLayout& lay = a.act_layout;
+  uint8_t* scratch = scratch_for(nb);
+  auto* cbuf = reinterpret_cast<int32_t(*)[kTokens * 16]>(scratch);
+  uint8_t* bscratch = scratch + sizeof(int32_t) * kRing * kTokens * 16;
+  _tile_loadconfig(&kConfig);
+  // Tokens in chunks whose activations stay in L2 while the pairs sweep them.
+  const int64_t chunk = imin(t_amx - t0, static_cast<int64_t>(256 * 1024 / lay.row_bytes / kTokens + 1) * kTokens);
+  for (int64_t tc = t0; tc < t_amx; tc += chunk) {
+    const int64_t tc1 = imin(t_amx, tc + chunk);
+    for (int64_t rt = r0; rt < r_amx; rt += 2 * kRowTile) {
+      const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
+      const uint8_t* g0 = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
+      build_pair<K>(g0, group_bytes, nb, bscratch);
+      for (int64_t t = tc; t < tc1; t += kTokens) {
+        pair_tile<K>(g0, group_bytes, nb, bscratch, cbuf, a.act + static_cast<size_t>(t) * lay.row_bytes, lay,
+                     a.y + t * a.y_stride + rt, a.y_stride, nvalid);
+      }
+    }
+  }
+  _tile_release();
+  if (t_amx < t1) base(a, r0, r_amx, t_amx, t1);
+  if (r_amx < r1) base(a, r_amx, r1, t0, t1);
+}
+
+MatmulKernels make_table() {
+  MatmulKernels t = matmul_kernels_avx512();
+  t.name = "amx";
+  const auto set = [&](Packed k, MatmulRangeFn f) { t.packed_range[static_cast<int>(k)] = f; };
+  set(Packed::kQ8_0, amx_range<Packed::kQ8_0>);
+  set(Packed::kQ4_0, amx_range<Packed::kQ4_0>);
+  set(Packed::kQ4_1, amx_range<Packed::kQ4_1>);
+  set(Packed::kQ5_0, amx_range<Packed::kQ5_0>);
+  set(Packed::kQ5_1, amx_range<Packed::kQ5_1>);
+  set(Packed::kIQ4_NL, amx_range<Packed::kIQ4_NL>);
+  set(Packed::kMXFP4, amx_range<Packed::kMXFP4>);
+  return t;
+}
+
+}  // namespace
+
+const MatmulKernels& matmul_kernels_amx() {
+  static const MatmulKernels table = make_table();
+  return table;
+}
+
+}  // namespace tessera::kernels
