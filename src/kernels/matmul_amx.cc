@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
@@ -83,17 +84,34 @@ struct Kind {
   static constexpr size_t kVal = kQh + (kFifth ? 32 : 0);
   static constexpr int kOffset = K == Packed::kQ4_0 ? 8 : K == Packed::kQ5_0 ? 16 : 0;
   static constexpr size_t kBytes = kPackedBytes[static_cast<int>(K)];
+  // Tiles of 32 values per block (Q4_K: its 8 sub-blocks), and the blocks
+  // between a block's tile work and its float step (enough C stores in
+  // between for each to reach the cache).
+  static constexpr int kSubs = static_cast<int>(kPackedValues[static_cast<int>(K)] / 32);
+  static constexpr int kLag = kSubs == 1 ? 4 : 1;
 };
 
 // Writes block b0 / b1 (the same block of two consecutive row groups) as a
 // B tile: row j = values 4j..4j + 3 of rows 0-7 (b0), then of rows 8-15
 // (b1), signed. The packed layout already interleaves 8 rows in 4-value
 // groups, so a row is one 32-byte load of each group.
+// Q4_K: 8 such tiles (512 bytes apart), sub-block s's values unsigned
+// (0..15); sub-blocks 2p and 2p + 1 are the low and high nibbles of the
+// same 8 loads.
 template <Packed K>
 inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
   using k = Kind<K>;
   const auto put = [&](int j, __m512i v) { _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64 * j), v); };
-  if constexpr (!k::kNibbles) {
+  if constexpr (K == Packed::kQ4_K) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int p = 0; p < 4; ++p) {
+      for (int h = 0; h < 8; ++h) {
+        const __m512i v = join256(b0 + 160 + 256 * p + 32 * h, b1 + 160 + 256 * p + 32 * h);
+        put(8 * 2 * p + h, _mm512_and_si512(v, m4));
+        put(8 * (2 * p + 1) + h, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+      }
+    }
+  } else if constexpr (!k::kNibbles) {
     for (int j = 0; j < 8; ++j) put(j, join256(b0 + 16 + 32 * j, b1 + 16 + 32 * j));
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0f), off = _mm512_set1_epi8(static_cast<char>(k::kOffset));
@@ -128,16 +146,60 @@ inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
 // tile unit and the vector ports (measured: ~46 ns a block, no faster than
 // AVX-512). So the pair's B tiles are all decoded first (bscratch, nb x
 // 512 bytes, reused by every token tile), and the float step of block b
-// runs kLag blocks after its tile work, from a ring of kRing C buffers.
-constexpr int kLag = 4, kRing = 8;
-static_assert(kRing > kLag && (kRing & (kRing - 1)) == 0, "a C buffer is read before it is written again");
+// runs Kind::kLag blocks after its tile work, from a ring of kRing C buffers.
+constexpr int kRing = 16;
+template <Packed K>
+constexpr bool ring_fits() {
+  return (Kind<K>::kLag + 1) * Kind<K>::kSubs <= kRing;
+}
 
-// The packed pair's B tiles, block b at bscratch + 512 b.
+// The packed pair's B tiles, 32 values u (of the row) at bscratch + 512 u.
 template <Packed K>
 void build_pair(const uint8_t* g0, size_t group_bytes, int64_t nb, uint8_t* bscratch) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* b0 = g0 + static_cast<size_t>(b) * Kind<K>::kBytes;
-    build_b<K>(b0, b0 + group_bytes, bscratch + 512 * b);
+    build_b<K>(b0, b0 + group_bytes, bscratch + 512 * Kind<K>::kSubs * b);
+  }
+}
+
+// Q4_K's float step of super-block b from its 8 C buffers (c + 256 s):
+// ktile16's arithmetic (matmul_avx512.cc) with the sub-block dots from the
+// tiles: isum = sum_s sc_s * dot_s, msum = sum_s m_s * sum(x_s), then
+// acc = fma(float(isum), fl(d * dx), acc), acc = fnma(float(msum), fl(dmin * dx), acc).
+__attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t group_bytes, int64_t b,
+                                                       const uint8_t* act, const ActLayout& lay, const int32_t* c,
+                                                       __m512 (&acc)[kTokens]) {
+  const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedQ4_KBlock;
+  const uint8_t* b1 = b0 + group_bytes;
+  const auto lanes8 = [](const uint8_t* lo, const uint8_t* hi) {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
+  };
+  __m512i sc[8], mins[4];
+  for (int s = 0; s < 8; ++s) sc[s] = lanes8(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
+  for (int i = 0; i < 4; ++i) {
+    mins[i] = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 96 + 16 * i))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 96 + 16 * i)), 1));
+  }
+  const __m512 wd = fp16x16(b0, b1), wmin = fp16x16(b0 + 16, b1 + 16);
+  for (int t = 0; t < kTokens; ++t) {
+    const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
+    __m512i isum = _mm512_setzero_si512();
+    for (int s = 0; s < 8; ++s) {
+      const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * s + 16 * t));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[s]));
+    }
+    const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 8 * b;
+    __m512i msum = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, xs + 2 * i, 4);
+      msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], _mm512_set1_epi32(pair)));
+    }
+    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
+    acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wmin, dx), acc[t]);
   }
 }
 
@@ -147,6 +209,7 @@ __attribute__((always_inline)) inline void finish(const uint8_t* g0, size_t grou
                                                   const uint8_t* act, const ActLayout& lay, const int32_t* c,
                                                   __m512 (&acc)[kTokens]) {
   using k = Kind<K>;
+  if constexpr (K == Packed::kQ4_K) return finish_q4_k(g0, group_bytes, b, act, lay, c, acc);
   const uint8_t* b0 = g0 + static_cast<size_t>(b) * k::kBytes;
   const __m512 ws = fp16x16(b0, b0 + group_bytes);
   __m512 wm = _mm512_setzero_ps();
@@ -190,34 +253,42 @@ void pair_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t*
   for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
   const long stride = static_cast<long>(lay.row_bytes);
   asm volatile("" ::: "memory");  // bscratch's stores before the first tile load
-  const auto tiles = [&](int64_t b) __attribute__((always_inline)) {
-    TESSERA_TILE_LOAD(1, bscratch + 512 * b, 64L);
-    TESSERA_TILE_LOAD(0, act + 32 * b, stride);
+  const auto tiles = [&](int64_t u) __attribute__((always_inline)) {  // 32 values u
+    TESSERA_TILE_LOAD(1, bscratch + 512 * u, 64L);
+    TESSERA_TILE_LOAD(0, act + 32 * u, stride);
     _tile_zero(2);
     _tile_dpbssd(2, 0, 1);
-    TESSERA_TILE_STORE(2, cbuf[b & (kRing - 1)], 64L);
+    TESSERA_TILE_STORE(2, cbuf[u & (kRing - 1)], 64L);
+  };
+  constexpr int kSubs = Kind<K>::kSubs, kLag = Kind<K>::kLag;
+  static_assert(ring_fits<K>(), "a C buffer is read before it is written again");
+  const auto block_tiles = [&](int64_t b) __attribute__((always_inline)) {
+    for (int s = 0; s < kSubs; ++s) tiles(kSubs * b + s);
+  };
+  const auto block_finish = [&](int64_t b) __attribute__((always_inline)) {
+    finish<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[(kSubs * b) & (kRing - 1)]), acc);
   };
   const int64_t lead = imin(kLag, nb);
-  for (int64_t b = 0; b < lead; ++b) tiles(b);
+  for (int64_t b = 0; b < lead; ++b) block_tiles(b);
   for (int64_t b = lead; b < nb; ++b) {
-    tiles(b);
-    finish<K>(g0, group_bytes, b - kLag, act, lay, after_tile_store(cbuf[(b - kLag) & (kRing - 1)]), acc);
+    block_tiles(b);
+    block_finish(b - kLag);
   }
-  for (int64_t b = nb - lead; b < nb; ++b) finish<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[b & (kRing - 1)]), acc);
+  for (int64_t b = nb - lead; b < nb; ++b) block_finish(b);
   const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
   for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
 }
 
 // A thread's scratch: the ring of C buffers, then the decoded B tiles,
 // grown as needed.
-uint8_t* scratch_for(int64_t nb) {
+uint8_t* scratch_for(int64_t units) {
   struct Buf {
     uint8_t* p = nullptr;
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
   thread_local Buf buf;
-  const size_t need = sizeof(int32_t) * kRing * kTokens * 16 + static_cast<size_t>(nb) * 512;
+  const size_t need = sizeof(int32_t) * kRing * kTokens * 16 + static_cast<size_t>(units) * 512;
   if (buf.n < need) {
     std::free(buf.p);
     buf.p = static_cast<uint8_t*>(std::aligned_alloc(64, need));
@@ -236,10 +307,10 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
   while (r1 - r_amx > kRowTile) r_amx += 2 * kRowTile;
   r_amx = imin(r_amx, r1);
   if (t_amx == t0 || r_amx == r0) return base(a, r0, r1, t0, t1);
-  const int64_t nb = a.cols / 32;
+  const int64_t nb = a.cols / kPackedValues[static_cast<int>(K)];
   const size_t group_bytes = static_cast<size_t>(nb) * Kind<K>::kBytes;
   const ActLayout& lay = a.act_layout;
-  uint8_t* scratch = scratch_for(nb);
+  uint8_t* scratch = scratch_for(a.cols / 32);
   auto* cbuf = reinterpret_cast<int32_t(*)[kTokens * 16]>(scratch);
   uint8_t* bscratch = scratch + sizeof(int32_t) * kRing * kTokens * 16;
   _tile_loadconfig(&kConfig);
@@ -273,6 +344,7 @@ MatmulKernels make_table() {
   set(Packed::kQ5_1, amx_range<Packed::kQ5_1>);
   set(Packed::kIQ4_NL, amx_range<Packed::kIQ4_NL>);
   set(Packed::kMXFP4, amx_range<Packed::kMXFP4>);
+  set(Packed::kQ4_K, amx_range<Packed::kQ4_K>);
   return t;
 }
 
