@@ -298,6 +298,170 @@ uint8_t* scratch_for(int64_t units) {
   return buf.p;
 }
 
+// ---- kinds whose sub-block scales fold into the values -----------------------
+// Q2_K (q in 0..3 times a 4-bit scale: 0..45), Q3_K (q in -4..3 times a
+// signed 6-bit scale: -124..128, so stored negated: -128..124) and TQ2_0 /
+// TQ1_0 (t - 1 in -1..1, no sub-block scales): scale times value fits an
+// int8, so a super-block's exact sum sum_s sc_s * dot_s is one C tile
+// accumulated over its 256 values (4 tdpbssd of 64), stored once per
+// super-block instead of once per sub-block. The integer is the one the
+// AVX-512 tiles form (q2tile16, sub_block_tile16, tq2tile16), so the bits
+// are theirs.
+template <Packed K>
+constexpr bool kFolded = K == Packed::kQ2_K || K == Packed::kQ3_K || K == Packed::kTQ2_0;
+
+// Tiles of the folded kinds: A 16 tokens x 64 activations, B 64 values of
+// 16 rows (16 rows of 4 values x 16 columns), C as before.
+constexpr TileConfig make_folded_config() {
+  TileConfig c{};
+  c.palette = 1;
+  c.rows[0] = kTokens, c.colsb[0] = 64;
+  c.rows[1] = 16, c.colsb[1] = 64;
+  c.rows[2] = kTokens, c.colsb[2] = 64;
+  return c;
+}
+constexpr TileConfig kFoldedConfig = make_folded_config();
+
+// Values 128n + 32j + 4q + i (i < 4) of the 16 rows as unsigned bytes
+// (Q2_K, TQ2_0: 0..3; Q3_K: u = q + 4, 0..7), in the packed layouts of
+// matmul_kernels.h.
+template <Packed K>
+inline __m512i folded_values(const uint8_t* b0, const uint8_t* b1, int n, int j, int q) {
+  const __m512i m3 = _mm512_set1_epi8(3);
+  if constexpr (K == Packed::kQ3_K) {
+    const size_t at = 144 + 384 * n + 96 * (q / 2);
+    const __m512i low = join256(b0 + at + 32 * (q % 2), b1 + at + 32 * (q % 2));
+    const __m512i third = join256(b0 + at + 64, b1 + at + 64);
+    const int bit = j + 4 * (q % 2);
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(low, 2 * j), m3);
+    const __m512i hi = bit >= 2 ? _mm512_srli_epi16(third, bit - 2) : _mm512_slli_epi16(third, 2 - bit);
+    return _mm512_or_si512(lo, _mm512_and_si512(hi, _mm512_set1_epi8(4)));
+  } else {
+    const size_t at = (K == Packed::kQ2_K ? 288 : 16) + 256 * n + 32 * q;
+    return _mm512_and_si512(_mm512_srli_epi16(join256(b0 + at, b1 + at), 2 * j), m3);
+  }
+}
+
+// Sub-block s's scale of each of the 16 rows in both 16-bit halves of the
+// row's 32-bit lane (Q2_K: unsigned 4-bit; Q3_K: signed int8).
+template <Packed K>
+inline __m512i folded_scale16(const uint8_t* b0, const uint8_t* b1, int s) {
+  __m512i sc32;
+  if constexpr (K == Packed::kQ2_K) {
+    sc32 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 32 + 8 * s)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 32 + 8 * s))));
+  } else {
+    const __m512i w = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 16 + 16 * (s / 2)))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 16 + 16 * (s / 2))), 1));
+    sc32 = s % 2 == 0 ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16) : _mm512_srai_epi32(w, 16);
+  }
+  return _mm512_or_si512(_mm512_and_si512(sc32, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc32, 16));
+}
+
+// One super-block of a row-group pair as 4 B tiles of 64 values (1 KiB
+// each): value v = 128n + 32j + 4q + i is in B row v / 4 = 32n + 8j + q.
+template <Packed K>
+inline void build_folded(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      for (int q = 0; q < 8; ++q) {
+        const __m512i u = folded_values<K>(b0, b1, n, j, q);
+        __m512i v;
+        if constexpr (K == Packed::kTQ2_0) {
+          v = _mm512_sub_epi8(u, _mm512_set1_epi8(1));
+        } else if constexpr (K == Packed::kQ2_K) {
+          // u * sc < 256: one 16-bit multiply makes both bytes' products.
+          v = _mm512_mullo_epi16(u, folded_scale16<K>(b0, b1, 8 * n + 2 * j + q / 4));
+        } else {  // Q3_K: -(sc * (u - 4)) per byte, through 16-bit products
+          const __m512i sc = folded_scale16<K>(b0, b1, 8 * n + 2 * j + q / 4);
+          const __m512i w = _mm512_sub_epi8(u, _mm512_set1_epi8(4));
+          const __m512i even = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 8), sc);
+          const __m512i odd = _mm512_mullo_epi16(_mm512_srai_epi16(w, 8), sc);
+          const __m512i zero = _mm512_setzero_si512();
+          v = _mm512_or_si512(_mm512_and_si512(_mm512_sub_epi16(zero, even), _mm512_set1_epi16(0x00ff)),
+                              _mm512_slli_epi16(_mm512_sub_epi16(zero, odd), 8));
+        }
+        _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64 * (32 * n + 8 * j + q)), v);
+      }
+    }
+  }
+}
+
+// The float step of super-block b from its C buffer.
+template <Packed K>
+__attribute__((always_inline)) inline void finish_folded(const uint8_t* g0, size_t group_bytes, int64_t b,
+                                                         const uint8_t* act, const ActLayout& lay, const int32_t* c,
+                                                         __m512 (&acc)[kTokens]) {
+  const uint8_t* b0 = g0 + static_cast<size_t>(b) * Kind<K>::kBytes;
+  const uint8_t* b1 = b0 + group_bytes;
+  const __m512 wd = fp16x16(b0, b1);
+  __m512 wm = _mm512_setzero_ps();
+  __m512i mpair[8];  // Q2_K: the mins as int16 pairs, lane r = (m_r[2k], m_r[2k + 1])
+  if constexpr (K == Packed::kQ2_K) {
+    wm = fp16x16(b0 + 16, b1 + 16);
+    const auto lanes8 = [](const uint8_t* lo, const uint8_t* hi) {
+      return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
+                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
+    };
+    for (int k = 0; k < 8; ++k) {
+      mpair[k] = _mm512_or_si512(lanes8(b0 + 160 + 16 * k, b1 + 160 + 16 * k),
+                                 _mm512_slli_epi32(lanes8(b0 + 168 + 16 * k, b1 + 168 + 16 * k), 16));
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
+    __m512i isum = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 16 * t));
+    if constexpr (K == Packed::kQ3_K) isum = _mm512_sub_epi32(_mm512_setzero_si512(), isum);
+    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
+    if constexpr (K == Packed::kQ2_K) {
+      const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 16 * b;
+      __m512i msum = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        int32_t pair;
+        std::memcpy(&pair, xs + 2 * k, 4);
+        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpair[k], _mm512_set1_epi32(pair)));
+      }
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wm, dx), acc[t]);
+    }
+  }
+}
+
+// pair_tile for the folded kinds: per super-block, C zeroed, 4 tdpbssd of
+// 64 values, one store; the float step two super-blocks behind.
+template <Packed K>
+void folded_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t* bscratch,
+                 int32_t (*cbuf)[kTokens * 16], const uint8_t* act, const ActLayout& lay, float* y, int64_t y_stride,
+                 int nvalid) {
+  constexpr int kLag = 2;
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  const long stride = static_cast<long>(lay.row_bytes);
+  asm volatile("" ::: "memory");  // bscratch's stores before the first tile load
+  const auto tiles = [&](int64_t b) __attribute__((always_inline)) {
+    _tile_zero(2);
+    for (int k = 0; k < 4; ++k) {
+      TESSERA_TILE_LOAD(1, bscratch + 4096 * b + 1024 * k, 64L);
+      TESSERA_TILE_LOAD(0, act + 256 * b + 64 * k, stride);
+      _tile_dpbssd(2, 0, 1);
+    }
+    TESSERA_TILE_STORE(2, cbuf[b & (kRing - 1)], 64L);
+  };
+  const auto finish_block = [&](int64_t b) __attribute__((always_inline)) {
+    finish_folded<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[b & (kRing - 1)]), acc);
+  };
+  const int64_t lead = imin(kLag, nb);
+  for (int64_t b = 0; b < lead; ++b) tiles(b);
+  for (int64_t b = lead; b < nb; ++b) {
+    tiles(b);
+    finish_block(b - kLag);
+  }
+  for (int64_t b = nb - lead; b < nb; ++b) finish_block(b);
+  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
+  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+}
+
 // The packed range of kind K: AMX where a full 16-token tile meets a pair
 // of row groups, the AVX-512 kernel for the rest (same bits either way).
 template <Packed K>
@@ -314,7 +478,7 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
   uint8_t* scratch = scratch_for(a.cols / 32);
   auto* cbuf = reinterpret_cast<int32_t(*)[kTokens * 16]>(scratch);
   uint8_t* bscratch = scratch + sizeof(int32_t) * kRing * kTokens * 16;
-  _tile_loadconfig(&kConfig);
+  _tile_loadconfig(kFolded<K> ? &kFoldedConfig : &kConfig);
   // Tokens in chunks whose activations stay in L2 while the pairs sweep them.
   const int64_t chunk = imin(t_amx - t0, static_cast<int64_t>(256 * 1024 / lay.row_bytes / kTokens + 1) * kTokens);
   for (int64_t tc = t0; tc < t_amx; tc += chunk) {
@@ -322,10 +486,22 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
     for (int64_t rt = r0; rt < r_amx; rt += 2 * kRowTile) {
       const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
       const uint8_t* g0 = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
-      build_pair<K>(g0, group_bytes, nb, bscratch);
+      if constexpr (kFolded<K>) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* b0 = g0 + static_cast<size_t>(b) * Kind<K>::kBytes;
+          build_folded<K>(b0, b0 + group_bytes, bscratch + 4096 * b);
+        }
+      } else {
+        build_pair<K>(g0, group_bytes, nb, bscratch);
+      }
       for (int64_t t = tc; t < tc1; t += kTokens) {
-        pair_tile<K>(g0, group_bytes, nb, bscratch, cbuf, a.act + static_cast<size_t>(t) * lay.row_bytes, lay,
-                     a.y + t * a.y_stride + rt, a.y_stride, nvalid);
+        const uint8_t* at = a.act + static_cast<size_t>(t) * lay.row_bytes;
+        float* yt = a.y + t * a.y_stride + rt;
+        if constexpr (kFolded<K>) {
+          folded_tile<K>(g0, group_bytes, nb, bscratch, cbuf, at, lay, yt, a.y_stride, nvalid);
+        } else {
+          pair_tile<K>(g0, group_bytes, nb, bscratch, cbuf, at, lay, yt, a.y_stride, nvalid);
+        }
       }
     }
   }
@@ -346,6 +522,9 @@ MatmulKernels make_table() {
   set(Packed::kIQ4_NL, amx_range<Packed::kIQ4_NL>);
   set(Packed::kMXFP4, amx_range<Packed::kMXFP4>);
   set(Packed::kQ4_K, amx_range<Packed::kQ4_K>);
+  set(Packed::kQ2_K, amx_range<Packed::kQ2_K>);
+  set(Packed::kQ3_K, amx_range<Packed::kQ3_K>);
+  set(Packed::kTQ2_0, amx_range<Packed::kTQ2_0>);
   return t;
 }
 
