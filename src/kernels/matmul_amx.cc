@@ -1,5 +1,6 @@
 // AMX-INT8 prompt kernels for the packed kinds of 32-value blocks (Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) and for Q4_K, compiled with the AVX-512 flags
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4), for Q4_K and Q5_K, and for Q2_K,
+// Q3_K and TQ2_0 / TQ1_0 (scales folded into the values), compiled with the AVX-512 flags
 // plus -mamx-tile -mamx-int8 by the *_amx.cc rule. Only called when
 // amx_usable() (core/cpu.h): the CPU has AMX-INT8 and Linux granted the
 // process the tile state.
@@ -98,18 +99,27 @@ struct Kind {
 // groups, so a row is one 32-byte load of each group.
 // Q4_K: 8 such tiles (512 bytes apart), sub-block s's values unsigned
 // (0..15); sub-blocks 2p and 2p + 1 are the low and high nibbles of the
-// same 8 loads.
+// same 8 loads. Q5_K: the same with the fifth bits (0..31).
 template <Packed K>
 inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
   using k = Kind<K>;
   const auto put = [&](int j, __m512i v) { _mm512_store_si512(reinterpret_cast<__m512i*>(out + 64 * j), v); };
-  if constexpr (K == Packed::kQ4_K) {
+  if constexpr (K == Packed::kQ4_K || K == Packed::kQ5_K) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int p = 0; p < 4; ++p) {
       for (int h = 0; h < 8; ++h) {
         const __m512i v = join256(b0 + 160 + 256 * p + 32 * h, b1 + 160 + 256 * p + 32 * h);
-        put(8 * 2 * p + h, _mm512_and_si512(v, m4));
-        put(8 * (2 * p + 1) + h, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (K == Packed::kQ5_K) {  // bits 2p and 2p + 1 of qh become bit 4 (ktile16's)
+          const __m512i qh = join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h);
+          const __m512i bl = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p))));
+          const __m512i bh = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p + 1))));
+          lo = _mm512_or_si512(lo, 2 * p <= 4 ? _mm512_slli_epi16(bl, 4 - 2 * p) : _mm512_srli_epi16(bl, 2 * p - 4));
+          hi = _mm512_or_si512(hi, 2 * p + 1 <= 4 ? _mm512_slli_epi16(bh, 3 - 2 * p)
+                                                  : _mm512_srli_epi16(bh, 2 * p - 3));
+        }
+        put(8 * 2 * p + h, lo);
+        put(8 * (2 * p + 1) + h, hi);
       }
     }
   } else if constexpr (!k::kNibbles) {
@@ -163,14 +173,15 @@ void build_pair(const uint8_t* g0, size_t group_bytes, int64_t nb, uint8_t* bscr
   }
 }
 
-// Q4_K's float step of super-block b from its 8 C buffers (c + 256 s):
+// Q4_K's (and Q5_K's) float step of super-block b from its 8 C buffers (c + 256 s):
 // ktile16's arithmetic (matmul_avx512.cc) with the sub-block dots from the
 // tiles: isum = sum_s sc_s * dot_s, msum = sum_s m_s * sum(x_s), then
 // acc = fma(float(isum), fl(d * dx), acc), acc = fnma(float(msum), fl(dmin * dx), acc).
+template <Packed K>
 __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t group_bytes, int64_t b,
                                                        const uint8_t* act, const ActLayout& lay, const int32_t* c,
                                                        __m512 (&acc)[kTokens]) {
-  const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedQ4_KBlock;
+  const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedBytes[static_cast<int>(K)];
   const uint8_t* b1 = b0 + group_bytes;
   const auto lanes8 = [](const uint8_t* lo, const uint8_t* hi) {
     return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
@@ -210,7 +221,7 @@ __attribute__((always_inline)) inline void finish(const uint8_t* g0, size_t grou
                                                   const uint8_t* act, const ActLayout& lay, const int32_t* c,
                                                   __m512 (&acc)[kTokens]) {
   using k = Kind<K>;
-  if constexpr (K == Packed::kQ4_K) return finish_q4_k(g0, group_bytes, b, act, lay, c, acc);
+  if constexpr (K == Packed::kQ4_K || K == Packed::kQ5_K) return finish_q4_k<K>(g0, group_bytes, b, act, lay, c, acc);
   const uint8_t* b0 = g0 + static_cast<size_t>(b) * k::kBytes;
   const __m512 ws = fp16x16(b0, b0 + group_bytes);
   __m512 wm = _mm512_setzero_ps();
@@ -522,6 +533,7 @@ MatmulKernels make_table() {
   set(Packed::kIQ4_NL, amx_range<Packed::kIQ4_NL>);
   set(Packed::kMXFP4, amx_range<Packed::kMXFP4>);
   set(Packed::kQ4_K, amx_range<Packed::kQ4_K>);
+  set(Packed::kQ5_K, amx_range<Packed::kQ5_K>);
   set(Packed::kQ2_K, amx_range<Packed::kQ2_K>);
   set(Packed::kQ3_K, amx_range<Packed::kQ3_K>);
   set(Packed::kTQ2_0, amx_range<Packed::kTQ2_0>);
