@@ -1,5 +1,5 @@
 // AMX-INT8 prompt kernels for the packed kinds of 32-value blocks (Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4), for Q4_K and Q5_K, and for Q2_K,
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4), for Q4_K, Q5_K and IQ4_XS, and for Q2_K,
 // Q3_K and TQ2_0 / TQ1_0 (scales folded into the values), compiled with the AVX-512 flags
 // plus -mamx-tile -mamx-int8 by the *_amx.cc rule. Only called when
 // amx_usable() (core/cpu.h): the CPU has AMX-INT8 and Linux granted the
@@ -99,7 +99,8 @@ struct Kind {
 // groups, so a row is one 32-byte load of each group.
 // Q4_K: 8 such tiles (512 bytes apart), sub-block s's values unsigned
 // (0..15); sub-blocks 2p and 2p + 1 are the low and high nibbles of the
-// same 8 loads. Q5_K: the same with the fifth bits (0..31).
+// same 8 loads. Q5_K: the same with the fifth bits (0..31). IQ4_XS: its 8
+// sub-blocks' table levels (signed).
 template <Packed K>
 inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
   using k = Kind<K>;
@@ -120,6 +121,16 @@ inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
         }
         put(8 * 2 * p + h, lo);
         put(8 * (2 * p + 1) + h, hi);
+      }
+    }
+  } else if constexpr (K == Packed::kIQ4_XS) {  // per sub-block s, Q4_0's values as table levels
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4Values)));
+    for (int sb = 0; sb < 8; ++sb) {
+      for (int h = 0; h < 4; ++h) {
+        const __m512i v = join256(b0 + 80 + 128 * sb + 32 * h, b1 + 80 + 128 * sb + 32 * h);
+        put(8 * sb + h, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
+        put(8 * sb + 4 + h, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
       }
     }
   } else if constexpr (!k::kNibbles) {
@@ -187,9 +198,15 @@ __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t
     return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
   };
+  constexpr bool kXs = K == Packed::kIQ4_XS;  // scales ls - 32 (int8) at 16 + 8 s, no mins
   __m512i sc[8], mins[4];
-  for (int s = 0; s < 8; ++s) sc[s] = lanes8(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
-  for (int i = 0; i < 4; ++i) {
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = kXs ? _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 16 + 8 * s)),
+                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 16 + 8 * s))))
+                : lanes8(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
+  }
+  for (int i = 0; i < 4 && !kXs; ++i) {
     mins[i] = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 96 + 16 * i))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 96 + 16 * i)), 1));
@@ -202,16 +219,18 @@ __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t
       const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * s + 16 * t));
       isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[s]));
     }
-    const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 8 * b;
-    __m512i msum = _mm512_setzero_si512();
-    for (int i = 0; i < 4; ++i) {
-      int32_t pair;
-      std::memcpy(&pair, xs + 2 * i, 4);
-      msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], _mm512_set1_epi32(pair)));
-    }
     const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
-    acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wmin, dx), acc[t]);
+    if constexpr (!kXs) {
+      const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 8 * b;
+      __m512i msum = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) {
+        int32_t pair;
+        std::memcpy(&pair, xs + 2 * i, 4);
+        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], _mm512_set1_epi32(pair)));
+      }
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wmin, dx), acc[t]);
+    }
   }
 }
 
@@ -221,7 +240,9 @@ __attribute__((always_inline)) inline void finish(const uint8_t* g0, size_t grou
                                                   const uint8_t* act, const ActLayout& lay, const int32_t* c,
                                                   __m512 (&acc)[kTokens]) {
   using k = Kind<K>;
-  if constexpr (K == Packed::kQ4_K || K == Packed::kQ5_K) return finish_q4_k<K>(g0, group_bytes, b, act, lay, c, acc);
+  if constexpr (K == Packed::kQ4_K || K == Packed::kQ5_K || K == Packed::kIQ4_XS) {
+    return finish_q4_k<K>(g0, group_bytes, b, act, lay, c, acc);
+  }
   const uint8_t* b0 = g0 + static_cast<size_t>(b) * k::kBytes;
   const __m512 ws = fp16x16(b0, b0 + group_bytes);
   __m512 wm = _mm512_setzero_ps();
@@ -534,6 +555,7 @@ MatmulKernels make_table() {
   set(Packed::kMXFP4, amx_range<Packed::kMXFP4>);
   set(Packed::kQ4_K, amx_range<Packed::kQ4_K>);
   set(Packed::kQ5_K, amx_range<Packed::kQ5_K>);
+  set(Packed::kIQ4_XS, amx_range<Packed::kIQ4_XS>);
   set(Packed::kQ2_K, amx_range<Packed::kQ2_K>);
   set(Packed::kQ3_K, amx_range<Packed::kQ3_K>);
   set(Packed::kTQ2_0, amx_range<Packed::kTQ2_0>);
