@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "eval/benchmark.h"
+#include "kernels/matmul.h"
 #include "kernels/membw.h"
 #include "kernels/peak.h"
 #include "model/model.h"
@@ -280,6 +281,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
     nlohmann::json j;
     j["threads"] = pool.size();
     j["isa"] = std::string(isa_name(active_isa()));
+    j["matmul_kernels"] = kernels::matmul_kernels_name(active_isa());  // "amx" where the AVX-512 table has AMX tiles
     const MachineFigures m = measure_machine(*a, pool, j);
     if (a->model.empty()) {
       TESSERA_CHECK(a->membw || a->peak, kInvalidArgument, "give -m FILE (or --membw / --peak)");

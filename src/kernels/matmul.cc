@@ -94,6 +94,8 @@ const MatmulKernels& matmul_kernels(Isa isa) {
   return matmul_kernels_ref();
 }
 
+const char* matmul_kernels_name(Isa isa) { return matmul_kernels(isa).name; }
+
 namespace {
 
 // The 8 rows of group g (the last group padded with copies of the last row).

@@ -95,6 +95,8 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const KernelContext& ct
 // run a table that is not the one of an Isa, e.g. the emulated-VNNI one).
 struct MatmulKernels;
 const MatmulKernels& matmul_kernels(Isa isa);
+// Its name: "scalar", "avx2", "avx512", or "amx" (AVX-512 with AMX prompt tiles).
+const char* matmul_kernels_name(Isa isa);
 void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
 void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
