@@ -312,8 +312,9 @@ void pair_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t*
   for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
 }
 
-// A thread's scratch: the ring of C buffers, then the decoded B tiles,
-// grown as needed.
+// A thread's scratch: the ring of C buffers (room for Q6_K's 32), then the
+// decoded B tiles, grown as needed.
+constexpr size_t kCBytes = sizeof(int32_t) * 32 * kTokens * 16;
 uint8_t* scratch_for(int64_t units) {
   struct Buf {
     uint8_t* p = nullptr;
@@ -321,7 +322,7 @@ uint8_t* scratch_for(int64_t units) {
     ~Buf() { std::free(p); }
   };
   thread_local Buf buf;
-  const size_t need = sizeof(int32_t) * kRing * kTokens * 16 + static_cast<size_t>(units) * 512;
+  const size_t need = kCBytes + static_cast<size_t>(units) * 512;
   if (buf.n < need) {
     std::free(buf.p);
     buf.p = static_cast<uint8_t*>(std::aligned_alloc(64, need));
@@ -494,6 +495,104 @@ void folded_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_
   for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
 }
 
+// ---- Q6_K: sub-blocks of 16 ---------------------------------------------------
+// Q6_K's int8 scales times its 6-bit values do not fit an int8 and its
+// sub-blocks hold 16 values, so each sub-block is its own tdpbssd of K = 16
+// and its own C store (16 a super-block), then q6tile's integer step
+// sum_s sc_s * dot_s with the values made signed (q - 32) in B.
+constexpr TileConfig make_q6_config() {
+  TileConfig c{};
+  c.palette = 1;
+  c.rows[0] = kTokens, c.colsb[0] = 16;
+  c.rows[1] = 4, c.colsb[1] = 64;
+  c.rows[2] = kTokens, c.colsb[2] = 64;
+  return c;
+}
+constexpr TileConfig kQ6Config = make_q6_config();
+constexpr int kQ6Ring = 32;  // two super-blocks of 16 C buffers
+
+// One super-block of a pair as 16 B tiles (256 bytes each), sub-block s =
+// values 16 s .. 16 s + 15 at out + 256 s; value 128n + 32j + 4g + i is in
+// sub-block 8n + 2j + g / 4, B row g % 4 (matmul_kernels.h's Q6_K order).
+inline void build_q6(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
+  const __m512i m6 = _mm512_set1_epi8(0x3f), off = _mm512_set1_epi8(32);
+  for (int n = 0; n < 2; ++n) {
+    for (int g = 0; g < 8; ++g) {
+      const size_t at = 144 + 768 * n + 96 * g;
+      const __m512i v0 = join256(b0 + at, b1 + at), v1 = join256(b0 + at + 32, b1 + at + 32);
+      const __m512i v2 = join256(b0 + at + 64, b1 + at + 64);
+      const __m512i fourth = _mm512_or_si512(
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 6), _mm512_set1_epi8(0x03)),
+                          _mm512_and_si512(_mm512_srli_epi16(v1, 4), _mm512_set1_epi8(0x0c))),
+          _mm512_and_si512(_mm512_srli_epi16(v2, 2), _mm512_set1_epi8(0x30)));
+      const __m512i u[4] = {_mm512_and_si512(v0, m6), _mm512_and_si512(v1, m6), _mm512_and_si512(v2, m6), fourth};
+      for (int j = 0; j < 4; ++j) {
+        const int sb = 8 * n + 2 * j + g / 4;
+        _mm512_store_si512(reinterpret_cast<__m512i*>(out + 256 * sb + 64 * (g % 4)), _mm512_sub_epi8(u[j], off));
+      }
+    }
+  }
+}
+
+// The float step of super-block b from its 16 C buffers (c + 256 s).
+__attribute__((always_inline)) inline void finish_q6(const uint8_t* g0, size_t group_bytes, int64_t b,
+                                                     const uint8_t* act, const ActLayout& lay, const int32_t* c,
+                                                     __m512 (&acc)[kTokens]) {
+  const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedQ6_KBlock;
+  const uint8_t* b1 = b0 + group_bytes;
+  __m512i sc[16];  // sub-block s's int8 scale of each row, as int32 lanes
+  for (int i = 0; i < 8; ++i) {
+    const __m512i w = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 16 + 16 * i))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 16 + 16 * i)), 1));
+    sc[2 * i] = _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16);
+    sc[2 * i + 1] = _mm512_srai_epi32(w, 16);
+  }
+  const __m512 wd = fp16x16(b0, b1);
+  for (int t = 0; t < kTokens; ++t) {
+    const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
+    __m512i isum = _mm512_setzero_si512();
+    for (int sb = 0; sb < 16; ++sb) {
+      const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * sb + 16 * t));
+      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[sb]));
+    }
+    const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
+  }
+}
+
+void q6_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t* bscratch,
+             int32_t (*cbuf)[kTokens * 16], const uint8_t* act, const ActLayout& lay, float* y, int64_t y_stride,
+             int nvalid) {
+  constexpr int kLag = 1;
+  __m512 acc[kTokens];
+  for (int t = 0; t < kTokens; ++t) acc[t] = _mm512_setzero_ps();
+  const long stride = static_cast<long>(lay.row_bytes);
+  asm volatile("" ::: "memory");  // bscratch's stores before the first tile load
+  const auto tiles = [&](int64_t b) __attribute__((always_inline)) {
+    for (int sb = 0; sb < 16; ++sb) {
+      const int64_t u = 16 * b + sb;
+      TESSERA_TILE_LOAD(1, bscratch + 256 * u, 64L);
+      TESSERA_TILE_LOAD(0, act + 16 * u, stride);
+      _tile_zero(2);
+      _tile_dpbssd(2, 0, 1);
+      TESSERA_TILE_STORE(2, cbuf[u & (kQ6Ring - 1)], 64L);
+    }
+  };
+  const auto finish_block = [&](int64_t b) __attribute__((always_inline)) {
+    finish_q6(g0, group_bytes, b, act, lay, after_tile_store(cbuf[(16 * b) & (kQ6Ring - 1)]), acc);
+  };
+  const int64_t lead = imin(kLag, nb);
+  for (int64_t b = 0; b < lead; ++b) tiles(b);
+  for (int64_t b = lead; b < nb; ++b) {
+    tiles(b);
+    finish_block(b - kLag);
+  }
+  for (int64_t b = nb - lead; b < nb; ++b) finish_block(b);
+  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
+  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+}
+
 // The packed range of kind K: AMX where a full 16-token tile meets a pair
 // of row groups, the AVX-512 kernel for the rest (same bits either way).
 template <Packed K>
@@ -509,8 +608,8 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
   const ActLayout& lay = a.act_layout;
   uint8_t* scratch = scratch_for(a.cols / 32);
   auto* cbuf = reinterpret_cast<int32_t(*)[kTokens * 16]>(scratch);
-  uint8_t* bscratch = scratch + sizeof(int32_t) * kRing * kTokens * 16;
-  _tile_loadconfig(kFolded<K> ? &kFoldedConfig : &kConfig);
+  uint8_t* bscratch = scratch + kCBytes;
+  _tile_loadconfig(kFolded<K> ? &kFoldedConfig : K == Packed::kQ6_K ? &kQ6Config : &kConfig);
   // Tokens in chunks whose activations stay in L2 while the pairs sweep them.
   const int64_t chunk = imin(t_amx - t0, static_cast<int64_t>(256 * 1024 / lay.row_bytes / kTokens + 1) * kTokens);
   for (int64_t tc = t0; tc < t_amx; tc += chunk) {
@@ -518,10 +617,14 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
     for (int64_t rt = r0; rt < r_amx; rt += 2 * kRowTile) {
       const int nvalid = static_cast<int>(imin(2 * kRowTile, r1 - rt));
       const uint8_t* g0 = a.w + static_cast<size_t>(rt / kRowTile) * group_bytes;
-      if constexpr (kFolded<K>) {
+      if constexpr (kFolded<K> || K == Packed::kQ6_K) {
         for (int64_t b = 0; b < nb; ++b) {
           const uint8_t* b0 = g0 + static_cast<size_t>(b) * Kind<K>::kBytes;
-          build_folded<K>(b0, b0 + group_bytes, bscratch + 4096 * b);
+          if constexpr (K == Packed::kQ6_K) {
+            build_q6(b0, b0 + group_bytes, bscratch + 4096 * b);
+          } else {
+            build_folded<K>(b0, b0 + group_bytes, bscratch + 4096 * b);
+          }
         }
       } else {
         build_pair<K>(g0, group_bytes, nb, bscratch);
@@ -531,6 +634,8 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
         float* yt = a.y + t * a.y_stride + rt;
         if constexpr (kFolded<K>) {
           folded_tile<K>(g0, group_bytes, nb, bscratch, cbuf, at, lay, yt, a.y_stride, nvalid);
+        } else if constexpr (K == Packed::kQ6_K) {
+          q6_tile(g0, group_bytes, nb, bscratch, cbuf, at, lay, yt, a.y_stride, nvalid);
         } else {
           pair_tile<K>(g0, group_bytes, nb, bscratch, cbuf, at, lay, yt, a.y_stride, nvalid);
         }
@@ -556,6 +661,7 @@ MatmulKernels make_table() {
   set(Packed::kQ4_K, amx_range<Packed::kQ4_K>);
   set(Packed::kQ5_K, amx_range<Packed::kQ5_K>);
   set(Packed::kIQ4_XS, amx_range<Packed::kIQ4_XS>);
+  set(Packed::kQ6_K, amx_range<Packed::kQ6_K>);
   set(Packed::kQ2_K, amx_range<Packed::kQ2_K>);
   set(Packed::kQ3_K, amx_range<Packed::kQ3_K>);
   set(Packed::kTQ2_0, amx_range<Packed::kTQ2_0>);
