@@ -49,19 +49,20 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-// Tiles: 0 = A, 16 tokens x 32 int8 activations; 1 = B, one block's 32
-// values of 16 rows in the VNNI order (8 rows of 4 values x 16 columns);
-// 2 = C, 16 tokens x 16 rows of int32 sums.
+// Tiles: 0 = A, 16 tokens x K int8 activations; 1 = B, K values of 16
+// rows in the VNNI order (K / 4 rows of 4 values x 16 columns); 2 = C, 16
+// tokens x 16 rows of int32 sums. K = 32 for blocks and sub-blocks of 32,
+// 64 for the folded kinds, 16 for Q6_K's sub-blocks.
 constexpr int kTokens = 16;
-constexpr TileConfig make_config() {
+constexpr TileConfig make_config(int k) {
   TileConfig c{};
   c.palette = 1;
-  c.rows[0] = kTokens, c.colsb[0] = 32;
-  c.rows[1] = 8, c.colsb[1] = 64;
+  c.rows[0] = kTokens, c.colsb[0] = static_cast<uint16_t>(k);
+  c.rows[1] = static_cast<uint8_t>(k / 4), c.colsb[1] = 64;
   c.rows[2] = kTokens, c.colsb[2] = 64;
   return c;
 }
-constexpr TileConfig kConfig = make_config();
+constexpr TileConfig kConfig = make_config(32);
 
 inline __m512i join256(const uint8_t* lo, const uint8_t* hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
@@ -345,15 +346,7 @@ constexpr bool kFolded = K == Packed::kQ2_K || K == Packed::kQ3_K || K == Packed
 
 // Tiles of the folded kinds: A 16 tokens x 64 activations, B 64 values of
 // 16 rows (16 rows of 4 values x 16 columns), C as before.
-constexpr TileConfig make_folded_config() {
-  TileConfig c{};
-  c.palette = 1;
-  c.rows[0] = kTokens, c.colsb[0] = 64;
-  c.rows[1] = 16, c.colsb[1] = 64;
-  c.rows[2] = kTokens, c.colsb[2] = 64;
-  return c;
-}
-constexpr TileConfig kFoldedConfig = make_folded_config();
+constexpr TileConfig kFoldedConfig = make_config(64);
 
 // Values 128n + 32j + 4q + i (i < 4) of the 16 rows as unsigned bytes
 // (Q2_K, TQ2_0: 0..3; Q3_K: u = q + 4, 0..7), in the packed layouts of
@@ -500,15 +493,7 @@ void folded_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_
 // sub-blocks hold 16 values, so each sub-block is its own tdpbssd of K = 16
 // and its own C store (16 a super-block), then q6tile's integer step
 // sum_s sc_s * dot_s with the values made signed (q - 32) in B.
-constexpr TileConfig make_q6_config() {
-  TileConfig c{};
-  c.palette = 1;
-  c.rows[0] = kTokens, c.colsb[0] = 16;
-  c.rows[1] = 4, c.colsb[1] = 64;
-  c.rows[2] = kTokens, c.colsb[2] = 64;
-  return c;
-}
-constexpr TileConfig kQ6Config = make_q6_config();
+constexpr TileConfig kQ6Config = make_config(16);
 constexpr int kQ6Ring = 32;  // two super-blocks of 16 C buffers
 
 // One super-block of a pair as 16 B tiles (256 bytes each), sub-block s =
