@@ -69,10 +69,31 @@ inline __m512i join256(const uint8_t* lo, const uint8_t* hi) {
                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
 }
 
+inline __m256i join128(const uint8_t* lo, const uint8_t* hi) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
+}
+
+// 8 bytes at lo, then 8 at hi: a byte per row of the pair.
+inline __m128i join64(const uint8_t* lo, const uint8_t* hi) {
+  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
+                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi)));
+}
+
 inline __m512 fp16x16(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1));
+  return _mm512_cvtph_ps(join128(lo, hi));
+}
+
+// sum_s dot_s * sc_s for token t, the N sub-blocks' C buffers at c + 256 s:
+// the exact integer sum of a super-block (every term and sum well inside int32).
+template <int N>
+__attribute__((always_inline)) inline __m512i scaled_dots(const int32_t* c, const __m512i (&sc)[N], int t) {
+  __m512i isum = _mm512_setzero_si512();
+  for (int s = 0; s < N; ++s) {
+    const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * s + 16 * t));
+    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[s]));
+  }
+  return isum;
 }
 
 // Kind K's layout facts (matmul_kernels.h): where the values, fifth bits
@@ -195,31 +216,19 @@ __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t
                                                        __m512 (&acc)[kTokens]) {
   const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedBytes[static_cast<int>(K)];
   const uint8_t* b1 = b0 + group_bytes;
-  const auto lanes8 = [](const uint8_t* lo, const uint8_t* hi) {
-    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
-                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
-  };
   constexpr bool kXs = K == Packed::kIQ4_XS;  // scales ls - 32 (int8) at 16 + 8 s, no mins
   __m512i sc[8], mins[4];
   for (int s = 0; s < 8; ++s) {
-    sc[s] = kXs ? _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
-                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 16 + 8 * s)),
-                      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 16 + 8 * s))))
-                : lanes8(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
+    sc[s] = kXs ? _mm512_cvtepi8_epi32(join64(b0 + 16 + 8 * s, b1 + 16 + 8 * s))
+                : _mm512_cvtepu8_epi32(join64(b0 + 32 + 8 * s, b1 + 32 + 8 * s));
   }
   for (int i = 0; i < 4 && !kXs; ++i) {
-    mins[i] = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 96 + 16 * i))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 96 + 16 * i)), 1));
+    mins[i] = _mm512_cvtepu8_epi16(join128(b0 + 96 + 16 * i, b1 + 96 + 16 * i));
   }
   const __m512 wd = fp16x16(b0, b1), wmin = fp16x16(b0 + 16, b1 + 16);
   for (int t = 0; t < kTokens; ++t) {
     const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
-    __m512i isum = _mm512_setzero_si512();
-    for (int s = 0; s < 8; ++s) {
-      const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * s + 16 * t));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[s]));
-    }
+    const __m512i isum = scaled_dots(c, sc, t);
     const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
     if constexpr (!kXs) {
@@ -277,6 +286,27 @@ inline const int32_t* after_tile_store(const int32_t* p) {
   return p;
 }
 
+// The frame every tile function shares: tiles(b) issues block b's tile
+// work, finish(b) its float step kLag blocks later (after kLag more blocks'
+// C stores, so that each store has reached the cache when it is read).
+template <int kLag, class Tiles, class Finish>
+__attribute__((always_inline)) inline void lagged_blocks(int64_t nb, Tiles tiles, Finish finish) {
+  const int64_t lead = imin(kLag, nb);
+  for (int64_t b = 0; b < lead; ++b) tiles(b);
+  for (int64_t b = lead; b < nb; ++b) {
+    tiles(b);
+    finish(b - kLag);
+  }
+  for (int64_t b = nb - lead; b < nb; ++b) finish(b);
+}
+
+// The 16 tokens' accumulators to y (rows r < nvalid of each).
+__attribute__((always_inline)) inline void store_tile(const __m512 (&acc)[kTokens], float* y, int64_t y_stride,
+                                                     int nvalid) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
+  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+}
+
 // One 16-token x 16-row tile over every block: the packed group pair at g0
 // (its B tiles in bscratch), the tokens' activation rows from act (stride
 // lay.row_bytes), y[t * y_stride + r] for r < nvalid.
@@ -302,6 +332,8 @@ void pair_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t*
   const auto block_finish = [&](int64_t b) __attribute__((always_inline)) {
     finish<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[(kSubs * b) & (kRing - 1)]), acc);
   };
+  // lagged_blocks' loops written out: through it, Q8_0's tile ran at 460
+  // GFLOP/s against 490 (2048x2048, 128 tokens, alternating A/B).
   const int64_t lead = imin(kLag, nb);
   for (int64_t b = 0; b < lead; ++b) block_tiles(b);
   for (int64_t b = lead; b < nb; ++b) {
@@ -309,8 +341,7 @@ void pair_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t*
     block_finish(b - kLag);
   }
   for (int64_t b = nb - lead; b < nb; ++b) block_finish(b);
-  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
-  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+  store_tile(acc, y, y_stride, nvalid);
 }
 
 // A thread's scratch: the ring of C buffers (room for Q6_K's 32), then the
@@ -374,12 +405,9 @@ template <Packed K>
 inline __m512i folded_scale16(const uint8_t* b0, const uint8_t* b1, int s) {
   __m512i sc32;
   if constexpr (K == Packed::kQ2_K) {
-    sc32 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b0 + 32 + 8 * s)),
-                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b1 + 32 + 8 * s))));
+    sc32 = _mm512_cvtepu8_epi32(join64(b0 + 32 + 8 * s, b1 + 32 + 8 * s));
   } else {
-    const __m512i w = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 16 + 16 * (s / 2)))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 16 + 16 * (s / 2))), 1));
+    const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * (s / 2), b1 + 16 + 16 * (s / 2)));
     sc32 = s % 2 == 0 ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16) : _mm512_srai_epi32(w, 16);
   }
   return _mm512_or_si512(_mm512_and_si512(sc32, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc32, 16));
@@ -426,13 +454,9 @@ __attribute__((always_inline)) inline void finish_folded(const uint8_t* g0, size
   __m512i mpair[8];  // Q2_K: the mins as int16 pairs, lane r = (m_r[2k], m_r[2k + 1])
   if constexpr (K == Packed::kQ2_K) {
     wm = fp16x16(b0 + 16, b1 + 16);
-    const auto lanes8 = [](const uint8_t* lo, const uint8_t* hi) {
-      return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
-                                                     _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
-    };
     for (int k = 0; k < 8; ++k) {
-      mpair[k] = _mm512_or_si512(lanes8(b0 + 160 + 16 * k, b1 + 160 + 16 * k),
-                                 _mm512_slli_epi32(lanes8(b0 + 168 + 16 * k, b1 + 168 + 16 * k), 16));
+      mpair[k] = _mm512_or_si512(_mm512_cvtepu8_epi32(join64(b0 + 160 + 16 * k, b1 + 160 + 16 * k)),
+                                 _mm512_slli_epi32(_mm512_cvtepu8_epi32(join64(b0 + 168 + 16 * k, b1 + 168 + 16 * k)), 16));
     }
   }
   for (int t = 0; t < kTokens; ++t) {
@@ -477,15 +501,8 @@ void folded_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_
   const auto finish_block = [&](int64_t b) __attribute__((always_inline)) {
     finish_folded<K>(g0, group_bytes, b, act, lay, after_tile_store(cbuf[b & (kRing - 1)]), acc);
   };
-  const int64_t lead = imin(kLag, nb);
-  for (int64_t b = 0; b < lead; ++b) tiles(b);
-  for (int64_t b = lead; b < nb; ++b) {
-    tiles(b);
-    finish_block(b - kLag);
-  }
-  for (int64_t b = nb - lead; b < nb; ++b) finish_block(b);
-  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
-  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+  lagged_blocks<kLag>(nb, tiles, finish_block);
+  store_tile(acc, y, y_stride, nvalid);
 }
 
 // ---- Q6_K: sub-blocks of 16 ---------------------------------------------------
@@ -527,20 +544,14 @@ __attribute__((always_inline)) inline void finish_q6(const uint8_t* g0, size_t g
   const uint8_t* b1 = b0 + group_bytes;
   __m512i sc[16];  // sub-block s's int8 scale of each row, as int32 lanes
   for (int i = 0; i < 8; ++i) {
-    const __m512i w = _mm512_cvtepi8_epi16(_mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 16 + 16 * i))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 16 + 16 * i)), 1));
+    const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * i, b1 + 16 + 16 * i));
     sc[2 * i] = _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16);
     sc[2 * i + 1] = _mm512_srai_epi32(w, 16);
   }
   const __m512 wd = fp16x16(b0, b1);
   for (int t = 0; t < kTokens; ++t) {
     const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;
-    __m512i isum = _mm512_setzero_si512();
-    for (int sb = 0; sb < 16; ++sb) {
-      const __m512i dot = _mm512_load_si512(reinterpret_cast<const __m512i*>(c + 256 * sb + 16 * t));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[sb]));
-    }
+    const __m512i isum = scaled_dots(c, sc, t);
     const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
   }
@@ -567,15 +578,8 @@ void q6_tile(const uint8_t* g0, size_t group_bytes, int64_t nb, const uint8_t* b
   const auto finish_block = [&](int64_t b) __attribute__((always_inline)) {
     finish_q6(g0, group_bytes, b, act, lay, after_tile_store(cbuf[(16 * b) & (kQ6Ring - 1)]), acc);
   };
-  const int64_t lead = imin(kLag, nb);
-  for (int64_t b = 0; b < lead; ++b) tiles(b);
-  for (int64_t b = lead; b < nb; ++b) {
-    tiles(b);
-    finish_block(b - kLag);
-  }
-  for (int64_t b = nb - lead; b < nb; ++b) finish_block(b);
-  const __mmask16 mask = static_cast<__mmask16>((1u << nvalid) - 1);
-  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, mask, acc[t]);
+  lagged_blocks<kLag>(nb, tiles, finish_block);
+  store_tile(acc, y, y_stride, nvalid);
 }
 
 // The packed range of kind K: AMX where a full 16-token tile meets a pair
@@ -593,7 +597,7 @@ void amx_range(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t 
   const ActLayout& lay = a.act_layout;
   uint8_t* scratch = scratch_for(a.cols / 32);
   auto* cbuf = reinterpret_cast<int32_t(*)[kTokens * 16]>(scratch);
-  uint8_t* bscratch = scratch + kCBytes;
+  uint8_t* bscratch = scratch + sizeof(int32_t) * (K == Packed::kQ6_K ? kQ6Ring : kRing) * kTokens * 16;
   _tile_loadconfig(kFolded<K> ? &kFoldedConfig : K == Packed::kQ6_K ? &kQ6Config : &kConfig);
   // Tokens in chunks whose activations stay in L2 while the pairs sweep them.
   const int64_t chunk = imin(t_amx - t0, static_cast<int64_t>(256 * 1024 / lay.row_bytes / kTokens + 1) * kTokens);
