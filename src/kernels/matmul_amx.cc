@@ -34,6 +34,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/pair_avx512.h"
 
 namespace tessera::kernels {
 namespace {
@@ -64,26 +65,6 @@ constexpr TileConfig make_config(int k) {
 }
 constexpr TileConfig kConfig = make_config(32);
 
-inline __m512i join256(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)), 1);
-}
-
-inline __m256i join128(const uint8_t* lo, const uint8_t* hi) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
-                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
-}
-
-// 8 bytes at lo, then 8 at hi: a byte per row of the pair.
-inline __m128i join64(const uint8_t* lo, const uint8_t* hi) {
-  return _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
-                            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi)));
-}
-
-inline __m512 fp16x16(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_cvtph_ps(join128(lo, hi));
-}
-
 // sum_s dot_s * sc_s for token t, the N sub-blocks' C buffers at c + 256 s:
 // the exact integer sum of a super-block (every term and sum well inside int32).
 template <int N>
@@ -94,6 +75,19 @@ __attribute__((always_inline)) inline __m512i scaled_dots(const int32_t* c, cons
     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, sc[s]));
   }
   return isum;
+}
+
+// sum_k pairs_k . (xs[2k], xs[2k + 1]): each row's mins (int16 pairs per
+// lane) times the token's group sums, the min term's exact integer.
+template <int N>
+__attribute__((always_inline)) inline __m512i min_sums(const __m512i (&pairs)[N], const int16_t* xs) {
+  __m512i msum = _mm512_setzero_si512();
+  for (int k = 0; k < N; ++k) {
+    int32_t pair;
+    std::memcpy(&pair, xs + 2 * k, 4);
+    msum = _mm512_add_epi32(msum, _mm512_madd_epi16(pairs[k], _mm512_set1_epi32(pair)));
+  }
+  return msum;
 }
 
 // Kind K's layout facts (matmul_kernels.h): where the values, fifth bits
@@ -133,13 +127,8 @@ inline void build_b(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
       for (int h = 0; h < 8; ++h) {
         const __m512i v = join256(b0 + 160 + 256 * p + 32 * h, b1 + 160 + 256 * p + 32 * h);
         __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (K == Packed::kQ5_K) {  // bits 2p and 2p + 1 of qh become bit 4 (ktile16's)
-          const __m512i qh = join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h);
-          const __m512i bl = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p))));
-          const __m512i bh = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p + 1))));
-          lo = _mm512_or_si512(lo, 2 * p <= 4 ? _mm512_slli_epi16(bl, 4 - 2 * p) : _mm512_srli_epi16(bl, 2 * p - 4));
-          hi = _mm512_or_si512(hi, 2 * p + 1 <= 4 ? _mm512_slli_epi16(bh, 3 - 2 * p)
-                                                  : _mm512_srli_epi16(bh, 2 * p - 3));
+        if constexpr (K == Packed::kQ5_K) {
+          q5_k_fifth_bits16(join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h), p, lo, hi);
         }
         put(8 * 2 * p + h, lo);
         put(8 * (2 * p + 1) + h, hi);
@@ -220,7 +209,7 @@ __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t
   __m512i sc[8], mins[4];
   for (int s = 0; s < 8; ++s) {
     sc[s] = kXs ? _mm512_cvtepi8_epi32(join64(b0 + 16 + 8 * s, b1 + 16 + 8 * s))
-                : _mm512_cvtepu8_epi32(join64(b0 + 32 + 8 * s, b1 + 32 + 8 * s));
+                : scale_lanes16(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
   }
   for (int i = 0; i < 4 && !kXs; ++i) {
     mins[i] = _mm512_cvtepu8_epi16(join128(b0 + 96 + 16 * i, b1 + 96 + 16 * i));
@@ -232,13 +221,7 @@ __attribute__((always_inline)) inline void finish_q4_k(const uint8_t* g0, size_t
     const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
     if constexpr (!kXs) {
-      const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 8 * b;
-      __m512i msum = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) {
-        int32_t pair;
-        std::memcpy(&pair, xs + 2 * i, 4);
-        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], _mm512_set1_epi32(pair)));
-      }
+      const __m512i msum = min_sums(mins, reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 8 * b);
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wmin, dx), acc[t]);
     }
   }
@@ -405,10 +388,9 @@ template <Packed K>
 inline __m512i folded_scale16(const uint8_t* b0, const uint8_t* b1, int s) {
   __m512i sc32;
   if constexpr (K == Packed::kQ2_K) {
-    sc32 = _mm512_cvtepu8_epi32(join64(b0 + 32 + 8 * s, b1 + 32 + 8 * s));
+    sc32 = scale_lanes16(b0 + 32 + 8 * s, b1 + 32 + 8 * s);
   } else {
-    const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * (s / 2), b1 + 16 + 16 * (s / 2)));
-    sc32 = s % 2 == 0 ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16) : _mm512_srai_epi32(w, 16);
+    sc32 = q6_scale16(b0, b1, s);
   }
   return _mm512_or_si512(_mm512_and_si512(sc32, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc32, 16));
 }
@@ -455,8 +437,8 @@ __attribute__((always_inline)) inline void finish_folded(const uint8_t* g0, size
   if constexpr (K == Packed::kQ2_K) {
     wm = fp16x16(b0 + 16, b1 + 16);
     for (int k = 0; k < 8; ++k) {
-      mpair[k] = _mm512_or_si512(_mm512_cvtepu8_epi32(join64(b0 + 160 + 16 * k, b1 + 160 + 16 * k)),
-                                 _mm512_slli_epi32(_mm512_cvtepu8_epi32(join64(b0 + 168 + 16 * k, b1 + 168 + 16 * k)), 16));
+      mpair[k] = _mm512_or_si512(scale_lanes16(b0 + 160 + 16 * k, b1 + 160 + 16 * k),
+                                 _mm512_slli_epi32(scale_lanes16(b0 + 168 + 16 * k, b1 + 168 + 16 * k), 16));
     }
   }
   for (int t = 0; t < kTokens; ++t) {
@@ -466,13 +448,7 @@ __attribute__((always_inline)) inline void finish_folded(const uint8_t* g0, size
     const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float*>(row + lay.d_offset)[b]);
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wd, dx), acc[t]);
     if constexpr (K == Packed::kQ2_K) {
-      const int16_t* xs = reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 16 * b;
-      __m512i msum = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) {
-        int32_t pair;
-        std::memcpy(&pair, xs + 2 * k, 4);
-        msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mpair[k], _mm512_set1_epi32(pair)));
-      }
+      const __m512i msum = min_sums(mpair, reinterpret_cast<const int16_t*>(row + lay.sum_offset) + 16 * b);
       acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(wm, dx), acc[t]);
     }
   }
@@ -523,11 +499,8 @@ inline void build_q6(const uint8_t* b0, const uint8_t* b1, uint8_t* out) {
       const size_t at = 144 + 768 * n + 96 * g;
       const __m512i v0 = join256(b0 + at, b1 + at), v1 = join256(b0 + at + 32, b1 + at + 32);
       const __m512i v2 = join256(b0 + at + 64, b1 + at + 64);
-      const __m512i fourth = _mm512_or_si512(
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 6), _mm512_set1_epi8(0x03)),
-                          _mm512_and_si512(_mm512_srli_epi16(v1, 4), _mm512_set1_epi8(0x0c))),
-          _mm512_and_si512(_mm512_srli_epi16(v2, 2), _mm512_set1_epi8(0x30)));
-      const __m512i u[4] = {_mm512_and_si512(v0, m6), _mm512_and_si512(v1, m6), _mm512_and_si512(v2, m6), fourth};
+      const __m512i u[4] = {_mm512_and_si512(v0, m6), _mm512_and_si512(v1, m6), _mm512_and_si512(v2, m6),
+                            q6_fourth16(v0, v1, v2)};
       for (int j = 0; j < 4; ++j) {
         const int sb = 8 * n + 2 * j + g / 4;
         _mm512_store_si512(reinterpret_cast<__m512i*>(out + 256 * sb + 64 * (g % 4)), _mm512_sub_epi8(u[j], off));
@@ -543,11 +516,7 @@ __attribute__((always_inline)) inline void finish_q6(const uint8_t* g0, size_t g
   const uint8_t* b0 = g0 + static_cast<size_t>(b) * kPackedQ6_KBlock;
   const uint8_t* b1 = b0 + group_bytes;
   __m512i sc[16];  // sub-block s's int8 scale of each row, as int32 lanes
-  for (int i = 0; i < 8; ++i) {
-    const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * i, b1 + 16 + 16 * i));
-    sc[2 * i] = _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16);
-    sc[2 * i + 1] = _mm512_srai_epi32(w, 16);
-  }
+  for (int sb = 0; sb < 16; ++sb) sc[sb] = q6_scale16(b0, b1, sb);
   const __m512 wd = fp16x16(b0, b1);
   for (int t = 0; t < kTokens; ++t) {
     const uint8_t* row = act + static_cast<size_t>(t) * lay.row_bytes;

@@ -13,6 +13,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include "kernels/matmul_impl.h"
+#include "kernels/pair_avx512.h"
 #include "kernels/simd_avx512.h"
 
 namespace tessera::kernels {
@@ -28,10 +29,6 @@ namespace {
 // arithmetic is ptile's: the same exact int32 block sums, then
 // acc += float(sum - offset * xsum) * (d_w * d_x) per block, so the bits are
 // those of the 8-row tile and of the scalar reference.
-
-static inline __m512i join256(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(lo)), loadu256(hi), 1);
-}
 
 static inline __m512i bcast4_512(const int8_t* p) {
   int32_t v;
@@ -140,15 +137,6 @@ static void ptile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
 // exact sum; the high nibbles kept in place (16 q) for Q4_K; then the same
 // two float steps per 256 values. T <= 4: four partial sums per token.
 
-static inline __m512i scale_lanes16(const uint8_t* lo, const uint8_t* hi) {
-  return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(lo)),
-                                                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hi))));
-}
-
-static inline __m256i join128(const uint8_t* lo, const uint8_t* hi) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(lo)), loadu128(hi), 1);
-}
-
 template <bool kFifth, int T>
 static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const ActPtrs* x, float* const* y,
                     int nvalid) {
@@ -169,13 +157,8 @@ static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
         __m512i lo = _mm512_and_si512(v, m4);
         __m512i hi = kHigh16 ? _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)))
                              : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (kFifth) {  // bits 2p and 2p + 1 of qh become bit 4
-          const __m512i qh = join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h);
-          const __m512i bl = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p))));
-          const __m512i bh = _mm512_and_si512(qh, _mm512_set1_epi8(static_cast<char>(1 << (2 * p + 1))));
-          lo = _mm512_or_si512(lo, 2 * p <= 4 ? _mm512_slli_epi16(bl, 4 - 2 * p) : _mm512_srli_epi16(bl, 2 * p - 4));
-          hi = _mm512_or_si512(hi, 2 * p + 1 <= 4 ? _mm512_slli_epi16(bh, 3 - 2 * p)
-                                                  : _mm512_srli_epi16(bh, 2 * p - 3));
+        if constexpr (kFifth) {
+          q5_k_fifth_bits16(join256(b0 + kPackedQ4_KBlock + 32 * h, b1 + kPackedQ4_KBlock + 32 * h), p, lo, hi);
         }
         for (int t = 0; t < T; ++t) {
           lo_part[t] = dpbusd_bcast(lo_part[t], lo, x[t].q + b * 256 + 64 * p + 4 * h);
@@ -210,19 +193,6 @@ static void ktile16(const uint8_t* group, size_t group_bytes, int64_t nb, const 
 // bytes' top bits), times the rows' int8 scales (vpmulld) into the
 // super-block's exact sum; the -32 as one vpmaddwd of the scale pairs with
 // the token's sums of 16; then one float step per 256 values. T <= 4.
-
-// The int8 scale of sub-block sb of each of the 16 rows as int32 lanes.
-static inline __m512i q6_scale16(const uint8_t* b0, const uint8_t* b1, int sb) {
-  const __m512i w = _mm512_cvtepi8_epi16(join128(b0 + 16 + 16 * (sb / 2), b1 + 16 + 16 * (sb / 2)));
-  return sb % 2 == 0 ? _mm512_srai_epi32(_mm512_slli_epi32(w, 16), 16) : _mm512_srai_epi32(w, 16);
-}
-
-static inline __m512i q6_fourth16(__m512i v0, __m512i v1, __m512i v2) {
-  const __m512i a = _mm512_and_si512(_mm512_srli_epi16(v0, 6), _mm512_set1_epi8(0x03));
-  const __m512i b = _mm512_and_si512(_mm512_srli_epi16(v1, 4), _mm512_set1_epi8(0x0c));
-  const __m512i c = _mm512_and_si512(_mm512_srli_epi16(v2, 2), _mm512_set1_epi8(0x30));
-  return _mm512_or_si512(_mm512_or_si512(a, b), c);
-}
 
 // The 16-row tile of the Q6_K-like packed blocks (Q6_K, Q3_K: int8 scales
 // per sub-block of 16, values in the order of matmul_kernels.h): value(b0,
