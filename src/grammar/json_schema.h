@@ -1,0 +1,53 @@
+// JSON Schema (draft 2020-12, and the draft-07 spellings `definitions` and
+// `items` arrays are refused) compiled to a grammar whose every sentence is
+// a JSON text that validates against the schema.
+//
+// Covered: type (and type lists), properties / required /
+// additionalProperties, enum / const, anyOf, oneOf (alternatives provably
+// disjoint), allOf (merged), $ref / $defs (local, recursive), items /
+// prefixItems / minItems / maxItems, minLength / maxLength / pattern /
+// format (date, time, date-time, uuid, email, ipv4, hostname, uri),
+// integer bounds (exclusive too), number bounds at integers, and the
+// annotations. Anything else is refused with Error(kInvalidArgument) naming
+// the keyword and where it is: never silently ignored.
+//
+// Choices a validator does not see (docs/STRUCTURED_OUTPUT.md):
+// - properties come in the schema's order;
+// - with `properties` and no `additionalProperties`, no other keys are
+//   written (as OpenAI's strict mode requires), so outputs stay small;
+// - strings with a pattern, format or length bound use no escapes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/constraint.h"
+
+namespace tessera::grammar {
+
+enum class JsonWhitespace {
+  kCompact,   // {"a":1,"b":[1,2]}
+  kSpaced,    // {"a": 1, "b": [1, 2]}  (Python's json.dumps)
+  kFlexible,  // any JSON whitespace, up to 4 characters, before every token
+};
+
+struct JsonSchemaOptions {
+  JsonWhitespace whitespace = JsonWhitespace::kSpaced;
+  int32_t max_repeat = 4096;  // largest minItems/maxItems/maxLength accepted
+};
+
+std::shared_ptr<const Constraint> compile_json_schema(const nlohmann::ordered_json& schema,
+                                                      const JsonSchemaOptions& opts = {});
+std::shared_ptr<const Constraint> compile_json_schema_text(std::string_view schema_text,
+                                                           const JsonSchemaOptions& opts = {});
+// Any JSON object ({"type": "json_object"}).
+std::shared_ptr<const Constraint> compile_json_object(const JsonSchemaOptions& opts = {});
+
+// The regex of integers in [lo, hi] written without leading zeros (bounds
+// may be absent). Exposed for tests.
+RegexPtr integer_range_regex(std::optional<int64_t> lo, std::optional<int64_t> hi);
+
+}  // namespace tessera::grammar

@@ -1,0 +1,84 @@
+// The lexer of structured output: every lexeme (a Regex) of every grammar in
+// one byte-level NFA, and one lazily built DFA over it. A DFA state is a set
+// of NFA states, so it does not depend on which grammar reached it: the
+// state "inside a JSON string" is one state for every schema, and the token
+// masks cached per state (grammar/token_mask.h) are shared by all of them.
+//
+// A lexeme never matches the empty string: its start is a fresh NFA state
+// holding only the byte edges of the regex's start closure, which removes
+// "" from the language (grammars write an optional lexeme as L | ε). States
+// that cannot reach the lexeme's end are pruned, so every live DFA state can
+// still complete some lexeme: a prefix the lexer accepts is never a dead end.
+//
+// Not thread-safe: one engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/regex.h"
+
+namespace tessera::grammar {
+
+class Lexer {
+ public:
+  static constexpr int32_t kDead = -1;
+
+  // The id of `re`'s lexeme (the same id for equal regexes). Throws
+  // Error(kInvalidArgument) if it has no non-empty string, or if the
+  // automaton would grow past its bound (a pattern such as (a{1000}){1000}).
+  int32_t intern(const RegexPtr& re);
+  int32_t num_lexemes() const { return static_cast<int32_t>(lexeme_start_.size()); }
+
+  // The DFA state before the first byte of any lexeme in `lexemes` (sorted,
+  // unique ids).
+  int32_t start(std::span<const int32_t> lexemes);
+  // The state after one more byte, or kDead.
+  int32_t next(int32_t state, uint8_t byte) {
+    const int32_t t = states_[static_cast<size_t>(state)].next[byte];
+    return t != kUnknown ? t : compute_next(state, byte);  // which stores it
+  }
+  // The lexemes whose text ends exactly here (sorted).
+  std::span<const int32_t> accepted(int32_t state) const { return states_[static_cast<size_t>(state)].accepted; }
+
+  size_t num_states() const { return states_.size(); }
+  size_t memory_bytes() const;
+
+ private:
+  static constexpr int32_t kUnknown = -2;
+  struct Edge {
+    uint8_t lo, hi;
+    int32_t to;
+  };
+  struct NfaState {
+    std::vector<Edge> edges;
+    std::vector<int32_t> eps;
+    int32_t accept = -1;  // lexeme id
+  };
+  struct DfaState {
+    std::vector<int32_t> nfa;  // sorted, closed under eps
+    std::vector<int32_t> accepted;
+    int32_t next[256];
+  };
+
+  int32_t new_nfa_state();
+  int32_t emit(const Regex& r, int32_t from);
+  void prune(int32_t first, int32_t final);
+  void close(std::vector<int32_t>& set);
+  int32_t intern_state(std::vector<int32_t> set);
+  int32_t compute_next(int32_t state, uint8_t byte);
+
+  std::vector<NfaState> nfa_;
+  std::vector<int32_t> lexeme_start_;
+  std::unordered_map<std::string, int32_t> lexeme_ids_;
+  std::vector<DfaState> states_;
+  std::unordered_map<std::string, int32_t> state_ids_;
+  std::unordered_map<std::string, int32_t> start_ids_;
+  std::vector<uint32_t> mark_;  // closure scratch, generation-stamped
+  uint32_t generation_ = 0;
+};
+
+}  // namespace tessera::grammar

@@ -1,0 +1,165 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessera::grammar {
+
+Matcher::Matcher(std::shared_ptr<const Constraint> constraint, TokenMasker& masker)
+    : constraint_(std::move(constraint)), masker_(&masker), parser_(constraint_->tables) {
+  for (size_t i = 0; i < constraint_->grammar.lexemes.size(); ++i) {
+    const int32_t g = masker.lexer().intern(constraint_->grammar.lexemes[i]);
+    global_.push_back(g);
+    local_.emplace_back(g, static_cast<int32_t>(i));
+  }
+  std::sort(local_.begin(), local_.end());
+  starts_.push_back(start_of_expected());
+  state_ = starts_.back();
+}
+
+int32_t Matcher::start_of_expected() {
+  scratch_.clear();
+  for (const int32_t l : parser_.expected()) scratch_.push_back(global_[static_cast<size_t>(l)]);
+  if (scratch_.empty()) return Lexer::kDead;
+  std::sort(scratch_.begin(), scratch_.end());
+  scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
+  return masker_->lexer().start(scratch_);
+}
+
+bool Matcher::scan_ended(int32_t state) {
+  const auto acc = masker_->lexer().accepted(state);
+  if (acc.empty()) return false;
+  scratch_.clear();
+  for (const int32_t g : acc) {
+    // Equal regexes share one lexer lexeme but may be several grammar
+    // lexemes of this grammar: all of them ended.
+    auto it = std::lower_bound(local_.begin(), local_.end(), std::make_pair(g, INT32_MIN));
+    for (; it != local_.end() && it->first == g; ++it) scratch_.push_back(it->second);
+  }
+  std::sort(scratch_.begin(), scratch_.end());
+  if (!parser_.scan(scratch_)) return false;
+  starts_.push_back(start_of_expected());
+  return true;
+}
+
+void Matcher::pop() {
+  parser_.pop();
+  starts_.pop_back();
+}
+
+int32_t Matcher::step(int32_t state, uint8_t byte) {
+  if (state == Lexer::kDead) return Lexer::kDead;
+  Lexer& lx = masker_->lexer();
+  const int32_t t = lx.next(state, byte);
+  if (t != Lexer::kDead) return t;
+  if (!scan_ended(state)) return Lexer::kDead;
+  const int32_t s0 = starts_.back();
+  return s0 == Lexer::kDead ? Lexer::kDead : lx.next(s0, byte);
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  if (ended_) return false;
+  const size_t sets = parser_.num_sets();
+  int32_t s = state_;
+  for (const char c : bytes) {
+    s = step(s, static_cast<uint8_t>(c));
+    if (s == Lexer::kDead) {
+      while (parser_.num_sets() > sets) pop();
+      return false;
+    }
+  }
+  state_ = s;
+  return true;
+}
+
+bool Matcher::accept(int32_t token) {
+  if (ended_ || token < 0 || token >= masker_->n_vocab()) return false;
+  const Mark mark{parser_.num_sets(), state_, ended_};
+  const auto& eog = masker_->eog();
+  if (std::find(eog.begin(), eog.end(), token) != eog.end()) {
+    if (!can_end()) return false;
+    ended_ = true;
+  } else {
+    const std::string& piece = masker_->piece(token);
+    if (piece.empty() || !accept_bytes(piece)) return false;
+  }
+  history_.push_back(mark);
+  return true;
+}
+
+void Matcher::rollback(size_t n) {
+  TESSERA_ASSERT(n <= history_.size());
+  if (n == history_.size()) return;
+  const Mark m = history_[n];
+  while (parser_.num_sets() > m.sets) pop();
+  state_ = m.state;
+  ended_ = m.ended;
+  history_.resize(n);
+}
+
+bool Matcher::can_end() {
+  if (ended_) return false;
+  if (state_ == starts_.back()) return parser_.accepting();
+  if (!scan_ended(state_)) return false;
+  const bool ok = parser_.accepting();
+  pop();
+  return ok;
+}
+
+// `node`'s byte took the lexer to `state`: its tokens are allowed, and its
+// children are tried from there, across a lexeme boundary when one ends.
+void Matcher::walk(uint32_t node, int32_t state, std::span<uint64_t> bits) {
+  const auto& nodes = masker_->trie().nodes();
+  const auto& toks = masker_->trie().tokens();
+  const TokenTrie::Node& n = nodes[node];
+  for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) set_bit(bits, toks[k]);
+  Lexer& lx = masker_->lexer();
+  int pushed = -1;  // -1: not tried; 0: the lexeme cannot end here; 1: pushed
+  for (uint32_t c = node + 1; c < n.end; c = nodes[c].end) {
+    const int32_t t = lx.next(state, nodes[c].byte);
+    if (t != Lexer::kDead) {
+      walk(c, t, bits);
+      continue;
+    }
+    if (pushed < 0) pushed = scan_ended(state) ? 1 : 0;
+    if (pushed == 0 || starts_.back() == Lexer::kDead) continue;
+    const int32_t t2 = lx.next(starts_.back(), nodes[c].byte);
+    if (t2 != Lexer::kDead) walk(c, t2, bits);
+  }
+  if (pushed == 1) pop();
+}
+
+void Matcher::fill_mask(std::span<uint64_t> bits) {
+  TESSERA_ASSERT(bits.size() == masker_->n_words());
+  std::fill(bits.begin(), bits.end(), 0);
+  if (ended_) return;
+  if (state_ != Lexer::kDead) {
+    const StateMask& sm = masker_->state_mask(state_);
+    std::copy(sm.bits.begin(), sm.bits.end(), bits.begin());
+    const auto& nodes = masker_->trie().nodes();
+    Lexer& lx = masker_->lexer();
+    for (size_t i = 0; i < sm.boundaries.size();) {
+      const int32_t from = sm.boundaries[i].from;
+      size_t j = i;
+      while (j < sm.boundaries.size() && sm.boundaries[j].from == from) ++j;
+      if (scan_ended(from)) {
+        const int32_t s0 = starts_.back();
+        if (s0 != Lexer::kDead) {
+          for (size_t k = i; k < j; ++k) {
+            const uint32_t node = sm.boundaries[k].node;
+            const int32_t t = lx.next(s0, nodes[node].byte);
+            if (t != Lexer::kDead) walk(node, t, bits);
+          }
+        }
+        pop();
+      }
+      i = j;
+    }
+  }
+  if (can_end()) {
+    for (const int32_t e : masker_->eog()) set_bit(bits, e);
+  }
+}
+
+}  // namespace tessera::grammar

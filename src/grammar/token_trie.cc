@@ -1,0 +1,55 @@
+#include "grammar/token_trie.h"
+
+#include <algorithm>
+
+namespace tessera::grammar {
+
+TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_cast<int32_t>(pieces.size())) {
+  constexpr size_t kMaxLen = 0xFFFF;
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].empty() && pieces[i].size() < kMaxLen) ids.push_back(static_cast<int32_t>(i));
+  }
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return pieces[static_cast<size_t>(a)] < pieces[static_cast<size_t>(b)];
+  });
+  nodes_.push_back({});
+  std::vector<uint32_t> path{0};  // node index per depth along the current piece
+  std::vector<std::vector<int32_t>> at(1);  // tokens ending at each node
+  const std::string* prev = nullptr;
+  for (const int32_t id : ids) {
+    const std::string& p = pieces[static_cast<size_t>(id)];
+    size_t common = 0;
+    if (prev != nullptr) {
+      while (common < p.size() && common < prev->size() && p[common] == (*prev)[common]) ++common;
+    }
+    // Close the nodes of the previous piece below the shared prefix.
+    while (path.size() > common + 1) {
+      nodes_[path.back()].end = static_cast<uint32_t>(nodes_.size());
+      path.pop_back();
+    }
+    for (size_t i = common; i < p.size(); ++i) {
+      Node n;
+      n.byte = static_cast<uint8_t>(p[i]);
+      n.depth = static_cast<uint16_t>(i + 1);
+      n.tok_begin = n.tok_end = 0;
+      nodes_.push_back(n);
+      at.emplace_back();
+      path.push_back(static_cast<uint32_t>(nodes_.size() - 1));
+      max_depth_ = std::max(max_depth_, static_cast<int32_t>(i + 1));
+    }
+    at[path.back()].push_back(id);
+    prev = &p;
+  }
+  while (!path.empty()) {
+    nodes_[path.back()].end = static_cast<uint32_t>(nodes_.size());
+    path.pop_back();
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    nodes_[i].tok_begin = static_cast<uint32_t>(tokens_.size());
+    tokens_.insert(tokens_.end(), at[i].begin(), at[i].end());
+    nodes_[i].tok_end = static_cast<uint32_t>(tokens_.size());
+  }
+}
+
+}  // namespace tessera::grammar
