@@ -4,6 +4,9 @@
 #include <filesystem>
 
 #include "adapters/lora_gguf.h"
+#include "cli/text_file.h"
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "core/log.h"
 #include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
@@ -240,6 +243,14 @@ void SamplingOptions::add_to(CLI::App& app) {
   app.add_option("--seed", seed, "Random seed (-1: random)")->capture_default_str();
   app.add_flag("--ignore-eos", ignore_eos, "Do not stop at end-of-text tokens");
   app.add_option("--stop", stop, "Stop string (repeatable)");
+  auto* js = app.add_option("--json-schema", json_schema_file, "Constrain the output to JSON valid against this JSON Schema file");
+  auto* gr = app.add_option("--grammar", grammar_file, "Constrain the output to this GBNF grammar file (llama.cpp's format)");
+  auto* rx = app.add_option("--regex", regex, "Constrain the output to match this regex (whole output)");
+  js->excludes(gr)->excludes(rx);
+  gr->excludes(rx);
+  app.add_option("--json-whitespace", json_whitespace, "JSON layout under --json-schema: compact, spaced, flexible")
+      ->check(CLI::IsMember({"compact", "spaced", "flexible"}))
+      ->capture_default_str();
 }
 
 engine::SamplingParams SamplingOptions::params(int64_t remaining_context) const {
@@ -255,6 +266,17 @@ engine::SamplingParams SamplingOptions::params(int64_t remaining_context) const 
   p.max_tokens = n_predict < 0 ? static_cast<int32_t>(remaining_context) : n_predict;
   p.ignore_eos = ignore_eos;
   p.stop = stop;
+  if (!json_schema_file.empty()) {
+    grammar::JsonSchemaOptions o;
+    o.whitespace = json_whitespace == "compact" ? grammar::JsonWhitespace::kCompact
+                   : json_whitespace == "flexible" ? grammar::JsonWhitespace::kFlexible
+                                                   : grammar::JsonWhitespace::kSpaced;
+    p.constraint = grammar::compile_json_schema_text(read_text_file(json_schema_file), o);
+  } else if (!grammar_file.empty()) {
+    p.constraint = grammar::compile_gbnf(read_text_file(grammar_file));
+  } else if (!regex.empty()) {
+    p.constraint = grammar::compile_regex(regex);
+  }
   return p;
 }
 

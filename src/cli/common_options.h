@@ -74,6 +74,11 @@ struct SamplingOptions {
   int32_t n_predict = 64;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  // Structured output (at most one): a JSON Schema file, a GBNF file, a regex.
+  std::string json_schema_file;
+  std::string grammar_file;
+  std::string regex;
+  std::string json_whitespace = "spaced";
 
   void add_to(CLI::App& app);
   engine::SamplingParams params(int64_t remaining_context) const;

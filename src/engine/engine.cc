@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/stop_checker.h"
+#include "grammar/matcher.h"
 #include "kv/prefix_hash.h"
 #include "tokenizer/tokenizer.h"
 #include "spec/model_drafter.h"
@@ -223,6 +224,8 @@ void Engine::validate_request(Request& req, int64_t max_position, RequestAdapter
   const SamplingParams& params = r->params;
   const std::string bad = validate(params, V);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
+  TESSERA_CHECK(!params.constraint || tokenizer_ != nullptr, kInvalidArgument,
+                "structured output needs the model's tokenizer");
   for (int32_t t : r->tokens) {
     TESSERA_CHECK(t >= 0 && t < V, kInvalidArgument, "prompt token id {} is out of range (vocabulary of {})", t, V);
   }
@@ -392,6 +395,9 @@ void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out)
   if (!r->positions.empty()) r->positions.push_back(r->positions.back() + 1);
   r->tokens.push_back(tok);
   r->history.add_output(tok);
+  // The sampler only draws tokens the mask allows.
+  TESSERA_CHECK(!r->matcher || r->matcher->accept(tok), kInternal, "structured output: token {} was sampled against "
+                "the grammar", tok);
   if (!r->first_token_time) r->first_token_time = now;
   r->last_token_time = now;
   ++generation_tokens_total_;
@@ -412,7 +418,8 @@ void Engine::append_token(Request* r, const SampleResult& s, RequestOutput& out)
   StopMatch m = check_stop_strings(r->held_text, delta, p.stop);
   out.text += m.emit;
   FinishReason reason = FinishReason::kNone;
-  if (m.stopped || eos || stop_token) {
+  const bool grammar_ended = r->matcher && r->matcher->ended();
+  if (m.stopped || eos || stop_token || grammar_ended) {
     reason = FinishReason::kStop;
   } else if (r->num_output_tokens() >= p.max_tokens ||
              (!p.kv_policy.bounded() && r->num_tokens() >= config_.max_model_len)) {
@@ -448,6 +455,7 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
     c->rng = sample_rng(parent->seed, i);
     c->history = parent->history;
     if (parent->decoder) c->decoder = std::make_unique<StreamingDecoder>(*parent->decoder);
+    if (parent->matcher) c->matcher = std::make_unique<grammar::Matcher>(*parent->matcher);  // before parent's token
     c->arrival = parent->arrival;
     Request* child = scheduler_->add_running_after(std::move(c), after);
     after = child;
@@ -462,10 +470,45 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
   }
 }
 
+void Engine::constrain(Request* r, std::span<float> row) {
+  if (!r->matcher) {
+    if (!masker_) masker_ = grammar::make_token_masker(*tokenizer_);
+    r->matcher = std::make_unique<grammar::Matcher>(r->params.constraint, *masker_);
+  }
+  grammar_bits_.resize(masker_->n_words());
+  r->matcher->fill_mask(grammar_bits_);
+  const size_t n = std::min(row.size(), static_cast<size_t>(masker_->n_vocab()));
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = grammar_bits_[w];
+    if (bits == ~uint64_t{0}) continue;  // a whole word allowed (the scratch bit lies past n)
+    const size_t end = std::min(n, w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (!((bits >> (i & 63)) & 1)) row[i] = -INFINITY;
+    }
+  }
+  for (size_t i = n; i < row.size(); ++i) row[i] = -INFINITY;
+}
+
+// A draft token the grammar rejects would be rejected by the verify anyway
+// (its probability is masked to zero): it is not worth computing.
+void Engine::trim_draft_to_grammar(Request* r) {
+  if (!r->params.constraint || r->draft.empty()) return;
+  if (!r->matcher) {
+    if (!masker_) masker_ = grammar::make_token_masker(*tokenizer_);
+    r->matcher = std::make_unique<grammar::Matcher>(r->params.constraint, *masker_);
+  }
+  const size_t before = r->matcher->num_tokens();
+  size_t keep = 0;
+  while (keep < r->draft.size() && r->matcher->accept(r->draft[keep])) ++keep;
+  r->matcher->rollback(before);
+  r->draft.resize(keep);
+}
+
 void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_draft,
                             std::vector<RequestOutput>& outputs) {
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
   fault(FaultStage::kSample, *r);
+  if (r->params.constraint) constrain(r, logits.first(V));
   if (r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0) fork_samples(r, logits.first(V), outputs);
   RequestOutput out = make_output(*r);
   if (num_draft == 0) {
@@ -482,6 +525,7 @@ void Engine::process_sample(Request* r, std::span<float> logits, int64_t num_dra
   int64_t accepted = 0;
   for (int64_t i = 0; i <= num_draft; ++i) {
     const int32_t d = i < num_draft ? draft[static_cast<size_t>(i)] : -1;
+    if (i > 0 && r->params.constraint) constrain(r, logits.subspan(static_cast<size_t>(i) * V, V));
     const SampleResult s = sampler_.sample(logits.subspan(static_cast<size_t>(i) * V, V), r->params, r->history,
                                            r->rng, d);
     append_token(r, s, out);
@@ -587,6 +631,7 @@ void Engine::propose_drafts() {
   }
   const auto t0 = Clock::now();
   drafter_->propose(draft_queries_);
+  for (Request* r : draft_reqs_) trim_draft_to_grammar(r);
   if (costly) {
     draft_seconds_ = seconds(Clock::now() - t0);
     int64_t drafted = 0;

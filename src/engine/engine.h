@@ -31,6 +31,9 @@
 
 namespace tessera {
 class Tokenizer;
+namespace grammar {
+class TokenMasker;
+}
 }
 
 namespace tessera::engine {
@@ -220,6 +223,10 @@ class Engine {
   // acceptance a request's first drafts are sized with (spec_prior_).
   void measure_draft_prior(const Model& draft, const std::vector<uint8_t>& skip);
   void fork_samples(Request* parent, std::span<const float> logits, std::vector<RequestOutput>& outputs);
+  // Structured output: masks the tokens r's grammar does not allow in one
+  // row of logits; drops the draft tokens it does not allow.
+  void constrain(Request* r, std::span<float> row);
+  void trim_draft_to_grammar(Request* r);
   void append_token(Request* r, const SampleResult& s, RequestOutput& out);
   RequestOutput make_output(const Request& r) const;
   // flush: emit text still held back (not after a matched stop string or an abort).
@@ -238,6 +245,8 @@ class Engine {
   Sampler sampler_;
   Rng seed_source_;
   std::vector<float> logits_copy_;
+  std::unique_ptr<grammar::TokenMasker> masker_;  // made with the first constrained request
+  std::vector<uint64_t> grammar_bits_;
   std::shared_ptr<spec::Drafter> drafter_;
   spec::StepCost step_cost_;
   spec::Acceptance method_acceptance_;  // over every request: the prior of a new one

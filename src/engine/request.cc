@@ -1,5 +1,7 @@
 #include "engine/request.h"
 
+#include "grammar/matcher.h"
+
 #include "tokenizer/tokenizer.h"
 
 namespace tessera::engine {

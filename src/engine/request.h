@@ -21,6 +21,9 @@
 
 namespace tessera {
 class StreamingDecoder;
+namespace grammar {
+class Matcher;
+}
 }
 
 namespace tessera::engine {
@@ -98,6 +101,8 @@ struct Request {
   Rng rng;
   TokenHistory history;
   std::vector<TokenLogprob> pending_top;  // top logprobs of the latest token
+  // Its place in params.constraint's grammar (made at its first sample).
+  std::unique_ptr<grammar::Matcher> matcher;
 
   // Output text state: decoded so far, and the tail withheld because it
   // could be the start of a stop string.

@@ -50,7 +50,10 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int32_t k,
   k = std::min(k, V);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) { return ranks_before(logits, a, b); });
   std::vector<TokenLogprob> top;
-  for (int32_t i = 0; i < k; ++i) top.push_back({idx[i], logits[idx[i]] - lse});
+  for (int32_t i = 0; i < k; ++i) {
+    if (logits[idx[i]] == -INFINITY) break;  // masked: never sampled, not an alternative
+    top.push_back({idx[i], logits[idx[i]] - lse});
+  }
   return top;
 }
 

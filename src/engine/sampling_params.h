@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "grammar/constraint.h"
 #include "kv/kv_policy.h"
 
 namespace tessera::engine {
@@ -47,6 +49,13 @@ struct SamplingParams {
   // A bounded request is not capped by the cache size (it holds at most its
   // budget), never speculates, and is not preempted (docs/KV_POLICIES.md).
   kv::KvPolicy kv_policy{};
+
+  // Structured output (grammar/, docs/STRUCTURED_OUTPUT.md): every output
+  // is a sentence of this grammar (a JSON Schema's, a GBNF grammar's, a
+  // regex's). Tokens it does not allow are masked before sampling, and
+  // end-of-generation is allowed exactly when the text is complete. Needs a
+  // tokenizer.
+  std::shared_ptr<const grammar::Constraint> constraint;
 
   bool greedy() const { return temperature <= 0.0f; }
 };

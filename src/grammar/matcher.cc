@@ -111,9 +111,8 @@ bool Matcher::can_end() {
 // children are tried from there, across a lexeme boundary when one ends.
 void Matcher::walk(uint32_t node, int32_t state, std::span<uint64_t> bits) {
   const auto& nodes = masker_->trie().nodes();
-  const auto& toks = masker_->trie().tokens();
   const TokenTrie::Node& n = nodes[node];
-  for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) set_bit(bits, toks[k]);
+  set_bit(bits, n.token);
   Lexer& lx = masker_->lexer();
   int pushed = -1;  // -1: not tried; 0: the lexeme cannot end here; 1: pushed
   for (uint32_t c = node + 1; c < n.end; c = nodes[c].end) {
@@ -157,6 +156,7 @@ void Matcher::fill_mask(std::span<uint64_t> bits) {
       i = j;
     }
   }
+  finish_mask(masker_->trie(), bits);
   if (can_end()) {
     for (const int32_t e : masker_->eog()) set_bit(bits, e);
   }

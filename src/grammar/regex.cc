@@ -132,7 +132,12 @@ bool has_nonempty(const Regex& r) {
 std::string regex_key(const Regex& r) {
   switch (r.kind) {
     case Regex::Kind::kEmpty: return "()";
-    case Regex::Kind::kSet: return "[" + r.set.key() + "]";
+    case Regex::Kind::kSet: {
+      std::string k = "[";
+      k += r.set.key();
+      k += ']';
+      return k;
+    }
     case Regex::Kind::kSeq:
     case Regex::Kind::kAlt: {
       std::string k = r.kind == Regex::Kind::kSeq ? "(" : "(|";

@@ -48,7 +48,8 @@ class TokenMasker {
   const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
   const std::vector<int32_t>& eog() const { return eog_; }
   int32_t n_vocab() const { return trie_.n_vocab(); }
-  size_t n_words() const { return (static_cast<size_t>(trie_.n_vocab()) + 63) / 64; }
+  // Words of a mask: one bit per token and the trie's scratch bit.
+  size_t n_words() const { return static_cast<size_t>(trie_.n_vocab()) / 64 + 1; }
 
   const StateMask& state_mask(int32_t state);
   size_t cached_states() const { return cached_; }
@@ -68,6 +69,9 @@ class TokenMasker {
 // The masker of a tokenizer's vocabulary: each token's bytes, control and
 // unused entries left out, its end-of-generation tokens.
 std::unique_ptr<TokenMasker> make_token_masker(const Tokenizer& tok);
+
+// After a walk: twins follow their node's token, the scratch bit is cleared.
+void finish_mask(const TokenTrie& trie, std::span<uint64_t> bits);
 
 inline void set_bit(std::span<uint64_t> bits, int32_t i) {
   bits[static_cast<size_t>(i) >> 6] |= uint64_t{1} << (i & 63);

@@ -14,8 +14,8 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
     return pieces[static_cast<size_t>(a)] < pieces[static_cast<size_t>(b)];
   });
   nodes_.push_back({});
+  nodes_[0].token = n_vocab_;
   std::vector<uint32_t> path{0};  // node index per depth along the current piece
-  std::vector<std::vector<int32_t>> at(1);  // tokens ending at each node
   const std::string* prev = nullptr;
   for (const int32_t id : ids) {
     const std::string& p = pieces[static_cast<size_t>(id)];
@@ -32,23 +32,22 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
       Node n;
       n.byte = static_cast<uint8_t>(p[i]);
       n.depth = static_cast<uint16_t>(i + 1);
-      n.tok_begin = n.tok_end = 0;
+      n.token = n_vocab_;
       nodes_.push_back(n);
-      at.emplace_back();
       path.push_back(static_cast<uint32_t>(nodes_.size() - 1));
       max_depth_ = std::max(max_depth_, static_cast<int32_t>(i + 1));
     }
-    at[path.back()].push_back(id);
+    Node& end = nodes_[path.back()];
+    if (end.token == n_vocab_) {
+      end.token = id;
+    } else {
+      twins_.emplace_back(end.token, id);
+    }
     prev = &p;
   }
   while (!path.empty()) {
     nodes_[path.back()].end = static_cast<uint32_t>(nodes_.size());
     path.pop_back();
-  }
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    nodes_[i].tok_begin = static_cast<uint32_t>(tokens_.size());
-    tokens_.insert(tokens_.end(), at[i].begin(), at[i].end());
-    nodes_[i].tok_end = static_cast<uint32_t>(tokens_.size());
   }
 }
 

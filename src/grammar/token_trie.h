@@ -11,24 +11,27 @@ namespace tessera::grammar {
 class TokenTrie {
  public:
   struct Node {
+    uint32_t end = 0;     // index past this node's subtree
+    int32_t token = 0;    // a token whose text ends here, or n_vocab() (none)
+    uint16_t depth = 0;   // the root is 0
     uint8_t byte = 0;
-    uint16_t depth = 0;      // the root is 0
-    uint32_t end = 0;        // index past this node's subtree
-    uint32_t tok_begin = 0;  // tokens whose text ends here: tokens()[tok_begin, tok_end)
-    uint32_t tok_end = 0;
   };
 
-  // pieces[id] is token id's text; empty pieces (control tokens) are left out.
+  // pieces[id] is token id's text; empty pieces (control tokens) are left
+  // out. Walks set bit `token` of every live node: bit n_vocab() is the
+  // scratch bit of nodes without a token (callers clear it).
   explicit TokenTrie(const std::vector<std::string>& pieces);
 
   const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // Tokens with the same text as another's (byte-fallback twins): pairs
+  // (the node's token, the twin). Allowed exactly when the first is.
+  const std::vector<std::pair<int32_t, int32_t>>& twins() const { return twins_; }
   int32_t n_vocab() const { return n_vocab_; }
   int32_t max_depth() const { return max_depth_; }
 
  private:
   std::vector<Node> nodes_;  // nodes_[0] is the root
-  std::vector<int32_t> tokens_;
+  std::vector<std::pair<int32_t, int32_t>> twins_;
   int32_t n_vocab_ = 0;
   int32_t max_depth_ = 0;
 };
