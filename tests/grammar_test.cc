@@ -124,7 +124,8 @@ TEST(JsonSchema, AcceptsInstancesAndRejectsViolations) {
       "when": {"type": "string", "format": "date"},
       "score": {"type": "number", "minimum": -1, "maximum": 1}
     },
-    "required": ["name", "age"]
+    "required": ["name", "age"],
+    "additionalProperties": false
   })");
   for (const char* ok : {R"({"name": "Bo", "age": 3})", R"({"name": "Alice", "age": 130, "tags": ["a", "b"]})",
                          R"({"name": "Al", "age": 0, "when": "2024-02-28", "score": -0.25})",
@@ -137,6 +138,20 @@ TEST(JsonSchema, AcceptsInstancesAndRejectsViolations) {
                           R"({"name": "Al", "age": 1.5})", R"({"age": 3, "name": "Bo"})"}) {
     EXPECT_FALSE(full_match(c, *m, bad)) << bad;
   }
+}
+
+TEST(JsonSchema, ExtraPropertiesFollowTheSpecUnlessStrict) {
+  auto m = byte_masker();
+  const char* schema = R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]})";
+  const auto open = compile_json_schema_text(schema);
+  EXPECT_TRUE(full_match(open, *m, R"({"a": 1, "b": [true], "zz": {"k": null}})"));
+  EXPECT_FALSE(full_match(open, *m, R"({"a": 1})"));                // b is required
+  EXPECT_FALSE(full_match(open, *m, R"({"a": 1, "b": 2, "a": 3})"));  // a listed key is not an extra one
+  JsonSchemaOptions strict;
+  strict.strict = true;
+  const auto closed = compile_json_schema_text(R"({"type": "object", "properties": {"a": {"type": "integer"}}})", strict);
+  EXPECT_TRUE(full_match(closed, *m, R"({"a": 1})"));
+  EXPECT_FALSE(full_match(closed, *m, R"({"a": 1, "b": 2})"));
 }
 
 TEST(JsonSchema, RecursiveRefs) {

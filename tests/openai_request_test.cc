@@ -44,10 +44,58 @@ class OpenAiRequest : public ::testing::Test {
   ModelContext ctx_;
 };
 
+TEST_F(OpenAiRequest, StructuredOutputFieldsCompileOrAreRefusedNamingWhy) {
+  const json schema = {{"type", "object"}, {"properties", {{"b", {{"type", "integer"}}}, {"a", {{"type", "string"}}}}}};
+  const json good[] = {
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}},
+      {{"response_format", {{"type", "json_object"}}}},
+      {{"json_schema", schema}},
+      {{"grammar", "root ::= \"yes\" | \"no\""}},
+      {{"regex", "[0-9]{3}"}},
+  };
+  for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+    for (const json& extra : good) {
+      json body = ep == Endpoint::kChat ? chat() : completion();
+      body.update(extra);
+      const ApiRequest r = ep == Endpoint::kChat ? parse_chat_request(body, ctx_) : parse_completion_request(body, ctx_);
+      ASSERT_NE(r.params.constraint, nullptr) << extra.dump();
+    }
+    json text = ep == Endpoint::kChat ? chat() : completion();
+    text["response_format"] = {{"type", "text"}};
+    EXPECT_EQ((ep == Endpoint::kChat ? parse_chat_request(text, ctx_) : parse_completion_request(text, ctx_)).params.constraint,
+              nullptr);
+  }
+  // The body's text keeps the schema's property order ("b" before "a"),
+  // which the parsed json has lost: outputs follow the order written.
+  json body = completion();
+  body["json_schema"] = schema;
+  const std::string raw = R"({"prompt": "x", "max_tokens": 4, "json_schema": {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}})";
+  const ApiRequest r = parse_completion_request(json::parse(raw), ctx_, raw);
+  const std::string rules = r.params.constraint->grammar.to_string();
+  EXPECT_LT(rules.find("property b"), rules.find("property a")) << rules;
+
+  const std::pair<json, std::pair<std::string, std::string>> refused[] = {
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"contentMediaType", "x"}}}}}}}},
+       {"response_format", "contentMediaType"}},
+      {{{"response_format", {{"type", "xml"}}}}, {"response_format", "xml"}},
+      {{{"grammar", "root ::= item\n"}}, {"grammar", "undefined rule 'item'"}},
+      {{{"regex", "(a"}}, {"regex", "missing ')'"}},
+      {{{"regex", "a+"}, {"grammar", "root ::= \"a\""}}, {"regex", "give one"}},
+  };
+  for (const auto& [extra, want] : refused) {
+    json b = chat();
+    b.update(extra);
+    const ApiError e = parse(b, Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << extra.dump();
+    EXPECT_EQ(e.param(), want.first) << e.what();
+    EXPECT_NE(std::string(e.what()).find(want.second), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(OpenAiRequest, FieldsTheServerDoesNotImplementAreRefusedNamingThem) {
-  const json unknown = {{"tool_choice", "auto"},         {"grammar", "root ::= \"a\""},
+  const json unknown = {{"tool_choice", "auto"},
                         {"guided_json", {{"type", "object"}}}, {"min_tokens", 3},
-                        {"typo_field", 1},               {"response_format", {{"type", "json_object"}}},
+                        {"typo_field", 1},
                         {"guided_regex", "a+"},          {"store", true},
                         {"include_stop_str_in_output", true}, {"skip_special_tokens", false}};
   for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {

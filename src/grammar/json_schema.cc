@@ -626,25 +626,35 @@ class SchemaCompiler {
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) refuse(where + "/required", "required must be an array");
-      for (const auto& r : s["required"]) required.insert(r.get<std::string>());
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) refuse(where + "/required", "required must list strings");
+        required.insert(r.get<std::string>());
+      }
     }
-    for (const auto& r : required) {
-      if (!props.contains(r)) refuse(where + "/required", "required property \"" + r + "\" has no schema in properties");
-    }
-    // Extra keys: the schema's additionalProperties, or none when absent
-    // beside `properties` (OpenAI strict mode's rule), or any value when
-    // the object lists no properties at all.
+    // Extra keys: as additionalProperties says; absent, any (JSON Schema's
+    // rule) unless strict and properties are listed (OpenAI's rule).
     int32_t extra = -1;
+    Json extra_schema = true;
     if (s.contains("additionalProperties")) {
-      const Json& ap = s["additionalProperties"];
-      if (!(ap.is_boolean() && !ap.get<bool>())) extra = compile(ap, where + "/additionalProperties", depth + 1);
-    } else if (props.empty()) {
+      extra_schema = s["additionalProperties"];
+      if (!(extra_schema.is_boolean() && !extra_schema.get<bool>())) {
+        extra = compile(extra_schema, where + "/additionalProperties", depth + 1);
+      }
+    } else if (props.empty() || !o_.strict) {
       extra = compile(Json(true), where, depth + 1);
+    }
+    // A required name without a schema of its own takes the extra keys' one.
+    Json all = props;
+    for (const auto& r : s.contains("required") ? s["required"] : Json::array()) {
+      const std::string k = r.get<std::string>();
+      if (all.contains(k)) continue;
+      if (extra < 0) refuse(where + "/required", "required property \"" + k + "\" that additionalProperties forbids");
+      all[k] = extra_schema;
     }
     std::vector<std::string> names;
     std::vector<int32_t> pairs;
     std::vector<bool> req;
-    for (const auto& [k, v] : props.items()) {
+    for (const auto& [k, v] : all.items()) {
       names.push_back(k);
       const int32_t value = compile(v, where + "/properties/" + k, depth + 1);
       pairs.push_back(b_.seq("property " + k, cat({token(lit(dump(Json(k)))), punct(key_sep_), {value}})));

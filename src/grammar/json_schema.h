@@ -13,8 +13,9 @@
 //
 // Choices a validator does not see (docs/STRUCTURED_OUTPUT.md):
 // - properties come in the schema's order;
-// - with `properties` and no `additionalProperties`, no other keys are
-//   written (as OpenAI's strict mode requires), so outputs stay small;
+// - extra keys (where additionalProperties allows them) come after the
+//   listed properties; with `strict` (OpenAI's json_schema.strict), an
+//   object that lists properties and says nothing of others has none;
 // - strings with a pattern, format or length bound use no escapes.
 #pragma once
 
@@ -37,6 +38,7 @@ enum class JsonWhitespace {
 struct JsonSchemaOptions {
   JsonWhitespace whitespace = JsonWhitespace::kSpaced;
   int32_t max_repeat = 4096;  // largest minItems/maxItems/maxLength accepted
+  bool strict = false;        // absent additionalProperties beside properties means false
 };
 
 std::shared_ptr<const Constraint> compile_json_schema(const nlohmann::ordered_json& schema,

@@ -54,9 +54,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void parse() {
     try {
       const json body = parse_body(body_, srv_.opt.max_json_depth);
+      api_ = std::make_shared<ApiRequest>(endpoint_ == Endpoint::kChat ? parse_chat_request(body, m_.ctx, body_)
+                                                                     : parse_completion_request(body, m_.ctx, body_));
       body_.clear();
-      api_ = std::make_shared<ApiRequest>(endpoint_ == Endpoint::kChat ? parse_chat_request(body, m_.ctx)
-                                                                     : parse_completion_request(body, m_.ctx));
       const int64_t samples = static_cast<int64_t>(api_->prompts.size()) * api_->params.n;
       if (samples > srv_.opt.max_samples_per_request) {
         throw ApiError(400, fmt::format("the request asks for {} completions (prompts x n); this server allows {}",

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "tokenizer/tokenizer.h"
 #include "adapters/registry.h"
 #include "template/chat_template.h"
@@ -79,6 +81,7 @@ void check_soft_prompt(const json& body, const ModelContext& ctx, ApiRequest& r)
 // them rather than receive text that silently ignores them.
 constexpr std::string_view kCommonFields[] = {
     "model", "soft_prompt", "stream", "stream_options", "logit_bias",  // logit_bias: refused unless empty
+    "response_format", "json_schema", "grammar", "regex",           // structured output
 };
 constexpr std::string_view kCompletionFields[] = {
     "prompt", "prompt_cache", "best_of", "echo", "logprobs",
@@ -86,7 +89,6 @@ constexpr std::string_view kCompletionFields[] = {
 };
 constexpr std::string_view kChatFields[] = {
     "messages", "logprobs", "top_logprobs", "add_generation_prompt", "chat_template_kwargs",
-    "response_format",  // {"type": "text"} only
     "tool_choice",      // "none" only
     "prompt_cache",     // refused with its own reason
     "tools", "functions", "audio",  // refused unless empty
@@ -318,6 +320,67 @@ std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer&
   return tok.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }
 
+// The request's schema as its client wrote it: nlohmann::json sorts object
+// keys, and a schema's property order is the order outputs follow.
+nlohmann::ordered_json ordered_schema(std::string_view raw, const json& fallback,
+                                      std::initializer_list<const char*> path) {
+  if (raw.empty()) return nlohmann::ordered_json::parse(fallback.dump());
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(raw);
+  for (const char* k : path) j = std::move(j[k]);
+  return j;
+}
+
+// Structured output (docs/STRUCTURED_OUTPUT.md): response_format (OpenAI:
+// text, json_object, json_schema), json_schema and grammar (llama-server),
+// regex; at most one. A schema or grammar that cannot be honoured is a 400
+// naming what is wrong.
+void parse_structured(const json& body, std::string_view raw, ApiRequest& r) {
+  std::vector<const char*> given;
+  for (const char* k : {"response_format", "json_schema", "grammar", "regex"}) {
+    if (field(body, k) != nullptr) given.push_back(k);
+  }
+  if (given.empty()) return;
+  if (given.size() > 1) bad(given[1], fmt::format("'{}' and '{}' both constrain the output: give one", given[0], given[1]));
+  const std::string param = given[0];
+  const json& v = *field(body, given[0]);
+  grammar::JsonSchemaOptions o;
+  try {
+    if (param == "grammar" || param == "regex") {
+      if (!v.is_string()) bad(param, fmt::format("'{}' must be a string", param));
+      const std::string& text = v.get_ref<const std::string&>();
+      r.params.constraint = param == "grammar" ? grammar::compile_gbnf(text) : grammar::compile_regex(text);
+    } else if (param == "json_schema") {
+      if (!v.is_object() && !v.is_boolean()) bad(param, "'json_schema' must be a JSON Schema (an object)");
+      r.params.constraint = grammar::compile_json_schema(ordered_schema(raw, v, {"json_schema"}), o);
+    } else {
+      if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) {
+        bad(param, "'response_format' must be an object with a 'type'");
+      }
+      const std::string type = v["type"].get<std::string>();
+      if (type == "text") return;
+      if (type == "json_object") {
+        // llama-server's extension: a schema beside the type.
+        r.params.constraint = v.contains("schema")
+                                  ? grammar::compile_json_schema(ordered_schema(raw, v["schema"], {"response_format", "schema"}), o)
+                                  : grammar::compile_json_object(o);
+      } else if (type == "json_schema") {
+        const json* js = v.contains("json_schema") ? &v["json_schema"] : nullptr;
+        if (js == nullptr || !js->is_object() || !js->contains("schema")) {
+          bad("response_format", "response_format json_schema needs 'json_schema': {\"name\", \"schema\"}");
+        }
+        if (js->contains("strict") && !(*js)["strict"].is_boolean()) bad("response_format", "'strict' must be a boolean");
+        o.strict = js->value("strict", false);
+        r.params.constraint =
+            grammar::compile_json_schema(ordered_schema(raw, (*js)["schema"], {"response_format", "json_schema", "schema"}), o);
+      } else {
+        bad(param, fmt::format("response_format type '{}' is not one of text, json_object, json_schema", type));
+      }
+    }
+  } catch (const Error& e) {
+    bad(param, e.what());
+  }
+}
+
 }  // namespace
 
 json parse_body(std::string_view body, int max_depth) {
@@ -336,7 +399,7 @@ json parse_body(std::string_view body, int max_depth) {
   }
 }
 
-ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
+ApiRequest parse_completion_request(const json& body, const ModelContext& ctx, std::string_view raw) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   refuse_unknown_fields(body, Endpoint::kCompletions);
   ApiRequest r;
@@ -351,6 +414,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
     if (best_of != n) bad("best_of", "'best_of' different from 'n' is not supported");
   }
   r.params = sampling(body, /*default_max_tokens=*/16, ctx);
+  parse_structured(body, raw, r);
   parse_stream(body, r);
   r.echo = boolean(body, "echo", false);
   if (const json* lp = field(body, "logprobs")) {
@@ -370,7 +434,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& ctx) {
   return r;
 }
 
-ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
+ApiRequest parse_chat_request(const json& body, const ModelContext& ctx, std::string_view raw) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   refuse_unknown_fields(body, Endpoint::kChat);
   ApiRequest r;
@@ -382,14 +446,10 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx) {
   if (field(body, "prompt_cache") != nullptr) {
     bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");
   }
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", json()) != "text") {
-      bad("response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
-  }
   r.endpoint = Endpoint::kChat;
   const json messages = normalise_messages(body);
   r.params = sampling(body, /*default_max_tokens=*/1, ctx);  // replaced below when not given
+  parse_structured(body, raw, r);
   parse_stream(body, r);
   r.chat_logprobs = boolean(body, "logprobs", false);
   if (const json* tl = field(body, "top_logprobs")) {

@@ -83,7 +83,9 @@ struct ApiRequest {
 
 // `model`, when present, must be the served name or a loaded adapter's (404
 // otherwise).
-ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& ctx);
-ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& ctx);
+// `raw`: the body's text, when there is one (a JSON Schema's property order,
+// which `body` has lost, is read from it).
+ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& ctx, std::string_view raw = {});
+ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& ctx, std::string_view raw = {});
 
 }  // namespace tessera::server
