@@ -115,10 +115,18 @@ struct Candidates {
 // All tokens, or the top-k sorted; then the weights at temperature T.
 void start_candidates(Candidates& c, int32_t top_k, float temperature) {
   const int32_t V = static_cast<int32_t>(c.logits.size());
+  // Masked ids (-inf: past the tokenizer, or refused by a grammar) weigh
+  // nothing: leaving them out changes no draw and saves their exp().
   c.idx.resize(V);
-  std::iota(c.idx.begin(), c.idx.end(), 0);
-  c.n = V;
-  if (top_k > 0 && top_k < V) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < V; ++i) {
+    c.idx[n] = i;
+    n += c.logits[i] != -INFINITY;
+  }
+  c.idx.resize(n);
+  c.n = n;
+  TESSERA_CHECK(n > 0, kInternal, "every token is masked: nothing to sample");
+  if (top_k > 0 && top_k < n) {
     c.n = top_k;
     std::partial_sort(c.idx.begin(), c.idx.begin() + c.n, c.idx.end(), [&](int32_t a, int32_t b) { return c.before(a, b); });
     c.sorted = true;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "tokenizer/unicode.h"
+
 namespace tessera::grammar {
 
 CodepointSet CodepointSet::range(uint32_t lo, uint32_t hi) {
@@ -91,23 +93,7 @@ std::string CodepointSet::key() const {
   return k;
 }
 
-void append_utf8(uint32_t c, std::string& out) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
+void append_utf8(uint32_t c, std::string& out) { tok::append_utf8(out, c); }
 
 namespace {
 

@@ -22,7 +22,9 @@ EarleyTables::EarleyTables(const Grammar& g) {
     return base;
   };
   for (const auto& r : g.rules) rule_starts[static_cast<size_t>(r.lhs)].push_back(add_rule(r.lhs, r.rhs));
-  start_pos = add_rule(-1, {g.start});  // S' -> start; its lhs is no nonterminal
+  // S' -> start. Its lhs must be no symbol at all: completing it must not
+  // advance items that expect some lexeme (negative symbols).
+  start_pos = add_rule(kEnd + 1, {g.start});
   for (bool changed = true; changed;) {
     changed = false;
     for (const auto& r : g.rules) {

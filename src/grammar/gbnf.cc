@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::grammar {
 
@@ -13,6 +14,7 @@ class GbnfParser {
   explicit GbnfParser(std::string_view t) : s_(t) {}
 
   std::shared_ptr<const Constraint> run() {
+    if (!tok::is_valid_utf8(s_)) fail(ErrorCode::kInvalidArgument, "grammar: not valid UTF-8");
     skip_space(true);
     while (pos_ < s_.size()) {
       const std::string name = ident();
@@ -73,15 +75,7 @@ class GbnfParser {
     return n;
   }
 
-  uint32_t utf8() {
-    const auto b = static_cast<uint8_t>(s_[pos_]);
-    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || pos_ + static_cast<size_t>(n) > s_.size()) error("invalid UTF-8");
-    uint32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-    for (int k = 1; k < n; ++k) c = (c << 6) | (static_cast<uint8_t>(s_[pos_ + k]) & 0x3F);
-    pos_ += static_cast<size_t>(n);
-    return c;
-  }
+  uint32_t utf8() { return tok::next_code_point(s_, pos_); }  // run() checked the whole text
 
   uint32_t hex(int n) {
     uint32_t v = 0;

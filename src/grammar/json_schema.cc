@@ -63,8 +63,9 @@ RegexPtr fixed_width(const std::string& lo, const std::string& hi) {
   return re::alt(std::move(alts));
 }
 
-// Non-negative integers in [a, b] without leading zeros; b < 0: unbounded.
-RegexPtr natural_range(int64_t a, int64_t b) {
+// Non-negative integers in [a, b] without leading zeros; b < 0: unbounded
+// (in at most max_digits digits when that is >= 0).
+RegexPtr natural_range(int64_t a, int64_t b, int32_t max_digits = -1) {
   const std::string as = std::to_string(a);
   std::vector<RegexPtr> alts;
   const size_t last = b < 0 ? as.size() : std::to_string(b).size();
@@ -78,7 +79,10 @@ RegexPtr natural_range(int64_t a, int64_t b) {
     alts.push_back(fixed_width(lo, hi));
   }
   if (b < 0) {
-    alts.push_back(re::seq({cls({{'1', '9'}}), re::repeat(digit(), static_cast<int32_t>(as.size()), -1)}));
+    const auto from = static_cast<int32_t>(as.size());
+    if (max_digits < 0 || max_digits > from) {
+      alts.push_back(re::seq({cls({{'1', '9'}}), re::repeat(digit(), from, max_digits < 0 ? -1 : max_digits - 1)}));
+    }
   }
   return re::alt(std::move(alts));
 }
@@ -88,7 +92,7 @@ RegexPtr zero_fraction() { return re::opt(re::seq({lit("."), re::plus(lit("0"))}
 
 // Magnitudes in [a, b] (b < 0: unbounded) as decimals without exponent.
 RegexPtr decimal_range(int64_t a, int64_t b) {
-  if (b < 0) return re::seq({natural_range(a, -1), fraction()});
+  if (b < 0) return re::seq({natural_range(a, -1, /*max_digits=*/16), fraction()});
   std::vector<RegexPtr> alts;
   if (b - 1 >= a) alts.push_back(re::seq({natural_range(a, b - 1), fraction()}));
   alts.push_back(re::seq({lit(std::to_string(b)), zero_fraction()}));
@@ -191,7 +195,7 @@ class SchemaCompiler {
 
   void build_any() {
     any_value_ = b_.nonterminal("any");
-    const int32_t str = b_.seq("any_string", token(quoted(re::star(string_char()))));
+    const int32_t str = b_.seq("any_string", token(quoted(re::repeat(string_char(), 0, o_.max_string_length))));
     const int32_t num = b_.seq("any_number", token(number_regex()));
     const int32_t pair = b_.seq("any_pair", cat({{str}, punct(key_sep_), {any_value_}}));
     const int32_t members = b_.nonterminal("any_members");
@@ -206,9 +210,12 @@ class SchemaCompiler {
     for (const char* k : {"true", "false", "null"}) b_.rule(any_value_, punct(k));
   }
 
+  // JSON numbers that parse to a finite double everywhere: at most 16
+  // integer digits and a two-digit exponent (1e400 is valid JSON, but most
+  // parsers turn it into infinity or refuse it).
   static RegexPtr number_regex() {
-    const RegexPtr integer = re::seq({re::opt(lit("-")), re::alt({lit("0"), re::seq({cls({{'1', '9'}}), re::star(digit())})})});
-    const RegexPtr exp = re::opt(re::seq({cls({{'e', 'e'}, {'E', 'E'}}), re::opt(cls({{'+', '+'}, {'-', '-'}})), re::plus(digit())}));
+    const RegexPtr integer = re::seq({re::opt(lit("-")), re::alt({lit("0"), re::seq({cls({{'1', '9'}}), re::repeat(digit(), 0, 15)})})});
+    const RegexPtr exp = re::opt(re::seq({cls({{'e', 'e'}, {'E', 'E'}}), re::opt(cls({{'+', '+'}, {'-', '-'}})), re::repeat(digit(), 1, 2)}));
     return re::seq({integer, fraction(), exp});
   }
 
@@ -530,14 +537,17 @@ class SchemaCompiler {
       return re::seq({re::repeat(hexdig(), 8, 8), lit("-"), re::repeat(hexdig(), 4, 4), lit("-"), re::repeat(hexdig(), 4, 4),
                       lit("-"), re::repeat(hexdig(), 4, 4), lit("-"), re::repeat(hexdig(), 12, 12)});
     }
+    // Lengths within RFC 1035 / 5321: labels of at most 60 characters, at
+    // most 4 of them; a local part of at most 64 as dot-separated atoms.
     const RegexPtr label = re::seq({cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}}),
-                                    re::opt(re::seq({re::repeat(cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'-', '-'}}), 0, 61),
+                                    re::opt(re::seq({re::repeat(cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'-', '-'}}), 0, 58),
                                                      cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}})}))});
-    const RegexPtr hostname = re::seq({label, re::repeat(re::seq({lit("."), label}), 0, 8)});
+    const RegexPtr hostname = re::seq({label, re::repeat(re::seq({lit("."), label}), 0, 3)});
     if (f == "hostname") return hostname;
     if (f == "email") {
-      return re::seq({re::plus(cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'.', '.'}, {'_', '_'}, {'%', '%'}, {'+', '+'}, {'-', '-'}})),
-                      lit("@"), label, re::repeat(re::seq({lit("."), label}), 1, 8)});
+      const RegexPtr atext = cls({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'_', '_'}, {'%', '%'}, {'+', '+'}, {'-', '-'}});
+      const RegexPtr local = re::seq({re::repeat(atext, 1, 32), re::repeat(re::seq({lit("."), re::repeat(atext, 1, 15)}), 0, 2)});
+      return re::seq({local, lit("@"), label, re::repeat(re::seq({lit("."), label}), 1, 2)});
     }
     if (f == "ipv4") {
       const RegexPtr octet = re::alt({re::seq({lit("25"), cls({{'0', '5'}})}), re::seq({lit("2"), cls({{'0', '4'}}), digit()}),
@@ -564,8 +574,11 @@ class SchemaCompiler {
       RegexOptions ro;
       ro.alphabet = plain_chars();
       ro.search = true;
+      ro.search_pad_max = o_.max_string_length;
       try {
-        return quoted(parse_regex(s["pattern"].get<std::string>(), ro));
+        RegexPtr content = parse_regex(s["pattern"].get<std::string>(), ro);
+        if (o_.max_string_length >= 0) content = cap_repeats(content, o_.max_string_length);
+        return quoted(content);
       } catch (const Error& e) {
         refuse(where + "/pattern", e.what());
       }
@@ -575,6 +588,7 @@ class SchemaCompiler {
     if (s.contains("maxLength")) mx = int_of(s["maxLength"], where, "maxLength");
     if (mn < 0 || mx < -1 || (mx >= 0 && mx < mn)) refuse(where, "minLength/maxLength out of order");
     if (mn > o_.max_repeat || mx > o_.max_repeat) refuse(where, "a string length bound above " + std::to_string(o_.max_repeat));
+    if (mx < 0 && o_.max_string_length >= 0) mx = std::max<int64_t>(mn, o_.max_string_length);
     return quoted(re::repeat(string_char(), static_cast<int32_t>(mn), static_cast<int32_t>(mx)));
   }
 
@@ -599,7 +613,7 @@ class SchemaCompiler {
     }
     // Byte-wise over the names: a name's bytes are plain UTF-8, and leaving
     // the trie at any byte that is not a child's leaves every name behind.
-    const RegexPtr rest = re::star(re::set(plain_chars()));
+    const RegexPtr rest = re::repeat(re::set(plain_chars()), 0, o_.max_string_length);
     std::function<RegexPtr(int)> from = [&](int v) -> RegexPtr {
       const Node& n = t[static_cast<size_t>(v)];
       std::vector<RegexPtr> alts;

@@ -39,6 +39,12 @@ struct JsonSchemaOptions {
   JsonWhitespace whitespace = JsonWhitespace::kSpaced;
   int32_t max_repeat = 4096;  // largest minItems/maxItems/maxLength accepted
   bool strict = false;        // absent additionalProperties beside properties means false
+  // Strings the schema leaves unbounded (and the text around an unanchored
+  // pattern's match, and each unbounded repetition inside a pattern) hold
+  // at most this many characters; -1: no cap. Outputs
+  // stay valid (a subset of the language); a sampler that rarely picks a
+  // closing quote, as a random-weight model at temperature 1, still ends.
+  int32_t max_string_length = -1;
 };
 
 std::shared_ptr<const Constraint> compile_json_schema(const nlohmann::ordered_json& schema,

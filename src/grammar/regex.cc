@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace tessera::grammar {
 
@@ -18,17 +19,9 @@ RegexPtr set(CodepointSet s) {
 }
 
 RegexPtr literal(std::string_view utf8) {
+  // The callers hand valid UTF-8 (JSON text, parsed grammars).
   std::vector<RegexPtr> parts;
-  size_t i = 0;
-  while (i < utf8.size()) {
-    // The callers hand valid UTF-8 (JSON text, parsed grammars).
-    const auto b = static_cast<uint8_t>(utf8[i]);
-    const int n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-    uint32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-    for (int k = 1; k < n && i + k < utf8.size(); ++k) c = (c << 6) | (static_cast<uint8_t>(utf8[i + k]) & 0x3F);
-    parts.push_back(set(CodepointSet::of(c)));
-    i += n;
-  }
+  for (size_t i = 0; i < utf8.size();) parts.push_back(set(CodepointSet::of(tok::next_code_point(utf8, i))));
   return seq(std::move(parts));
 }
 
@@ -129,6 +122,22 @@ bool has_nonempty(const Regex& r) {
   return false;
 }
 
+RegexPtr cap_repeats(const RegexPtr& r, int32_t max) {
+  switch (r->kind) {
+    case Regex::Kind::kEmpty:
+    case Regex::Kind::kSet: return r;
+    case Regex::Kind::kSeq:
+    case Regex::Kind::kAlt: {
+      std::vector<RegexPtr> kids;
+      for (const auto& k : r->kids) kids.push_back(cap_repeats(k, max));
+      return r->kind == Regex::Kind::kSeq ? re::seq(std::move(kids)) : re::alt(std::move(kids));
+    }
+    case Regex::Kind::kRepeat:
+      return re::repeat(cap_repeats(r->kids[0], max), r->min, r->max < 0 ? std::max(r->min, max) : r->max);
+  }
+  return r;
+}
+
 std::string regex_key(const Regex& r) {
   switch (r.kind) {
     case Regex::Kind::kEmpty: return "()";
@@ -176,17 +185,8 @@ CodepointSet dot() {  // everything but line terminators
 class Parser {
  public:
   Parser(std::string_view text, const RegexOptions& o) : opts_(o) {
-    // Decode once; invalid UTF-8 is the caller's malformed input.
-    size_t i = 0;
-    while (i < text.size()) {
-      const auto b = static_cast<uint8_t>(text[i]);
-      const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-      TESSERA_CHECK(n > 0 && i + n <= text.size(), kInvalidArgument, "regex: invalid UTF-8 at byte {}", i);
-      uint32_t c = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-      for (int k = 1; k < n; ++k) c = (c << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
-      cps_.push_back(c);
-      i += static_cast<size_t>(n);
-    }
+    TESSERA_CHECK(tok::is_valid_utf8(text), kInvalidArgument, "regex: the pattern is not valid UTF-8");
+    for (size_t i = 0; i < text.size();) cps_.push_back(tok::next_code_point(text, i));
   }
 
   RegexPtr parse() {
@@ -197,7 +197,7 @@ class Parser {
       RegexPtr body = concat(/*top=*/true);
       if (peek('$')) { ++pos_; tail = true; }
       if (opts_.search) {
-        const RegexPtr any = re::star(re::set(dot().intersect(opts_.alphabet)));
+        const RegexPtr any = re::repeat(re::set(dot().intersect(opts_.alphabet)), 0, opts_.search_pad_max);
         body = re::seq({head ? re::empty() : any, body, tail ? re::empty() : any});
       }
       branches.push_back(body);

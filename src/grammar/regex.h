@@ -46,6 +46,9 @@ bool nullable(const Regex& r);
 bool matches_nothing(const Regex& r);
 // Whether some non-empty string is in the language.
 bool has_nonempty(const Regex& r);
+// The same tree with every unbounded repetition bounded by `max` (a subset
+// of the language).
+RegexPtr cap_repeats(const RegexPtr& r, int32_t max);
 // Canonical text of the tree: equal trees, equal keys (lexeme interning).
 std::string regex_key(const Regex& r);
 
@@ -57,6 +60,9 @@ struct RegexOptions {
   // JSON Schema's patterns search (unanchored unless ^/$); GBNF and the
   // `regex` field match the whole text.
   bool search = false;
+  // With search: the text around the match holds at most this many
+  // characters on each side (-1: any).
+  int32_t search_pad_max = -1;
 };
 
 // Parses an ECMAScript-style pattern: literals, '.', classes with ranges and
