@@ -1,6 +1,7 @@
 #include "grammar/lexer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "core/error.h"
@@ -22,6 +23,7 @@ int32_t Lexer::new_nfa_state() {
                 "structured output: the patterns need more than {} automaton states (counted repetitions too large)",
                 kMaxNfaStates);
   nfa_.emplace_back();
+  tags_.emplace_back();
   return static_cast<int32_t>(nfa_.size() - 1);
 }
 
@@ -60,8 +62,25 @@ int32_t Lexer::emit(const Regex& r, int32_t from) {
     }
     case Regex::Kind::kRepeat: {
       const Regex& kid = *r.kids[0];
+      // Long repetitions tag their copies (mask classes, set_horizon).
+      const int32_t copies = r.max < 0 ? r.min : r.max;
+      const bool tagged = copies >= 8 && !nullable(kid);  // each copy takes a byte or more
+      const auto rid = static_cast<int32_t>(repeats_.size());
+      if (tagged) repeats_.push_back({r.min, r.max});
+      int32_t copy = 0;
+      auto emit_copy = [&](int32_t at) {
+        const size_t first = nfa_.size();
+        const int32_t end = emit(kid, at);
+        if (tagged) {
+          for (size_t x = first; x < nfa_.size(); ++x) {
+            if (tags_[x].repeat < 0) tags_[x] = {rid, copy, static_cast<int32_t>(x - first)};
+          }
+        }
+        ++copy;
+        return end;
+      };
       int32_t cur = from;
-      for (int32_t i = 0; i < r.min; ++i) cur = emit(kid, cur);
+      for (int32_t i = 0; i < r.min; ++i) cur = emit_copy(cur);
       if (r.max < 0) {
         const int32_t loop = new_nfa_state();
         nfa_[static_cast<size_t>(cur)].eps.push_back(loop);
@@ -72,7 +91,7 @@ int32_t Lexer::emit(const Regex& r, int32_t from) {
       const int32_t end = new_nfa_state();
       nfa_[static_cast<size_t>(cur)].eps.push_back(end);
       for (int32_t i = r.min; i < r.max; ++i) {
-        cur = emit(kid, cur);
+        cur = emit_copy(cur);
         nfa_[static_cast<size_t>(cur)].eps.push_back(end);
       }
       return end;
@@ -131,6 +150,7 @@ int32_t Lexer::intern(const RegexPtr& re) {
     }
   } catch (...) {
     nfa_.resize(mark);
+    tags_.resize(mark);
     throw;
   }
   lexeme_start_.push_back(static_cast<int32_t>(nfa_.size() - 1));
@@ -172,10 +192,32 @@ int32_t Lexer::intern_state(std::vector<int32_t> set) {
   }
   std::sort(d.accepted.begin(), d.accepted.end());
   d.accepted.erase(std::unique(d.accepted.begin(), d.accepted.end()), d.accepted.end());
+  const auto id = static_cast<int32_t>(states_.size());
+  // The mask class: tagged states by (repeat, offset, distance to the
+  // count's minimum and maximum, clamped at the horizon), others by id.
+  std::vector<int32_t> cls;
+  for (const int32_t x : set) {
+    const CopyTag& t = tags_[static_cast<size_t>(x)];
+    if (t.repeat < 0) {
+      cls.insert(cls.end(), {x, 0, 0, 0});
+      continue;
+    }
+    const Repeat& r = repeats_[static_cast<size_t>(t.repeat)];
+    const int32_t to_min = std::clamp(r.min - t.copy, -1, horizon_);
+    const int32_t to_max = r.max < 0 ? horizon_ : std::clamp(r.max - t.copy, -1, horizon_);
+    cls.insert(cls.end(), {-1 - t.repeat, t.offset, to_min, to_max});
+  }
+  {
+    std::vector<std::array<int32_t, 4>> tuples(cls.size() / 4);
+    std::memcpy(tuples.data(), cls.data(), cls.size() * sizeof(int32_t));
+    std::sort(tuples.begin(), tuples.end());
+    std::memcpy(cls.data(), tuples.data(), cls.size() * sizeof(int32_t));
+  }
+  auto [it, fresh] = class_ids_.emplace(key_of(cls), id);
+  d.mask_class = fresh ? id : it->second;
   d.nfa = std::move(set);
-  std::fill(std::begin(d.next), std::end(d.next), kUnknown);
+  next_.resize(next_.size() + 256, kUnknown);
   states_.push_back(std::move(d));
-  const auto id = static_cast<int32_t>(states_.size() - 1);
   state_ids_.emplace(std::move(key), id);
   return id;
 }
@@ -202,12 +244,12 @@ int32_t Lexer::compute_next(int32_t state, uint8_t byte) {
   set.erase(std::unique(set.begin(), set.end()), set.end());
   close(set);
   const int32_t t = intern_state(std::move(set));
-  states_[static_cast<size_t>(state)].next[byte] = t;
+  next_[static_cast<size_t>(state) * 256 + byte] = t;
   return t;
 }
 
 size_t Lexer::memory_bytes() const {
-  size_t b = nfa_.size() * sizeof(NfaState) + states_.size() * sizeof(DfaState);
+  size_t b = nfa_.size() * sizeof(NfaState) + states_.size() * sizeof(DfaState) + next_.capacity() * sizeof(int32_t);
   for (const NfaState& s : nfa_) b += s.edges.capacity() * sizeof(Edge) + s.eps.capacity() * sizeof(int32_t);
   for (const DfaState& s : states_) b += (s.nfa.capacity() + s.accepted.capacity()) * sizeof(int32_t);
   return b;

@@ -38,17 +38,32 @@ class Lexer {
   int32_t start(std::span<const int32_t> lexemes);
   // The state after one more byte, or kDead.
   int32_t next(int32_t state, uint8_t byte) {
-    const int32_t t = states_[static_cast<size_t>(state)].next[byte];
+    const int32_t t = next_[static_cast<size_t>(state) * 256 + byte];
     return t != kUnknown ? t : compute_next(state, byte);  // which stores it
+  }
+  // The transition table, 256 entries a state, kUnknown where not computed
+  // yet (next() computes it). Moves when states are added: walks that read
+  // it directly take it again after each next().
+  static constexpr int32_t kUnknown = -2;
+  const int32_t* table() const { return next_.data();
   }
   // The lexemes whose text ends exactly here (sorted).
   std::span<const int32_t> accepted(int32_t state) const { return states_[static_cast<size_t>(state)].accepted; }
+
+  // Mask classes: states whose futures agree for the next `horizon` bytes
+  // share one. A long counted repetition (a JSON string's maxLength: one
+  // DFA state per character) gives a state per count, but while both ends
+  // of the count are more than `horizon` characters away, no token can tell
+  // them apart: the copies of the repeated part are matched by their offset,
+  // and their distance to the count's ends is clamped at the horizon. Set
+  // the horizon before the first lexeme.
+  void set_horizon(int32_t bytes) { horizon_ = bytes; }
+  int32_t mask_class(int32_t state) const { return states_[static_cast<size_t>(state)].mask_class; }
 
   size_t num_states() const { return states_.size(); }
   size_t memory_bytes() const;
 
  private:
-  static constexpr int32_t kUnknown = -2;
   struct Edge {
     uint8_t lo, hi;
     int32_t to;
@@ -61,7 +76,16 @@ class Lexer {
   struct DfaState {
     std::vector<int32_t> nfa;  // sorted, closed under eps
     std::vector<int32_t> accepted;
-    int32_t next[256];
+    int32_t mask_class = 0;    // the first state of its class
+  };
+  // NFA states inside a copy of a long repetition.
+  struct CopyTag {
+    int32_t repeat = -1;  // index into repeats_, -1: none
+    int32_t copy = 0;
+    int32_t offset = 0;   // from the copy's first state
+  };
+  struct Repeat {
+    int32_t min, max;  // copies; max -1: unbounded
   };
 
   int32_t new_nfa_state();
@@ -75,8 +99,13 @@ class Lexer {
   std::vector<int32_t> lexeme_start_;
   std::unordered_map<std::string, int32_t> lexeme_ids_;
   std::vector<DfaState> states_;
+  std::vector<int32_t> next_;  // 256 per state
   std::unordered_map<std::string, int32_t> state_ids_;
   std::unordered_map<std::string, int32_t> start_ids_;
+  std::vector<CopyTag> tags_;  // per NFA state
+  std::vector<Repeat> repeats_;
+  std::unordered_map<std::string, int32_t> class_ids_;
+  int32_t horizon_ = 1 << 20;
   std::vector<uint32_t> mark_;  // closure scratch, generation-stamped
   uint32_t generation_ = 0;
 };

@@ -109,8 +109,8 @@ bool Matcher::can_end() {
 
 // `node`'s byte took the lexer to `state`: its tokens are allowed, and its
 // children are tried from there, across a lexeme boundary when one ends.
-void Matcher::walk(uint32_t node, int32_t state, std::span<uint64_t> bits) {
-  const auto& nodes = masker_->trie().nodes();
+void Matcher::walk(const TokenTrie& trie, uint32_t node, int32_t state, std::span<uint64_t> bits) {
+  const auto& nodes = trie.nodes();
   const TokenTrie::Node& n = nodes[node];
   set_bit(bits, n.token);
   Lexer& lx = masker_->lexer();
@@ -118,15 +118,40 @@ void Matcher::walk(uint32_t node, int32_t state, std::span<uint64_t> bits) {
   for (uint32_t c = node + 1; c < n.end; c = nodes[c].end) {
     const int32_t t = lx.next(state, nodes[c].byte);
     if (t != Lexer::kDead) {
-      walk(c, t, bits);
+      walk(trie, c, t, bits);
       continue;
     }
     if (pushed < 0) pushed = scan_ended(state) ? 1 : 0;
     if (pushed == 0 || starts_.back() == Lexer::kDead) continue;
     const int32_t t2 = lx.next(starts_.back(), nodes[c].byte);
-    if (t2 != Lexer::kDead) walk(c, t2, bits);
+    if (t2 != Lexer::kDead) walk(trie, c, t2, bits);
   }
   if (pushed == 1) pop();
+}
+
+// The tokens that cross a lexeme boundary: per state left, the parser takes
+// the ended lexemes once and each boundary node's subtree is walked on.
+void Matcher::walk_boundaries(const TokenTrie& trie, const StateMask& sm, std::span<uint64_t> bits) {
+  const auto& nodes = trie.nodes();
+  Lexer& lx = masker_->lexer();
+  for (size_t i = 0; i < sm.boundaries.size();) {
+    const int32_t from = sm.boundaries[i].from;
+    size_t j = i;
+    while (j < sm.boundaries.size() && sm.boundaries[j].from == from) ++j;
+    if (scan_ended(from)) {
+      const int32_t s0 = starts_.back();
+      if (s0 != Lexer::kDead) {
+        for (size_t k = i; k < j; ++k) {
+          const uint32_t node = sm.boundaries[k].node;
+          const int32_t t = lx.next(s0, nodes[node].byte);
+          if (t != Lexer::kDead) walk(trie, node, t, bits);
+        }
+      }
+      pop();
+    }
+    i = j;
+  }
+  finish_mask(trie, bits);
 }
 
 void Matcher::fill_mask(std::span<uint64_t> bits) {
@@ -134,29 +159,12 @@ void Matcher::fill_mask(std::span<uint64_t> bits) {
   std::fill(bits.begin(), bits.end(), 0);
   if (ended_) return;
   if (state_ != Lexer::kDead) {
-    const StateMask& sm = masker_->state_mask(state_);
-    std::copy(sm.bits.begin(), sm.bits.end(), bits.begin());
-    const auto& nodes = masker_->trie().nodes();
-    Lexer& lx = masker_->lexer();
-    for (size_t i = 0; i < sm.boundaries.size();) {
-      const int32_t from = sm.boundaries[i].from;
-      size_t j = i;
-      while (j < sm.boundaries.size() && sm.boundaries[j].from == from) ++j;
-      if (scan_ended(from)) {
-        const int32_t s0 = starts_.back();
-        if (s0 != Lexer::kDead) {
-          for (size_t k = i; k < j; ++k) {
-            const uint32_t node = sm.boundaries[k].node;
-            const int32_t t = lx.next(s0, nodes[node].byte);
-            if (t != Lexer::kDead) walk(node, t, bits);
-          }
-        }
-        pop();
-      }
-      i = j;
-    }
+    const StateMask& a = masker_->state_mask(TokenMasker::kShort, state_);
+    const StateMask& b = masker_->state_mask(TokenMasker::kLong, state_);
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] = a.bits[w] | b.bits[w];
+    walk_boundaries(masker_->trie(TokenMasker::kShort), a, bits);
+    walk_boundaries(masker_->trie(TokenMasker::kLong), b, bits);
   }
-  finish_mask(masker_->trie(), bits);
   if (can_end()) {
     for (const int32_t e : masker_->eog()) set_bit(bits, e);
   }

@@ -59,7 +59,8 @@ class Matcher {
   void pop();
   int32_t step(int32_t state, uint8_t byte);
   int32_t start_of_expected();
-  void walk(uint32_t node, int32_t state, std::span<uint64_t> bits);
+  void walk(const TokenTrie& trie, uint32_t node, int32_t state, std::span<uint64_t> bits);
+  void walk_boundaries(const TokenTrie& trie, const StateMask& sm, std::span<uint64_t> bits);
 
   std::shared_ptr<const Constraint> constraint_;
   TokenMasker* masker_;

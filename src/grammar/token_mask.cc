@@ -6,46 +6,98 @@
 
 namespace tessera::grammar {
 
-TokenMasker::TokenMasker(const std::vector<std::string>& pieces, std::vector<int32_t> eog, size_t cache_bytes)
-    : pieces_(pieces), eog_(std::move(eog)), trie_(pieces), cache_bytes_limit_(cache_bytes) {
-  stack_.resize(static_cast<size_t>(trie_.max_depth()) + 1);
+namespace {
+
+std::vector<std::string> pieces_where(const std::vector<std::string>& pieces, bool long_ones) {
+  std::vector<std::string> out(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if ((pieces[i].size() > TokenMasker::kShortToken) == long_ones) out[i] = pieces[i];
+  }
+  return out;
 }
 
-const StateMask& TokenMasker::state_mask(int32_t state) {
-  if (cache_.size() <= static_cast<size_t>(state)) cache_.resize(static_cast<size_t>(state) + 1);
-  if (cache_[static_cast<size_t>(state)]) return *cache_[static_cast<size_t>(state)];
+}  // namespace
+
+TokenMasker::TokenMasker(const std::vector<std::string>& pieces, std::vector<int32_t> eog, size_t cache_bytes)
+    : pieces_(pieces),
+      eog_(std::move(eog)),
+      tries_{TokenTrie(pieces_where(pieces, false)), TokenTrie(pieces_where(pieces, true))},
+      cache_bytes_limit_(cache_bytes) {
+  lexer_.set_horizon(kShortToken + 1);
+  for (auto& st : stacks_) st.resize(static_cast<size_t>(std::max(tries_[0].max_depth(), tries_[1].max_depth())) + 1);
+}
+
+const StateMask& TokenMasker::state_mask(int t, int32_t state) {
+  const int32_t key = t == kShort ? lexer_.mask_class(state) : state;
+  auto& cache = cache_[t];
+  if (cache.size() <= static_cast<size_t>(key)) cache.resize(static_cast<size_t>(key) + 1);
+  if (cache[static_cast<size_t>(key)]) return *cache[static_cast<size_t>(key)];
   if (cache_bytes_ > cache_bytes_limit_) {
-    for (auto& c : cache_) c.reset();
+    for (auto& c : cache_) {
+      for (auto& m : c) m.reset();
+    }
     cache_bytes_ = 0;
     cached_ = 0;
   }
   auto m = std::make_unique<StateMask>();
   m->bits.assign(n_words(), 0);
-  const auto& nodes = trie_.nodes();
-  stack_[0] = state;
-  uint64_t* bits = m->bits.data();
-  for (uint32_t i = 1; i < nodes.size();) {
-    const TokenTrie::Node& n = nodes[i];
-    const int32_t from = stack_[n.depth - 1];
-    const int32_t t = lexer_.next(from, n.byte);
-    if (t == Lexer::kDead) [[unlikely]] {
-      if (!lexer_.accepted(from).empty()) m->boundaries.push_back({i, from});
-      i = n.end;
-      continue;
-    }
-    stack_[n.depth] = t;
-    bits[static_cast<uint32_t>(n.token) >> 6] |= uint64_t{1} << (n.token & 63);
-    ++i;
-  }
-  finish_mask(trie_, m->bits);
+  const TokenTrie& trie = tries_[t];
+  walk_lexer(trie, state, *m);
+  finish_mask(trie, m->bits);
   std::stable_sort(m->boundaries.begin(), m->boundaries.end(),
                    [](const StateMask::Boundary& a, const StateMask::Boundary& b) { return a.from < b.from; });
   cache_bytes_ += m->bits.size() * 8 + m->boundaries.size() * sizeof(StateMask::Boundary) + sizeof(StateMask);
   ++cached_;
-  // The walk may have added lexer states: the cache grows with them.
-  if (cache_.size() <= static_cast<size_t>(state)) cache_.resize(static_cast<size_t>(state) + 1);
-  cache_[static_cast<size_t>(state)] = std::move(m);
-  return *cache_[static_cast<size_t>(state)];
+  cache[static_cast<size_t>(key)] = std::move(m);
+  return *cache[static_cast<size_t>(key)];
+}
+
+// The lexer-only walk, TokenTrie::kWays runs side by side (each node's
+// state depends on its parent's through a load: one run alone is latency
+// bound).
+void TokenMasker::walk_lexer(const TokenTrie& trie, int32_t state, StateMask& m) {
+  constexpr int K = TokenTrie::kWays;
+  const auto& nodes = trie.nodes();
+  const auto& splits = trie.splits();
+  uint64_t* bits = m.bits.data();
+  uint32_t at[K], end[K];
+  int32_t* stack[K];
+  for (int k = 0; k < K; ++k) {
+    at[k] = splits[static_cast<size_t>(k)];
+    end[k] = splits[static_cast<size_t>(k) + 1];
+    stack[k] = stacks_[static_cast<size_t>(k)].data();
+    stack[k][0] = state;
+  }
+  // The table is read directly (a local pointer the stores cannot alias)
+  // and taken again after a transition is computed.
+  const int32_t* table = lexer_.table();
+  auto step = [&](int k) {
+    const uint32_t i = at[k];
+    const TokenTrie::Node& n = nodes[i];
+    const int32_t from = stack[k][n.depth - 1];
+    int32_t t = table[static_cast<size_t>(from) * 256 + n.byte];
+    if (t == Lexer::kUnknown) [[unlikely]] {
+      t = lexer_.next(from, n.byte);
+      table = lexer_.table();
+    }
+    if (t == Lexer::kDead) [[unlikely]] {
+      if (!lexer_.accepted(from).empty()) m.boundaries.push_back({i, from});
+      at[k] = n.end;
+      return;
+    }
+    stack[k][n.depth] = t;
+    bits[static_cast<uint32_t>(n.token) >> 6] |= uint64_t{1} << (n.token & 63);
+    at[k] = i + 1;
+  };
+  for (;;) {
+    bool all = true;
+    for (int k = 0; k < K; ++k) all = all && at[k] < end[k];
+    if (!all) break;
+    for (int k = 0; k < K; ++k) step(k);
+  }
+  for (int k = 0; k < K; ++k) {
+    while (at[k] < end[k]) step(k);
+  }
 }
 
 void finish_mask(const TokenTrie& trie, std::span<uint64_t> bits) {

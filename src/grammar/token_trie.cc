@@ -49,6 +49,13 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
     nodes_[path.back()].end = static_cast<uint32_t>(nodes_.size());
     path.pop_back();
   }
+  const auto n = static_cast<uint32_t>(nodes_.size());
+  splits_.push_back(1);
+  for (uint32_t c = 1; c < n; c = nodes_[c].end) {
+    const uint32_t want = 1 + (n - 1) * static_cast<uint32_t>(splits_.size()) / kWays;
+    if (static_cast<int>(splits_.size()) < kWays && c >= want && c > splits_.back()) splits_.push_back(c);
+  }
+  while (static_cast<int>(splits_.size()) <= kWays) splits_.push_back(n);
 }
 
 }  // namespace tessera::grammar

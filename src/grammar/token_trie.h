@@ -28,10 +28,16 @@ class TokenTrie {
   const std::vector<std::pair<int32_t, int32_t>>& twins() const { return twins_; }
   int32_t n_vocab() const { return n_vocab_; }
   int32_t max_depth() const { return max_depth_; }
+  // kWays + 1 node indices at boundaries between the root's subtrees that
+  // cut the nodes in kWays runs of about equal size: walks run them side by
+  // side, so that one run's dependent loads overlap another's.
+  static constexpr int kWays = 4;
+  const std::vector<uint32_t>& splits() const { return splits_; }
 
  private:
   std::vector<Node> nodes_;  // nodes_[0] is the root
   std::vector<std::pair<int32_t, int32_t>> twins_;
+  std::vector<uint32_t> splits_;
   int32_t n_vocab_ = 0;
   int32_t max_depth_ = 0;
 };
