@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "grammar/codepoints.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/regex.h"
@@ -236,6 +237,72 @@ TEST(Matcher, RollbackRestoresTheMask) {
   x.fill_mask(after);
   EXPECT_EQ(before, after);
   EXPECT_FALSE(x.can_end());
+}
+
+}  // namespace
+}  // namespace tessera::grammar
+
+namespace tessera::grammar {
+namespace {
+
+// GBNF in llama.cpp's syntax: grammars of this project's own writing (the
+// shapes of llama.cpp's examples: arithmetic, a list, JSON-like values),
+// checked against strings they must and must not accept.
+TEST(Gbnf, AcceptsItsLanguageExactly) {
+  auto m = byte_masker();
+  const auto arith = compile_gbnf(R"G(# integer arithmetic
+root  ::= expr
+expr  ::= term (("+" | "-") term)*
+term  ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")"
+)G");
+  for (const char* ok : {"1", "12+3", "(1+2)*3", "((4))", "7/8-9*10"}) EXPECT_TRUE(full_match(arith, *m, ok)) << ok;
+  for (const char* bad : {"", "+1", "1+", "(1", "1)", "a", "1 + 2"}) EXPECT_FALSE(full_match(arith, *m, bad)) << bad;
+
+  const auto list = compile_gbnf("root ::= item+\nitem ::= \"- \" [^\\n]+ \"\\n\"\n");
+  EXPECT_TRUE(full_match(list, *m, "- eggs\n- milk\n"));
+  EXPECT_FALSE(full_match(list, *m, "- eggs"));
+  EXPECT_FALSE(full_match(list, *m, "-\n"));
+
+  const auto value = compile_gbnf(R"G(
+root   ::= value
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ( string ":" value ("," string ":" value)* )? "}"
+array  ::= "[" ( value ("," value)* )? "]"
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\""
+number ::= "-"? ([0-9] | [1-9] [0-9]{1,15}) ("." [0-9]+)?
+)G");
+  for (const char* ok : {R"({"a":[1,-2.5,"x\u00e9"],"b":{}})", "[]", "null", R"("é")"}) {
+    EXPECT_TRUE(full_match(value, *m, ok)) << ok;
+  }
+  for (const char* bad : {R"({"a"})", "[1,]", "01", R"("\x")", "tru"}) EXPECT_FALSE(full_match(value, *m, bad)) << bad;
+
+  const auto counted = compile_gbnf("root ::= [a-c]{2,3} \"!\"?\n");
+  for (const char* ok : {"ab", "abc", "ca!"}) EXPECT_TRUE(full_match(counted, *m, ok)) << ok;
+  for (const char* bad : {"a", "abca", "!"}) EXPECT_FALSE(full_match(counted, *m, bad)) << bad;
+}
+
+TEST(Gbnf, ErrorsNameTheLine) {
+  for (const auto& [text, needle] : std::vector<std::pair<const char*, const char*>>{
+           {"root ::= foo\n", "undefined rule 'foo'"},
+           {"item ::= \"a\"\n", "no 'root' rule"},
+           {"root ::= \"a\"\nroot ::= \"b\"\n", "line 2"},
+           {"root ::= [b-a]\n", "out of order"},
+           {"root ::= \"abc\n", "unterminated literal"}}) {
+    try {
+      compile_gbnf(text);
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Gbnf, MasksEqualTryingEveryToken) {
+  const auto& s = testing::stories260k();
+  auto m = make_token_masker(*s.tok);
+  const auto g = compile_gbnf("root ::= \" \" sentence (\" \" sentence)*\nsentence ::= [A-Z] [a-z]+ (\" \" [a-z]+)* \".\"\n");
+  expect_masks_match_brute_force(g, *m, *s.tok, "Tim ran to the park. He was happy.");
 }
 
 }  // namespace
