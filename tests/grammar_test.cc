@@ -220,6 +220,26 @@ TEST(Matcher, MasksEqualTryingEveryToken) {
   expect_masks_match_brute_force(compile_json_schema_text(R"({"type": "array", "items": {"type": "number"}})", flexible), *m,
                                  *s.tok, "[ 1.5,2 ,\n -3e4]");
   expect_masks_match_brute_force(compile_regex("( the| a) [a-z]+ (ran|sat)\\."), *m, *s.tok, "the dog sat.");
+  // Plain-text states (Lexer::plain_budget): short and long counts, a star,
+  // a pattern whose tail also takes plain characters, extra keys.
+  expect_masks_match_brute_force(
+      compile_json_schema_text(R"({"type": "array", "items": {"type": "string", "maxLength": 5}})"), *m, *s.tok,
+      R"(["Tim", "a", ""])");
+  expect_masks_match_brute_force(
+      compile_json_schema_text(R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 2, "maxLength": 40},
+          "b": {"type": "string", "pattern": "^[a-z]{1,3}x*$"}}, "required": ["a", "b"]})"),
+      *m, *s.tok, R"({"a": "Once upon a time", "b": "abxx", "other": "the end"})");
+}
+
+// The same on Qwen 3's 151k byte-level vocabulary, whose tokens span
+// lexemes ('", "', '": '), hold partial UTF-8, and exceed 16 bytes.
+TEST(Matcher, MasksEqualTryingEveryTokenOfA151kVocabulary) {
+  const auto tok = Tokenizer::from_hf_json(testing::shared_path("models/tokenizers/qwen3/tokenizer.json"));
+  auto m = make_token_masker(*tok);
+  expect_masks_match_brute_force(
+      compile_json_schema_text(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+          "note": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name", "note", "n"]})"),
+      *m, *tok, R"({"name": "Zoë Li", "note": "日本語 ok", "n": -12})");
 }
 
 TEST(Matcher, RollbackRestoresTheMask) {

@@ -25,23 +25,30 @@ RegexPtr cls(std::initializer_list<std::pair<uint32_t, uint32_t>> ranges) {
 RegexPtr digit() { return cls({{'0', '9'}}); }
 RegexPtr hexdig() { return cls({{'0', '9'}, {'a', 'f'}, {'A', 'F'}}); }
 
+}  // namespace
+
 // Characters a JSON string holds as they are.
-CodepointSet plain_chars() {
+CodepointSet json_plain_chars() {
   CodepointSet bad = CodepointSet::range(0, 0x1F);
   bad.add('"', '"');
   bad.add('\\', '\\');
   return bad.complement();
 }
 // One character of a JSON string: plain, or an escape (no lone surrogates).
-RegexPtr string_char() {
+RegexPtr json_string_char() {
   const RegexPtr hex4 = re::alt({re::seq({cls({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
                                           re::repeat(hexdig(), 3, 3)}),
                                  re::seq({cls({{'d', 'd'}, {'D', 'D'}}), cls({{'0', '7'}}), re::repeat(hexdig(), 2, 2)})});
   const RegexPtr escape = re::seq({lit("\\"), re::alt({cls({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
                                                              {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
                                                         re::seq({lit("u"), hex4})})});
-  return re::alt({re::set(plain_chars()), escape});
+  return re::alt({re::set(json_plain_chars()), escape});
 }
+
+namespace {
+
+CodepointSet plain_chars() { return json_plain_chars(); }
+RegexPtr string_char() { return json_string_char(); }
 RegexPtr quoted(RegexPtr content) { return re::seq({lit("\""), std::move(content), lit("\"")}); }
 
 // Equal-width decimal strings lo..hi (leading zeros allowed).

@@ -54,6 +54,12 @@ std::shared_ptr<const Constraint> compile_json_schema_text(std::string_view sche
 // Any JSON object ({"type": "json_object"}).
 std::shared_ptr<const Constraint> compile_json_object(const JsonSchemaOptions& opts = {});
 
+// The characters a JSON string holds unescaped, and one character of a JSON
+// string (plain or an escape): the plain-text kids of the lexer
+// (Lexer::add_plain_kid).
+CodepointSet json_plain_chars();
+RegexPtr json_string_char();
+
 // The regex of integers in [lo, hi] written without leading zeros (bounds
 // may be absent). Exposed for tests.
 RegexPtr integer_range_regex(std::optional<int64_t> lo, std::optional<int64_t> hi);

@@ -62,42 +62,69 @@ int32_t Lexer::emit(const Regex& r, int32_t from) {
     }
     case Regex::Kind::kRepeat: {
       const Regex& kid = *r.kids[0];
-      // Long repetitions tag their copies (mask classes, set_horizon).
+      // Long repetitions tag their copies (mask classes, set_horizon);
+      // repetitions of a plain-text character (add_plain_kid) always do,
+      // stars included (plain_budget).
       const int32_t copies = r.max < 0 ? r.min : r.max;
-      const bool tagged = copies >= 8 && !nullable(kid);  // each copy takes a byte or more
+      const bool plain = !plain_kids_.empty() && plain_kids_.count(regex_key(kid)) > 0;
+      const bool tagged = plain || (copies >= 8 && !nullable(kid));  // each copy takes a byte or more
       const auto rid = static_cast<int32_t>(repeats_.size());
-      if (tagged) repeats_.push_back({r.min, r.max});
+      if (tagged) repeats_.push_back({r.min, r.max, plain, {}});
       int32_t copy = 0;
-      auto emit_copy = [&](int32_t at) {
+      auto emit_copy = [&](int32_t at, int32_t index) {
         const size_t first = nfa_.size();
         const int32_t end = emit(kid, at);
         if (tagged) {
           for (size_t x = first; x < nfa_.size(); ++x) {
-            if (tags_[x].repeat < 0) tags_[x] = {rid, copy, static_cast<int32_t>(x - first)};
+            if (tags_[x].repeat < 0) tags_[x] = {rid, index, static_cast<int32_t>(x - first)};
+          }
+          if (plain && repeats_[static_cast<size_t>(rid)].entry.empty()) {
+            repeats_[static_cast<size_t>(rid)].entry = entry_offsets(at, static_cast<int32_t>(first));
           }
         }
-        ++copy;
         return end;
       };
       int32_t cur = from;
-      for (int32_t i = 0; i < r.min; ++i) cur = emit_copy(cur);
+      for (int32_t i = 0; i < r.min; ++i) cur = emit_copy(cur, copy++);
       if (r.max < 0) {
         const int32_t loop = new_nfa_state();
         nfa_[static_cast<size_t>(cur)].eps.push_back(loop);
-        const int32_t e = emit(kid, loop);
+        const int32_t e = emit_copy(loop, kStarCopy);
         nfa_[static_cast<size_t>(e)].eps.push_back(loop);
         return loop;
       }
       const int32_t end = new_nfa_state();
       nfa_[static_cast<size_t>(cur)].eps.push_back(end);
       for (int32_t i = r.min; i < r.max; ++i) {
-        cur = emit_copy(cur);
+        cur = emit_copy(cur, copy++);
         nfa_[static_cast<size_t>(cur)].eps.push_back(end);
       }
       return end;
     }
   }
   return from;
+}
+
+// Offsets (from `first`) of the states with edges that `at` reaches by
+// epsilon inside the copy that starts at `first`: where a character starts.
+std::vector<int32_t> Lexer::entry_offsets(int32_t at, int32_t first) const {
+  std::vector<int32_t> out, stack;
+  std::vector<int32_t> seen;
+  for (const int32_t t : nfa_[static_cast<size_t>(at)].eps) {
+    if (t >= first) stack.push_back(t);
+  }
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    if (std::find(seen.begin(), seen.end(), x) != seen.end()) continue;
+    seen.push_back(x);
+    if (!nfa_[static_cast<size_t>(x)].edges.empty()) out.push_back(x - first);
+    for (const int32_t t : nfa_[static_cast<size_t>(x)].eps) {
+      if (t >= first) stack.push_back(t);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // Drops the edges of states [first, end) into states that cannot reach
@@ -213,6 +240,7 @@ int32_t Lexer::intern_state(std::vector<int32_t> set) {
     std::sort(tuples.begin(), tuples.end());
     std::memcpy(cls.data(), tuples.data(), cls.size() * sizeof(int32_t));
   }
+  d.plain_budget = plain_budget_of(set);
   auto [it, fresh] = class_ids_.emplace(key_of(cls), id);
   d.mask_class = fresh ? id : it->second;
   d.nfa = std::move(set);
@@ -220,6 +248,47 @@ int32_t Lexer::intern_state(std::vector<int32_t> set) {
   states_.push_back(std::move(d));
   state_ids_.emplace(std::move(key), id);
   return id;
+}
+
+// Between two characters of one plain repetition, and nothing else that
+// takes a plain byte: the characters left (kUnbounded for a star), else -1.
+int32_t Lexer::plain_budget_of(const std::vector<int32_t>& set) const {
+  int32_t rid = -1, copy = -1;
+  std::vector<int32_t> offsets;
+  for (const int32_t x : set) {
+    const CopyTag& t = tags_[static_cast<size_t>(x)];
+    if (t.repeat < 0) {
+      for (const Edge& e : nfa_[static_cast<size_t>(x)].edges) {
+        for (int b = e.lo; b <= e.hi; ++b) {
+          if (plain_lead_[static_cast<size_t>(b)]) return -1;
+        }
+      }
+      continue;
+    }
+    if (!repeats_[static_cast<size_t>(t.repeat)].plain) return -1;
+    if (rid < 0) {
+      rid = t.repeat;
+      copy = t.copy;
+    } else if (rid != t.repeat || copy != t.copy) {
+      return -1;
+    }
+    offsets.push_back(t.offset);
+  }
+  if (rid < 0) return -1;
+  std::sort(offsets.begin(), offsets.end());
+  const Repeat& r = repeats_[static_cast<size_t>(rid)];
+  if (offsets != r.entry) return -1;
+  if (copy == kStarCopy || r.max < 0) return kUnbounded;
+  return r.max - copy;
+}
+
+void Lexer::add_plain_kid(const RegexPtr& kid, const CodepointSet& chars) {
+  plain_kids_.insert(regex_key(*kid));
+  for (const auto& [lo, hi] : chars.ranges()) {
+    for (const ByteRanges& seq : utf8_sequences(lo, hi)) {
+      for (int b = seq[0].first; b <= seq[0].second; ++b) plain_lead_[static_cast<size_t>(b)] = 1;
+    }
+  }
 }
 
 int32_t Lexer::start(std::span<const int32_t> lexemes) {

@@ -16,7 +16,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <array>
+#include <climits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/regex.h"
@@ -58,6 +61,18 @@ class Lexer {
   // and their distance to the count's ends is clamped at the horizon. Set
   // the horizon before the first lexeme.
   void set_horizon(int32_t bytes) { horizon_ = bytes; }
+
+  // Plain text: `kid` is one character of a string (JSON's plain character
+  // or escape), and `chars` the characters it takes as themselves. Where a
+  // state lies between two characters of a repetition of such a kid, and
+  // nothing else there takes a character of `chars`, every token made only
+  // of `chars` is allowed exactly when it has no more characters than are
+  // left: plain_budget(state) says how many (kUnbounded, or -1 where this
+  // does not hold). The token masks use it to skip those tokens' walk.
+  // Call before the first lexeme.
+  static constexpr int32_t kUnbounded = INT32_MAX;
+  void add_plain_kid(const RegexPtr& kid, const CodepointSet& chars);
+  int32_t plain_budget(int32_t state) const { return states_[static_cast<size_t>(state)].plain_budget; }
   int32_t mask_class(int32_t state) const { return states_[static_cast<size_t>(state)].mask_class; }
 
   size_t num_states() const { return states_.size(); }
@@ -77,6 +92,7 @@ class Lexer {
     std::vector<int32_t> nfa;  // sorted, closed under eps
     std::vector<int32_t> accepted;
     int32_t mask_class = 0;    // the first state of its class
+    int32_t plain_budget = -1;
   };
   // NFA states inside a copy of a long repetition.
   struct CopyTag {
@@ -86,7 +102,12 @@ class Lexer {
   };
   struct Repeat {
     int32_t min, max;  // copies; max -1: unbounded
+    bool plain;        // of a plain-text character
+    std::vector<int32_t> entry;  // offsets where a character starts (plain)
   };
+  static constexpr int32_t kStarCopy = INT32_MAX / 2;  // the copy a star loops over
+  std::vector<int32_t> entry_offsets(int32_t at, int32_t first) const;
+  int32_t plain_budget_of(const std::vector<int32_t>& set) const;
 
   int32_t new_nfa_state();
   int32_t emit(const Regex& r, int32_t from);
@@ -105,6 +126,8 @@ class Lexer {
   std::vector<CopyTag> tags_;  // per NFA state
   std::vector<Repeat> repeats_;
   std::unordered_map<std::string, int32_t> class_ids_;
+  std::unordered_set<std::string> plain_kids_;
+  std::array<uint8_t, 256> plain_lead_{};
   int32_t horizon_ = 1 << 20;
   std::vector<uint32_t> mark_;  // closure scratch, generation-stamped
   uint32_t generation_ = 0;

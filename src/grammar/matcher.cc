@@ -162,8 +162,8 @@ void Matcher::fill_mask(std::span<uint64_t> bits) {
     const StateMask& a = masker_->state_mask(TokenMasker::kShort, state_);
     const StateMask& b = masker_->state_mask(TokenMasker::kLong, state_);
     for (size_t w = 0; w < bits.size(); ++w) bits[w] = a.bits[w] | b.bits[w];
-    walk_boundaries(masker_->trie(TokenMasker::kShort), a, bits);
-    walk_boundaries(masker_->trie(TokenMasker::kLong), b, bits);
+    walk_boundaries(masker_->trie(a.trie), a, bits);
+    walk_boundaries(masker_->trie(b.trie), b, bits);
   }
   if (can_end()) {
     for (const int32_t e : masker_->eog()) set_bit(bits, e);

@@ -14,6 +14,10 @@
 // (98% of a 151k vocabulary) and the rest. The short trie's walk is cached
 // per mask class (Lexer::mask_class with a horizon of kShortToken + 1: the
 // positions of a long counted string share it), the long trie's per state.
+// Between two characters of a JSON string's content, the short tokens of
+// plain text are allowed by their length alone (Lexer::plain_budget): the
+// walk covers only the others (llguidance calls such precomputed sets of
+// tokens slices).
 //
 // Caches are bounded: past `cache_bytes` they are dropped and rebuilt on use.
 #pragma once
@@ -40,12 +44,16 @@ struct StateMask {
   };
   std::vector<uint64_t> bits;         // tokens allowed inside the lexeme
   std::vector<Boundary> boundaries;   // sorted by `from`
+  int trie = 0;                       // the trie whose nodes `boundaries` names
 };
 
 class TokenMasker {
  public:
   static constexpr int kShortToken = 16;  // bytes
-  enum Trie { kShort = 0, kLong = 1 };
+  // kShortNonPlain: the short tokens that are not JSON-plain text (a quote,
+  // a backslash, a control character, or bytes that are not whole UTF-8
+  // characters): all a plain-text state needs to walk (Lexer::plain_budget).
+  enum Trie { kShort = 0, kLong = 1, kShortNonPlain = 2 };
 
   // pieces[id]: token id's bytes ("" for control tokens: never allowed);
   // eog: the end-of-generation ids, allowed exactly when the grammar accepts.
@@ -67,13 +75,17 @@ class TokenMasker {
  private:
   std::vector<std::string> pieces_;
   std::vector<int32_t> eog_;
-  TokenTrie tries_[2];
+  TokenTrie tries_[3];
+  // plain_upto_[c]: the short JSON-plain tokens of at most c characters.
+  std::vector<std::vector<uint64_t>> plain_upto_;
   Lexer lexer_;
   std::vector<std::unique_ptr<StateMask>> cache_[2];  // short: per mask class; long: per state
   size_t cache_bytes_limit_;
   size_t cache_bytes_ = 0;
   size_t cached_ = 0;
   void walk_lexer(const TokenTrie& trie, int32_t state, StateMask& m);
+  bool plain_ok(int32_t state, int32_t budget);
+  static bool plain_lead(uint8_t b) { return (b >= 0x20 && b != '"' && b != '\\' && b < 0x80) || (b >= 0xC2 && b <= 0xF4); }
   std::vector<int32_t> stacks_[TokenTrie::kWays];  // walk scratch: lexer state per depth
 };
 
