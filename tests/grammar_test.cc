@@ -232,14 +232,15 @@ TEST(Matcher, MasksEqualTryingEveryToken) {
 }
 
 // The same on Qwen 3's 151k byte-level vocabulary, whose tokens span
-// lexemes ('", "', '": '), hold partial UTF-8, and exceed 16 bytes.
+// lexemes ('", "', '": '), hold partial UTF-8, and exceed 16 bytes; extra
+// keys that are prefixes of listed ones, where '"name":' must be refused.
 TEST(Matcher, MasksEqualTryingEveryTokenOfA151kVocabulary) {
   const auto tok = Tokenizer::from_hf_json(testing::shared_path("models/tokenizers/qwen3/tokenizer.json"));
   auto m = make_token_masker(*tok);
   expect_masks_match_brute_force(
       compile_json_schema_text(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
           "note": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name", "note", "n"]})"),
-      *m, *tok, R"({"name": "Zoë Li", "note": "日本語 ok", "n": -12})");
+      *m, *tok, R"({"name": "Zoë Li", "note": "日本語 ok", "n": -12, "nam": [1], "notes": {}})");
 }
 
 TEST(Matcher, RollbackRestoresTheMask) {

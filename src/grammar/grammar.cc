@@ -23,6 +23,7 @@ std::vector<int32_t> GrammarBuilder::text(const RegexPtr& re) {
   } else {
     id = static_cast<int32_t>(g_.lexemes.size());
     g_.lexemes.push_back(re);
+    g_.excluded.emplace_back();
     lexeme_ids_.emplace(key, id);
   }
   if (!nullable(*re)) return {lexeme_symbol(id)};
@@ -32,6 +33,15 @@ std::vector<int32_t> GrammarBuilder::text(const RegexPtr& re) {
   rule(n, {});
   optional_ids_.emplace(key, n);
   return {n};
+}
+
+int32_t GrammarBuilder::text_excluding(const RegexPtr& re, std::vector<std::string> texts) {
+  TESSERA_CHECK(has_nonempty(*re) && !nullable(*re), kInvalidArgument,
+                "structured output: an excluding lexeme must match non-empty text only");
+  const auto id = static_cast<int32_t>(g_.lexemes.size());
+  g_.lexemes.push_back(re);
+  g_.excluded.push_back(std::move(texts));
+  return lexeme_symbol(id);
 }
 
 int32_t GrammarBuilder::seq(std::string name, std::vector<int32_t> symbols) {

@@ -20,6 +20,11 @@ struct Grammar {
   };
   std::vector<std::string> names;  // of the nonterminals
   std::vector<RegexPtr> lexemes;
+  // Per lexeme: texts it must not be (leading JSON whitespace aside), such
+  // as the listed names an object's extra key may not take. The lexer
+  // cannot say it (the regex is shared by every object); the Matcher checks
+  // the text where the lexeme ends.
+  std::vector<std::vector<std::string>> excluded;
   std::vector<Rule> rules;
   int32_t start = 0;
 
@@ -41,6 +46,9 @@ class GrammarBuilder {
   // Equal regexes share their lexeme.
   std::vector<int32_t> text(const RegexPtr& re);
   std::vector<int32_t> literal(std::string_view s) { return text(re::literal(s)); }
+  // A lexeme of its own (never shared) for `re` (no "" in it), whose text
+  // is never one of `texts`.
+  int32_t text_excluding(const RegexPtr& re, std::vector<std::string> texts);
   // A fresh nonterminal for a sequence, and for alternatives.
   int32_t seq(std::string name, std::vector<int32_t> symbols);
   int32_t alt(std::string name, const std::vector<std::vector<int32_t>>& options);

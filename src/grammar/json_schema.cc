@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <set>
 
@@ -599,48 +598,6 @@ class SchemaCompiler {
     return quoted(re::repeat(string_char(), static_cast<int32_t>(mn), static_cast<int32_t>(mx)));
   }
 
-  // Keys that are none of `names` (plain characters only).
-  RegexPtr key_except(const std::vector<std::string>& names) {
-    struct Node { std::map<unsigned char, int> kids; bool word = false; };
-    std::vector<Node> t(1);
-    for (const auto& n : names) {
-      int cur = 0;
-      for (const unsigned char c : n) {
-        auto it = t[static_cast<size_t>(cur)].kids.find(c);
-        if (it == t[static_cast<size_t>(cur)].kids.end()) {
-          t.push_back({});
-          const int next = static_cast<int>(t.size() - 1);
-          t[static_cast<size_t>(cur)].kids[c] = next;
-          cur = next;
-        } else {
-          cur = it->second;
-        }
-      }
-      t[static_cast<size_t>(cur)].word = true;
-    }
-    // Byte-wise over the names: a name's bytes are plain UTF-8, and leaving
-    // the trie at any byte that is not a child's leaves every name behind.
-    const RegexPtr rest = re::repeat(re::set(plain_chars()), 0, o_.max_string_length);
-    std::function<RegexPtr(int)> from = [&](int v) -> RegexPtr {
-      const Node& n = t[static_cast<size_t>(v)];
-      std::vector<RegexPtr> alts;
-      if (!n.word) alts.push_back(re::empty());
-      CodepointSet children;
-      for (const auto& [c, k] : n.kids) {
-        if (c < 0x80) {
-          children.add(c, c);
-          alts.push_back(re::seq({re::set(CodepointSet::of(c)), from(k)}));
-        }
-      }
-      // Non-ASCII name bytes: keys starting with those characters are left
-      // out entirely (a subset of the allowed keys, still valid).
-      for (const auto& [c, k] : n.kids) if (c >= 0x80) children.add(0x80, kMaxCodepoint);
-      alts.push_back(re::seq({re::set(plain_chars().minus(children)), rest}));
-      return re::alt(std::move(alts));
-    };
-    return from(0);
-  }
-
   int32_t object(const Json& s, const std::string& where, int depth) {
     const Json props = s.contains("properties") ? s["properties"] : Json::object();
     if (!props.is_object()) refuse(where + "/properties", "properties must be an object");
@@ -689,7 +646,11 @@ class SchemaCompiler {
       N[i] = b_.nonterminal("props_next");
     }
     if (extra >= 0) {
-      const int32_t key = b_.seq("extra_key", token(quoted(key_except(names))));
+      // One key lexeme for every object (plain characters, so the text is
+      // the key), each object's copy excluding its listed names.
+      std::vector<std::string> listed;
+      for (const auto& k : names) listed.push_back(dump(Json(k)));
+      const int32_t key = b_.seq("extra_key", {b_.text_excluding(re::seq({ws_, quoted(re::repeat(re::set(plain_chars()), 0, o_.max_string_length))}), listed)});
       const int32_t pair = b_.seq("extra_pair", cat({{key}, punct(key_sep_), {extra}}));
       const int32_t more = b_.nonterminal("extra_more");  // (sep pair)*, left-recursive
       b_.rule(more, {});

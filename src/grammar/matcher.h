@@ -54,8 +54,14 @@ class Matcher {
     size_t sets;
     int32_t state;
     bool ended;
+    size_t text, lexeme_start;
   };
-  bool scan_ended(int32_t state);  // pushes a parser set and its start state
+  // Pushes a parser set (and its start state) for the lexemes that end at
+  // `state`, whose text `text()` gives (read only when a lexeme excludes
+  // some texts).
+  template <class Text>
+  bool scan_ended(int32_t state, Text&& text);
+  bool excludes(int32_t state) const;  // an ended lexeme there excludes texts
   void pop();
   int32_t step(int32_t state, uint8_t byte);
   int32_t start_of_expected();
@@ -72,6 +78,11 @@ class Matcher {
   bool ended_ = false;
   std::vector<Mark> history_;
   std::vector<int32_t> scratch_;
+  bool has_exclusions_ = false;
+  std::string text_;          // every byte accepted
+  size_t lexeme_start_ = 0;   // where in text_ the current lexeme began
+  std::string path_;          // a walk's bytes of the token so far
+  int32_t walk_start_ = -1;   // where in path_ the walk's lexeme began (-1: before the token)
 };
 
 }  // namespace tessera::grammar

@@ -15,6 +15,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
   });
   nodes_.push_back({});
   nodes_[0].token = n_vocab_;
+  parents_.push_back(0);
   std::vector<uint32_t> path{0};  // node index per depth along the current piece
   const std::string* prev = nullptr;
   for (const int32_t id : ids) {
@@ -29,6 +30,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
       path.pop_back();
     }
     for (size_t i = common; i < p.size(); ++i) {
+      parents_.push_back(path.back());
       Node n;
       n.byte = static_cast<uint8_t>(p[i]);
       n.depth = static_cast<uint16_t>(i + 1);
@@ -56,6 +58,13 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces) : n_vocab_(static_c
     if (static_cast<int>(splits_.size()) < kWays && c >= want && c > splits_.back()) splits_.push_back(c);
   }
   while (static_cast<int>(splits_.size()) <= kWays) splits_.push_back(n);
+}
+
+std::string TokenTrie::path_to(uint32_t node) const {
+  std::string out;
+  for (uint32_t n = node; n != 0; n = parents_[n]) out.push_back(static_cast<char>(nodes_[n].byte));
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace tessera::grammar

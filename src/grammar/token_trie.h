@@ -33,11 +33,14 @@ class TokenTrie {
   // side, so that one run's dependent loads overlap another's.
   static constexpr int kWays = 4;
   const std::vector<uint32_t>& splits() const { return splits_; }
+  // The bytes from the root to `node`, its own last.
+  std::string path_to(uint32_t node) const;
 
  private:
   std::vector<Node> nodes_;  // nodes_[0] is the root
   std::vector<std::pair<int32_t, int32_t>> twins_;
   std::vector<uint32_t> splits_;
+  std::vector<uint32_t> parents_;  // per node (the root's is 0); walks never read it
   int32_t n_vocab_ = 0;
   int32_t max_depth_ = 0;
 };
