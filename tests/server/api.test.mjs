@@ -359,3 +359,46 @@ test('metrics: Prometheus text with the documented names', async () => {
   const gen = Number(text.match(/^tessera_generation_tokens_total (\d+)$/m)[1]);
   assert.ok(gen > 500);
 });
+
+test('structured output: json_schema through the OpenAI client, streamed or not, n = 2; regex; refusals name the keyword', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 12 },
+      age: { type: 'integer', minimum: 1, maximum: 12 },
+      pets: { type: 'array', items: { enum: ['cat', 'dog'] }, maxItems: 3 },
+    },
+    required: ['name', 'age', 'pets'],
+    additionalProperties: false,
+  };
+  const check = (text) => {
+    const v = JSON.parse(text);
+    assert.deepEqual(Object.keys(v), ['name', 'age', 'pets'], text);
+    assert.ok(typeof v.name === 'string' && [...v.name].length <= 12, text);
+    assert.ok(Number.isInteger(v.age) && v.age >= 1 && v.age <= 12, text);
+    assert.ok(Array.isArray(v.pets) && v.pets.length <= 3 && v.pets.every((p) => p === 'cat' || p === 'dog'), text);
+  };
+  const body = {
+    model: MODEL, messages: CHAT_MESSAGES, max_tokens: 200, temperature: 1, seed: 7,
+    response_format: { type: 'json_schema', json_schema: { name: 'pet_owner', schema, strict: true } },
+  };
+  const r = await client.chat.completions.create(body);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  check(r.choices[0].message.content);
+  const chunks = await collect(await client.chat.completions.create({ ...body, stream: true }));
+  assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join(''), r.choices[0].message.content);
+  const two = await client.chat.completions.create({ ...body, n: 2, seed: 11 });
+  assert.equal(two.choices.length, 2);
+  for (const c of two.choices) check(c.message.content);
+
+  // llama-server's and vLLM's spellings beside OpenAI's, on completions.
+  const rx = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 32, temperature: 1, seed: 3, regex: ' [A-Z][a-z]{1,8} (ran|sat)\\.' });
+  assert.match(rx.choices[0].text, /^ [A-Z][a-z]{1,8} (ran|sat)\.$/);
+  assert.equal(rx.choices[0].finish_reason, 'stop');
+
+  const bad = { ...body, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', contentEncoding: 'base64' } } } };
+  await expectApiError(client.chat.completions.create(bad), 400, (e) => {
+    assert.equal(e.param, 'response_format');
+    assert.match(e.error.message, /contentEncoding/);
+  });
+});
