@@ -470,11 +470,18 @@ void Engine::fork_samples(Request* parent, std::span<const float> logits, std::v
   }
 }
 
+// The masker's lexer grows with every new pattern; past this, it is
+// rebuilt the next time no request holds a Matcher.
+constexpr size_t kMaskerMemoryBound = size_t{1} << 30;
+
+void Engine::make_matcher(Request* r) {
+  if (masker_ && masker_->live_matchers == 0 && masker_->memory_bytes() > kMaskerMemoryBound) masker_.reset();
+  if (!masker_) masker_ = grammar::make_token_masker(*tokenizer_);
+  r->matcher = std::make_unique<grammar::Matcher>(r->params.constraint, *masker_);
+}
+
 void Engine::constrain(Request* r, std::span<float> row) {
-  if (!r->matcher) {
-    if (!masker_) masker_ = grammar::make_token_masker(*tokenizer_);
-    r->matcher = std::make_unique<grammar::Matcher>(r->params.constraint, *masker_);
-  }
+  if (!r->matcher) make_matcher(r);
   grammar_bits_.resize(masker_->n_words());
   r->matcher->fill_mask(grammar_bits_);
   const size_t n = std::min(row.size(), static_cast<size_t>(masker_->n_vocab()));
@@ -493,10 +500,7 @@ void Engine::constrain(Request* r, std::span<float> row) {
 // (its probability is masked to zero): it is not worth computing.
 void Engine::trim_draft_to_grammar(Request* r) {
   if (!r->params.constraint || r->draft.empty()) return;
-  if (!r->matcher) {
-    if (!masker_) masker_ = grammar::make_token_masker(*tokenizer_);
-    r->matcher = std::make_unique<grammar::Matcher>(r->params.constraint, *masker_);
-  }
+  if (!r->matcher) make_matcher(r);
   const size_t before = r->matcher->num_tokens();
   size_t keep = 0;
   while (keep < r->draft.size() && r->matcher->accept(r->draft[keep])) ++keep;

@@ -226,6 +226,7 @@ class Engine {
   // Structured output: masks the tokens r's grammar does not allow in one
   // row of logits; drops the draft tokens it does not allow.
   void constrain(Request* r, std::span<float> row);
+  void make_matcher(Request* r);
   void trim_draft_to_grammar(Request* r);
   void append_token(Request* r, const SampleResult& s, RequestOutput& out);
   RequestOutput make_output(const Request& r) const;
@@ -237,6 +238,10 @@ class Engine {
   const Model& model_;
   const Tokenizer* tokenizer_;
   EngineConfig config_;
+  // Made with the first constrained request. Before the scheduler: the
+  // requests' Matchers point into it, so it is destroyed after them.
+  std::unique_ptr<grammar::TokenMasker> masker_;
+  std::vector<uint64_t> grammar_bits_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<kv::KvManager> kv_manager_;
   std::unique_ptr<KvCache> kv_cache_;
@@ -245,8 +250,6 @@ class Engine {
   Sampler sampler_;
   Rng seed_source_;
   std::vector<float> logits_copy_;
-  std::unique_ptr<grammar::TokenMasker> masker_;  // made with the first constrained request
-  std::vector<uint64_t> grammar_bits_;
   std::shared_ptr<spec::Drafter> drafter_;
   spec::StepCost step_cost_;
   spec::Acceptance method_acceptance_;  // over every request: the prior of a new one

@@ -11,6 +11,7 @@ namespace tessera::grammar {
 namespace {
 
 constexpr size_t kMaxNfaStates = 4u << 20;
+constexpr size_t kMaxLexemeStates = 1u << 18;  // one pattern's share
 
 std::string key_of(std::span<const int32_t> v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
@@ -166,6 +167,9 @@ int32_t Lexer::intern(const RegexPtr& re) {
   try {
     const int32_t s0 = new_nfa_state();
     const int32_t final = emit(*re, s0);
+    TESSERA_CHECK(nfa_.size() - mark <= kMaxLexemeStates, kInvalidArgument,
+                  "structured output: a pattern needs {} automaton states, more than {} (counted repetitions too large)",
+                  nfa_.size() - mark, kMaxLexemeStates);
     nfa_[static_cast<size_t>(final)].accept = id;
     prune(s0, final);
     // A start without "": the byte edges of s0's closure, nothing else.

@@ -15,9 +15,28 @@ Matcher::Matcher(std::shared_ptr<const Constraint> constraint, TokenMasker& mask
   }
   std::sort(local_.begin(), local_.end());
   for (const auto& e : constraint_->grammar.excluded) has_exclusions_ = has_exclusions_ || !e.empty();
+  ++masker_->live_matchers;
   starts_.push_back(start_of_expected());
   state_ = starts_.back();
 }
+
+Matcher::Matcher(const Matcher& o)
+    : constraint_(o.constraint_),
+      masker_(o.masker_),
+      global_(o.global_),
+      local_(o.local_),
+      parser_(o.parser_),
+      starts_(o.starts_),
+      state_(o.state_),
+      ended_(o.ended_),
+      history_(o.history_),
+      has_exclusions_(o.has_exclusions_),
+      text_(o.text_),
+      lexeme_start_(o.lexeme_start_) {
+  ++masker_->live_matchers;
+}
+
+Matcher::~Matcher() { --masker_->live_matchers; }
 
 int32_t Matcher::start_of_expected() {
   scratch_.clear();

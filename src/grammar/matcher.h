@@ -27,6 +27,9 @@ class Matcher {
  public:
   // Interns the constraint's lexemes into the masker's lexer.
   Matcher(std::shared_ptr<const Constraint> constraint, TokenMasker& masker);
+  Matcher(const Matcher& other);  // a fork (n > 1 samples): the same place, its own future
+  Matcher& operator=(const Matcher&) = delete;
+  ~Matcher();
 
   // The tokens that may come next, as bits[id / 64] >> (id % 64): every token
   // whose bytes extend the text toward a sentence of the grammar, and the

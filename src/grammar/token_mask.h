@@ -71,6 +71,10 @@ class TokenMasker {
   // What trie `t` allows from lexer state `state` by the lexer alone.
   const StateMask& state_mask(int t, int32_t state);
   size_t cached_states() const { return cached_; }
+  // What the lexer and the caches hold: the lexer only grows, so its owner
+  // drops the whole masker past a bound once no Matcher uses it.
+  size_t memory_bytes() const { return lexer_.memory_bytes() + cache_bytes_; }
+  int64_t live_matchers = 0;  // Matchers made over this masker, alive
 
  private:
   std::vector<std::string> pieces_;
