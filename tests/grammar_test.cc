@@ -90,6 +90,14 @@ TEST(Regex, RefusesWhatIsNotRegular) {
   }
 }
 
+TEST(Regex, AnAutomatonTooLargeIsAnErrorBeforeItIsBuilt) {
+  auto m = byte_masker();
+  const auto c = compile_regex("(a{1000}){1000}");  // parses: the size shows when its lexeme is added
+  EXPECT_THROW(Matcher(c, *m), Error);
+  EXPECT_LT(m->lexer().memory_bytes(), size_t{64} << 20);
+  EXPECT_TRUE(full_match(compile_regex("(ab){3}"), *m, "ababab"));  // the lexer still works
+}
+
 TEST(Regex, EmptyTextOnlyWhenThePatternAllowsIt) {
   auto m = byte_masker();
   EXPECT_TRUE(full_match(compile_regex("a*"), *m, ""));

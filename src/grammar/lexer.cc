@@ -20,6 +20,9 @@ std::string key_of(std::span<const int32_t> v) {
 }  // namespace
 
 int32_t Lexer::new_nfa_state() {
+  TESSERA_CHECK(nfa_.size() - lexeme_first_ < kMaxLexemeStates, kInvalidArgument,
+                "structured output: a pattern needs more than {} automaton states (counted repetitions too large)",
+                kMaxLexemeStates);
   TESSERA_CHECK(nfa_.size() < kMaxNfaStates, kInvalidArgument,
                 "structured output: the patterns need more than {} automaton states (counted repetitions too large)",
                 kMaxNfaStates);
@@ -165,11 +168,9 @@ int32_t Lexer::intern(const RegexPtr& re) {
   const size_t mark = nfa_.size();
   const int32_t id = static_cast<int32_t>(lexeme_start_.size());
   try {
+    lexeme_first_ = mark;
     const int32_t s0 = new_nfa_state();
     const int32_t final = emit(*re, s0);
-    TESSERA_CHECK(nfa_.size() - mark <= kMaxLexemeStates, kInvalidArgument,
-                  "structured output: a pattern needs {} automaton states, more than {} (counted repetitions too large)",
-                  nfa_.size() - mark, kMaxLexemeStates);
     nfa_[static_cast<size_t>(final)].accept = id;
     prune(s0, final);
     // A start without "": the byte edges of s0's closure, nothing else.

@@ -117,6 +117,7 @@ class Lexer {
   int32_t compute_next(int32_t state, uint8_t byte);
 
   std::vector<NfaState> nfa_;
+  size_t lexeme_first_ = 0;  // the first NFA state of the lexeme being added
   std::vector<int32_t> lexeme_start_;
   std::unordered_map<std::string, int32_t> lexeme_ids_;
   std::vector<DfaState> states_;
