@@ -8,6 +8,8 @@
 #include "template/chat_template.h"
 #include "server/openai_request.h"
 #include "server/sampling_json.h"
+#include "server/tool_calls.h"
+#include "grammar/matcher.h"
 #include "util/test_util.h"
 
 namespace tessera::server {
@@ -92,9 +94,96 @@ TEST_F(OpenAiRequest, StructuredOutputFieldsCompileOrAreRefusedNamingWhy) {
   }
 }
 
+TEST_F(OpenAiRequest, ToolsCompileToACallGrammarWhenACallIsRequired) {
+  const json weather = {{"type", "function"},
+                        {"function", {{"name", "get_weather"},
+                                      {"parameters", {{"type", "object"},
+                                                      {"properties", {{"city", {{"type", "string"}}}}},
+                                                      {"required", {"city"}}}}}}};
+  json body = chat();
+  body["tools"] = json::array({weather});
+  EXPECT_FALSE(parse_chat_request(body, ctx_).params.constraint);  // auto: free text, parsed after
+  EXPECT_TRUE(parse_chat_request(body, ctx_).tools.has_value());
+  body["tool_choice"] = "required";
+  EXPECT_TRUE(parse_chat_request(body, ctx_).params.constraint);
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const ApiRequest named = parse_chat_request(body, ctx_);
+  ASSERT_TRUE(named.params.constraint);
+  EXPECT_EQ(named.tools->format, ToolFormat::kGeneric);  // chatml names no tool-call format
+  body["tool_choice"] = "none";
+  EXPECT_FALSE(parse_chat_request(body, ctx_).tools.has_value());
+
+  const std::pair<json, std::string> refused[] = {
+      {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}, "tool_choice"},
+      {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", ""}}}}})}}, "tools[0].function.name"},
+      {{{"tools", json::array({weather, weather})}}, "tools[1].function.name"},
+      {{{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}, "tool_choice"},
+      {{{"tool_choice", "always"}}, "tool_choice"},
+  };
+  for (const auto& [extra, param] : refused) {
+    json b = chat();
+    b["tools"] = json::array({weather});
+    b.update(extra);
+    const ApiError e = parse(b, Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << extra.dump();
+    EXPECT_EQ(e.param(), param) << e.what();
+  }
+  json no_tools = chat();
+  no_tools["tool_choice"] = "required";
+  EXPECT_EQ(parse(no_tools, Endpoint::kChat).param(), "tool_choice");
+}
+
+TEST(ToolCalls, EachFamilysFormatParsesAndTheGrammarWritesIt) {
+  using F = ToolFormat;
+  EXPECT_EQ(detect_tool_format("{% if tools %}<tool_call>{% endif %}"), F::kHermes);
+  EXPECT_EQ(detect_tool_format("[TOOL_CALLS]"), F::kMistral);
+  EXPECT_EQ(detect_tool_format("<|python_tag|>"), F::kLlama3);
+  EXPECT_EQ(detect_tool_format("{{ messages }}"), F::kGeneric);
+  const auto h = parse_tool_calls("Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+                                  "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", F::kHermes);
+  ASSERT_EQ(h.calls.size(), 2u);
+  EXPECT_EQ(h.content, "Sure.");
+  EXPECT_EQ(h.calls[0].name, "f");
+  EXPECT_EQ(json::parse(h.calls[0].arguments), json({{"x", 1}}));
+  EXPECT_EQ(parse_tool_calls("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", F::kMistral).calls.size(), 1u);
+  EXPECT_EQ(parse_tool_calls(" {\"name\": \"f\", \"parameters\": {\"a\": [1]}}", F::kLlama3).calls.at(0).arguments, "{\"a\":[1]}");
+  EXPECT_EQ(parse_tool_calls("{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}", F::kGeneric).calls.size(), 1u);
+  // Not a call: content, whole.
+  const auto plain = parse_tool_calls("<tool_call>\n{broken\n</tool_call>", F::kHermes);
+  EXPECT_TRUE(plain.calls.empty());
+  EXPECT_EQ(plain.content, "<tool_call>\n{broken\n</tool_call>");  // nothing dropped
+
+  // The grammar of a required call accepts what the parser reads, per family.
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.emplace_back(1, static_cast<char>(b));
+  grammar::TokenMasker m(pieces, {});
+  ToolConfig cfg;
+  cfg.tools = {{"f", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})"), true},
+               {"g", nlohmann::ordered_json::parse(R"({"type": "object"})"), false}};
+  cfg.choice = "required";
+  const std::pair<F, std::string> written[] = {
+      {F::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"},
+      {F::kLlama3, "{\"name\": \"f\", \"parameters\": {\"x\": 3}}"},
+      {F::kMistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 3}}, {\"name\": \"g\", \"arguments\": {}}]"},
+      {F::kGeneric, "{\"tool_calls\": [{\"name\": \"g\", \"arguments\": {}}]}"},
+  };
+  for (const auto& [f, text] : written) {
+    cfg.format = f;
+    grammar::Matcher x(tool_call_constraint(cfg), m);
+    EXPECT_TRUE(x.accept_bytes(text) && x.can_end()) << text;
+    EXPECT_FALSE(parse_tool_calls(text, f).calls.empty()) << text;
+    grammar::Matcher y(tool_call_constraint(cfg), m);
+    EXPECT_FALSE(y.accept_bytes(text.substr(0, text.size() / 2) + "\"x\": \"three\"")) << text;
+  }
+  cfg.format = F::kHermes;
+  cfg.choice = "named";
+  cfg.named = "g";
+  grammar::Matcher z(tool_call_constraint(cfg), m);
+  EXPECT_FALSE(z.accept_bytes("<tool_call>\n{\"name\": \"f\""));
+}
+
 TEST_F(OpenAiRequest, FieldsTheServerDoesNotImplementAreRefusedNamingThem) {
-  const json unknown = {{"tool_choice", "auto"},
-                        {"guided_json", {{"type", "object"}}}, {"min_tokens", 3},
+  const json unknown = {{"guided_json", {{"type", "object"}}}, {"min_tokens", 3},
                         {"typo_field", 1},
                         {"guided_regex", "a+"},          {"store", true},
                         {"include_stop_str_in_output", true}, {"skip_special_tokens", false}};
@@ -133,10 +222,10 @@ TEST_F(OpenAiRequest, EveryFieldTheParserReadsIsAccepted) {
     // OpenAI fields with no effect here, the refusable ones at their harmless
     // values, and null (not given) for anything.
     body.update({{"user", "u"}, {"safety_identifier", "s"}, {"metadata", {{"k", "v"}}}, {"store", false},
-                 {"parallel_tool_calls", true}, {"logit_bias", json::object()}, {"stream", false},
+                 {"logit_bias", json::object()}, {"stream", false},
                  {"stream_options", {{"include_usage", true}}}, {"model", "stories"}, {"some_future_field", nullptr}});
     if (ep == Endpoint::kChat) {
-      body.update({{"tools", json::array()}, {"functions", json::array()}, {"tool_choice", "none"},
+      body.update({{"tools", json::array()}, {"functions", json::array()}, {"tool_choice", "none"}, {"parallel_tool_calls", true},
                    {"response_format", {{"type", "text"}}}, {"logprobs", true}, {"top_logprobs", 2},
                    {"add_generation_prompt", true}, {"chat_template_kwargs", json::object()}});
     } else {

@@ -151,6 +151,41 @@ class SchemaCompiler {
     key_sep_ = spaced ? ": " : ":";
   }
 
+  std::shared_ptr<const Constraint> run_sequence(const JsonSequence& q) {
+    const int32_t value = compile(root_, "#", 0);
+    std::vector<int32_t> item = b_.literal(q.item_prefix);
+    item.push_back(value);
+    for (const int32_t x : b_.literal(q.item_suffix)) item.push_back(x);
+    const int32_t one = b_.seq("item", item);
+    std::vector<int32_t> next = b_.literal(q.separator);
+    next.push_back(one);
+    const int32_t more = b_.nonterminal("more_items");  // up to max_items - 1 more
+    if (q.max_items < 0) {
+      b_.rule(more, {});
+      std::vector<int32_t> loop{more};
+      loop.insert(loop.end(), next.begin(), next.end());
+      b_.rule(more, loop);
+    } else {
+      int32_t tail = b_.nonterminal("no_more_items");
+      b_.rule(tail, {});
+      for (int32_t i = 1; i < q.max_items; ++i) {
+        const int32_t t = b_.nonterminal("more_items");
+        b_.rule(t, {});
+        std::vector<int32_t> r = next;
+        r.push_back(tail);
+        b_.rule(t, r);
+        tail = t;
+      }
+      b_.rule(more, {tail});
+    }
+    std::vector<int32_t> rhs = b_.text(re::repeat(cls({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0, 4));
+    for (const int32_t x : b_.literal(q.open)) rhs.push_back(x);
+    rhs.push_back(one);
+    rhs.push_back(more);
+    for (const int32_t x : b_.literal(q.close)) rhs.push_back(x);
+    return make_constraint("json_sequence", b_.finish(b_.seq("root", rhs)));
+  }
+
   std::shared_ptr<const Constraint> run(const std::string& kind) {
     const int32_t top = compile(root_, "#", 0);
     // A JSON text may open with whitespace; SentencePiece vocabularies
@@ -757,6 +792,12 @@ std::shared_ptr<const Constraint> compile_json_schema_text(std::string_view sche
     fail(ErrorCode::kInvalidArgument, "json_schema: not valid JSON ({})", e.what());
   }
   return compile_json_schema(j, opts);
+}
+
+std::shared_ptr<const Constraint> compile_json_sequence(const nlohmann::ordered_json& item_schema,
+                                                        const JsonSequence& seq, const JsonSchemaOptions& opts) {
+  SchemaCompiler c(item_schema, opts);
+  return c.run_sequence(seq);
 }
 
 std::shared_ptr<const Constraint> compile_json_object(const JsonSchemaOptions& opts) {

@@ -51,6 +51,18 @@ std::shared_ptr<const Constraint> compile_json_schema(const nlohmann::ordered_js
                                                       const JsonSchemaOptions& opts = {});
 std::shared_ptr<const Constraint> compile_json_schema_text(std::string_view schema_text,
                                                            const JsonSchemaOptions& opts = {});
+// Texts made of JSON values between fixed strings, as models write tool
+// calls: open ITEM (separator ITEM)* close, ITEM = item_prefix VALUE
+// item_suffix, at most max_items items (-1: any), each VALUE valid
+// against `item_schema`. Qwen's `<tool_call>\n{...}\n</tool_call>` is
+// {"", "<tool_call>\n", "\n</tool_call>", "\n", ""}.
+struct JsonSequence {
+  std::string open, item_prefix, item_suffix, separator, close;
+  int32_t max_items = 1;
+};
+std::shared_ptr<const Constraint> compile_json_sequence(const nlohmann::ordered_json& item_schema,
+                                                        const JsonSequence& seq, const JsonSchemaOptions& opts = {});
+
 // Any JSON object ({"type": "json_object"}).
 std::shared_ptr<const Constraint> compile_json_object(const JsonSchemaOptions& opts = {});
 

@@ -11,6 +11,7 @@
 #include "adapters/registry.h"
 #include "template/chat_template.h"
 #include "server/sampling_json.h"
+#include "server/tool_calls.h"
 
 namespace tessera::server {
 namespace {
@@ -89,16 +90,16 @@ constexpr std::string_view kCompletionFields[] = {
 };
 constexpr std::string_view kChatFields[] = {
     "messages", "logprobs", "top_logprobs", "add_generation_prompt", "chat_template_kwargs",
-    "tool_choice",      // "none" only
+    "tools", "tool_choice", "parallel_tool_calls",  // server/tool_calls.h
     "prompt_cache",     // refused with its own reason
-    "tools", "functions", "audio",  // refused unless empty
+    "functions", "audio",  // refused unless empty
 };
 // OpenAI fields accepted because they change nothing this server computes:
 // `user` and `safety_identifier` name the end user for OpenAI's abuse
 // monitoring (there is none here to inform); `metadata` tags a stored
 // completion (with `store`, which is refused unless false); `parallel_tool_calls`
 // only matters with tools, which are refused.
-constexpr std::string_view kNoEffectFields[] = {"user", "safety_identifier", "metadata", "parallel_tool_calls", "store"};
+constexpr std::string_view kNoEffectFields[] = {"user", "safety_identifier", "metadata", "store"};
 
 template <size_t N>
 bool listed(const std::string_view (&list)[N], std::string_view name) {
@@ -306,6 +307,15 @@ json normalise_messages(const json& body) {
       if (!name->is_string()) bad(param + ".name", "'name' must be a string");
       n["name"] = *name;
     }
+    // Tool turns go back through the template as the client sent them.
+    if (const json* calls = field(m, "tool_calls")) {
+      if (!calls->is_array()) bad(param + ".tool_calls", "'tool_calls' must be an array");
+      n["tool_calls"] = *calls;
+    }
+    if (const json* id = field(m, "tool_call_id")) {
+      if (!id->is_string()) bad(param + ".tool_call_id", "'tool_call_id' must be a string");
+      n["tool_call_id"] = *id;
+    }
     out.push_back(std::move(n));
   }
   return out;
@@ -381,6 +391,75 @@ void parse_structured(const json& body, std::string_view raw, ApiRequest& r) {
   }
 }
 
+// tools, tool_choice, parallel_tool_calls (server/tool_calls.h). The tools
+// are rendered by the chat template (as `tools`) unless tool_choice is
+// "none"; "required" or a named function constrain the reply to calls in the
+// model family's format, their arguments to the function's parameters.
+void parse_tools(const json& body, std::string_view raw, const ModelContext& ctx, ApiRequest& r, json& extra) {
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  if (tools == nullptr || (tools->is_array() && tools->empty())) {
+    if (choice != nullptr && *choice != "none" && *choice != "auto") bad("tool_choice", "'tool_choice' needs 'tools'");
+    return;
+  }
+  if (!tools->is_array()) bad("tools", "'tools' must be an array");
+  ToolConfig cfg;
+  cfg.format = detect_tool_format(ctx.chat_template->source());
+  const nlohmann::ordered_json ordered = raw.empty() ? nlohmann::ordered_json::parse(body.dump())
+                                                     : nlohmann::ordered_json::parse(raw);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const std::string param = fmt::format("tools[{}]", i);
+    if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") || !t["function"].is_object()) {
+      bad(param, "each tool must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>().empty()) {
+      bad(param + ".function.name", "a function needs a non-empty string 'name'");
+    }
+    ToolSpec spec;
+    spec.name = f["name"].get<std::string>();
+    for (const ToolSpec& other : cfg.tools) {
+      if (other.name == spec.name) bad(param + ".function.name", fmt::format("two tools are named '{}'", spec.name));
+    }
+    const auto& of = ordered["tools"][i]["function"];
+    spec.parameters = of.contains("parameters") ? of["parameters"] : nlohmann::ordered_json{{"type", "object"}};
+    if (f.contains("strict") && f["strict"].is_boolean()) spec.strict = f["strict"].get<bool>();
+    cfg.tools.push_back(std::move(spec));
+  }
+  if (choice == nullptr || *choice == "auto") {
+    cfg.choice = "auto";
+  } else if (*choice == "none" || *choice == "required") {
+    cfg.choice = choice->get<std::string>();
+  } else if (choice->is_object() && choice->value("type", json()) == "function" && choice->contains("function") &&
+             (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
+             (*choice)["function"]["name"].is_string()) {
+    cfg.choice = "named";
+    cfg.named = (*choice)["function"]["name"].get<std::string>();
+    bool found = false;
+    for (const ToolSpec& t : cfg.tools) found = found || t.name == cfg.named;
+    if (!found) bad("tool_choice", fmt::format("tool_choice names '{}', which is not among the tools", cfg.named));
+  } else {
+    bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
+  }
+  if (const json* p = field(body, "parallel_tool_calls")) {
+    if (!p->is_boolean()) bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    cfg.parallel = p->get<bool>();
+  }
+  if (cfg.choice == "none") return;  // a plain reply: the tools are not shown
+  extra["tools"] = *tools;
+  if (cfg.choice == "required" || cfg.choice == "named") {
+    if (r.params.constraint) bad("tool_choice", "a required tool call cannot be combined with response_format");
+    try {
+      r.params.constraint = tool_call_constraint(cfg);
+    } catch (const Error& e) {
+      bad("tools", e.what());
+    }
+  }
+  r.tools = std::move(cfg);
+}
+
 }  // namespace
 
 json parse_body(std::string_view body, int max_depth) {
@@ -440,8 +519,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx, std::st
   ApiRequest r;
   check_model(body, ctx, r);
   check_soft_prompt(body, ctx, r);
-  refuse_unsupported(body, {"tools", "functions", "logit_bias", "audio"});
-  refuse_unless(body, "tool_choice", "none");
+  refuse_unsupported(body, {"functions", "logit_bias", "audio"});
   refuse_unless(body, "store", false);
   if (field(body, "prompt_cache") != nullptr) {
     bad("prompt_cache", "'prompt_cache' is supported on /v1/completions (a chat template would place text between modules)");
@@ -469,6 +547,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& ctx, std::st
     if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     extra = *kw;
   }
+  parse_tools(body, raw, ctx, r, extra);
   const Tokenizer& tok = *ctx.tokenizer;
   std::string rendered;
   try {

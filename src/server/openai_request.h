@@ -9,12 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/api_error.h"
+#include "server/tool_calls.h"
 #include "engine/prompt_cache.h"
 #include "engine/sampling_params.h"
 #include "adapters/lora.h"
@@ -79,6 +81,9 @@ struct ApiRequest {
   // else the server's (ModelContext::soft_prompt). They take context and
   // count in usage.prompt_tokens.
   int64_t virtual_tokens = 0;
+  // Chat with tools (unless tool_choice "none"): replies are parsed for
+  // calls in this format (server/tool_calls.h).
+  std::optional<ToolConfig> tools;
 };
 
 // `model`, when present, must be the served name or a loaded adapter's (404

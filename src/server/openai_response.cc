@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <fmt/format.h>
+
 #include "tokenizer/tokenizer.h"
 
 namespace tessera::server {
@@ -171,10 +173,44 @@ void ResponseBuilder::add(const ChannelItem& item, std::vector<json>* chunks) {
   }
   if (o.finished) c.finish_reason = finish_name(o.finish_reason);
   if (chunks == nullptr) return;
+  if (tools_active()) {
+    // A reply that may hold calls is parsed whole: it streams as one
+    // delta when it ends (content, or the calls with their arguments).
+    if (!o.finished) return;
+    std::string finish = c.finish_reason;
+    json delta = tool_reply(index, c, /*streamed=*/true, finish);
+    json j = chunk_base();
+    json ch = chunk_choice(index, "", std::move(lp), finish);
+    ch["delta"] = std::move(delta);
+    j["choices"].push_back(std::move(ch));
+    chunks->push_back(std::move(j));
+    return;
+  }
   if (text.empty() && lp.is_null() && !o.finished) return;
   json j = chunk_base();
   j["choices"].push_back(chunk_choice(index, std::string(text), std::move(lp), c.finish_reason));
   chunks->push_back(std::move(j));
+}
+
+json ResponseBuilder::tool_reply(size_t index, const Choice& c, bool streamed, std::string& finish_reason) const {
+  const ParsedReply p = parse_tool_calls(c.text, req_.tools->format);
+  json msg = streamed ? json::object() : json{{"role", "assistant"}};
+  if (p.calls.empty()) {
+    msg["content"] = c.text;
+    return msg;
+  }
+  msg["content"] = p.content.empty() ? json(nullptr) : json(p.content);
+  json calls = json::array();
+  for (size_t k = 0; k < p.calls.size(); ++k) {
+    json call = {{"id", fmt::format("call_{}_{}_{}", id_.substr(id_.find('-') + 1), index, k)},
+                 {"type", "function"},
+                 {"function", {{"name", p.calls[k].name}, {"arguments", p.calls[k].arguments}}}};
+    if (streamed) call["index"] = k;
+    calls.push_back(std::move(call));
+  }
+  msg["tool_calls"] = std::move(calls);
+  if (finish_reason == "stop") finish_reason = "tool_calls";
+  return msg;
 }
 
 json ResponseBuilder::usage_chunk() const {
@@ -188,13 +224,16 @@ json ResponseBuilder::response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json ch = {{"index", i}};
-    if (chat_) {
+    std::string finish = c.finish_reason;
+    if (tools_active()) {
+      ch["message"] = tool_reply(i, c, /*streamed=*/false, finish);
+    } else if (chat_) {
       ch["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       ch["text"] = c.text;
     }
     ch["logprobs"] = want_logprobs_ ? c.logprobs : json(nullptr);
-    ch["finish_reason"] = c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
+    ch["finish_reason"] = finish.empty() ? json(nullptr) : json(finish);
     choices.push_back(std::move(ch));
   }
   return {{"id", id_},

@@ -53,6 +53,10 @@ class ResponseBuilder {
     nlohmann::json logprobs;    // accumulated (non-streamed) logprobs object
   };
   nlohmann::json chunk_base() const;
+  // Chat with tools: the reply's calls as OpenAI `tool_calls` (index
+  // numbered when streamed), its content, its finish_reason.
+  bool tools_active() const { return chat_ && req_.tools.has_value(); }
+  nlohmann::json tool_reply(size_t index, const Choice& c, bool streamed, std::string& finish_reason) const;
   nlohmann::json chunk_choice(size_t index, const std::string& text, nlohmann::json logprobs,
                               const std::string& finish_reason) const;
   // The logprobs of one output's tokens, in this endpoint's shape.

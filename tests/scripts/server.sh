@@ -13,7 +13,7 @@ ensure_node_modules
 
 TMP=$(mktemp -d)
 cleanup() {
-  for p in ${MAIN_PID:-} ${BARE_PID:-} ${SHUT_PID:-}; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in ${MAIN_PID:-} ${BARE_PID:-} ${SHUT_PID:-} ${TOOLS_PID:-}; do kill -KILL "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -37,6 +37,13 @@ echo "-- OpenAI client suite"
 TESSERA_URL=$MAIN_URL TESSERA_API_KEY=$KEY TESSERA_URL_BARE=$BARE_URL GOLDEN_TEXT_FILE="$TMP/golden.txt" PC_GOLDEN_TEXT_FILE="$TMP/pc_golden.txt" \
   PROMPT_IDS=$PROMPT_IDS CHAT_PROMPT_IDS=$CHAT_PROMPT_IDS \
   timeout 300 node --test --test-reporter=spec tests/server/api.test.mjs || fail "OpenAI client suite"
+
+echo "-- tools: a random model with Qwen 3's tokenizer and chat template"
+"$TESSERA" make-model --format hf --tokenizer-from "${TESSERA_SHARED:-../shared}/models/tokenizers/qwen3" --preset tiny \
+  --arch qwen3 --type bf16 -o "$TMP/qwen3" >/dev/null 2>&1 || fail "make-model (qwen3)"
+start_server TOOLS "$TMP/tools.log" -m "$TMP/qwen3" -t 1
+TESSERA_URL=$TOOLS_URL timeout 300 node --test --test-reporter=spec tests/server/tools.test.mjs || fail "tools suite"
+stop_server TOOLS || fail "tools server shutdown"
 
 echo "-- load smoke: 64 clients, 256 requests, 10% disconnecting"
 timeout 300 node bench/server_load.mjs --url "$MAIN_URL" --api-key "$KEY" --pid "$MAIN_PID" --clients 64 --requests 256 \
