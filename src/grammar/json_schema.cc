@@ -46,8 +46,7 @@ RegexPtr json_string_char() {
 
 namespace {
 
-CodepointSet plain_chars() { return json_plain_chars(); }
-RegexPtr string_char() { return json_string_char(); }
+
 RegexPtr quoted(RegexPtr content) { return re::seq({lit("\""), std::move(content), lit("\"")}); }
 
 // Equal-width decimal strings lo..hi (leading zeros allowed).
@@ -102,6 +101,20 @@ RegexPtr decimal_range(int64_t a, int64_t b) {
   std::vector<RegexPtr> alts;
   if (b - 1 >= a) alts.push_back(re::seq({natural_range(a, b - 1), fraction()}));
   alts.push_back(re::seq({lit(std::to_string(b)), zero_fraction()}));
+  return re::alt(std::move(alts));
+}
+
+// Values in [lo, hi] (bounds may be absent): non-negative magnitudes as
+// they are, negative ones after "-" from least_negative on; magnitude(a, b)
+// writes [a, b] (b < 0: unbounded).
+template <class Magnitude>
+RegexPtr signed_range(std::optional<int64_t> lo, std::optional<int64_t> hi, Magnitude magnitude, int64_t least_negative) {
+  std::vector<RegexPtr> alts;
+  if (!hi || *hi >= 0) alts.push_back(magnitude(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
+  if (!lo || *lo < 0) {
+    const int64_t a = hi && *hi < 0 ? -*hi : least_negative;
+    alts.push_back(re::seq({lit("-"), magnitude(a, lo ? -*lo : -1)}));
+  }
   return re::alt(std::move(alts));
 }
 
@@ -236,7 +249,7 @@ class SchemaCompiler {
 
   void build_any() {
     any_value_ = b_.nonterminal("any");
-    const int32_t str = b_.seq("any_string", token(quoted(re::repeat(string_char(), 0, o_.max_string_length))));
+    const int32_t str = b_.seq("any_string", token(quoted(re::repeat(json_string_char(), 0, o_.max_string_length))));
     const int32_t num = b_.seq("any_number", token(number_regex()));
     const int32_t pair = b_.seq("any_pair", cat({{str}, punct(key_sep_), {any_value_}}));
     const int32_t members = b_.nonterminal("any_members");
@@ -545,13 +558,8 @@ class SchemaCompiler {
     if (mn) lo = static_cast<int64_t>(*mn);
     if (mx) hi = static_cast<int64_t>(*mx);
     if (lo && hi && *lo > *hi) refuse(where, "minimum > maximum");
-    std::vector<RegexPtr> alts;
-    if (!hi || *hi >= 0) alts.push_back(decimal_range(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
-    if (!lo || *lo < 0) {
-      const int64_t a = hi && *hi < 0 ? -*hi : 0;
-      alts.push_back(re::seq({lit("-"), decimal_range(a, lo ? -*lo : -1)}));
-    }
-    return re::alt(std::move(alts));
+    // "-0" and "-0.5" are numbers above -1: magnitudes from 0 on both sides.
+    return signed_range(lo, hi, decimal_range, /*least_negative=*/0);
   }
 
   RegexPtr format_regex(const std::string& f, const std::string& where) const {
@@ -613,7 +621,7 @@ class SchemaCompiler {
       if (has_len) refuse(where, "pattern together with minLength/maxLength");
       if (!s["pattern"].is_string()) refuse(where + "/pattern", "pattern must be a string");
       RegexOptions ro;
-      ro.alphabet = plain_chars();
+      ro.alphabet = json_plain_chars();
       ro.search = true;
       ro.search_pad_max = o_.max_string_length;
       try {
@@ -630,7 +638,7 @@ class SchemaCompiler {
     if (mn < 0 || mx < -1 || (mx >= 0 && mx < mn)) refuse(where, "minLength/maxLength out of order");
     if (mn > o_.max_repeat || mx > o_.max_repeat) refuse(where, "a string length bound above " + std::to_string(o_.max_repeat));
     if (mx < 0 && o_.max_string_length >= 0) mx = std::max<int64_t>(mn, o_.max_string_length);
-    return quoted(re::repeat(string_char(), static_cast<int32_t>(mn), static_cast<int32_t>(mx)));
+    return quoted(re::repeat(json_string_char(), static_cast<int32_t>(mn), static_cast<int32_t>(mx)));
   }
 
   int32_t object(const Json& s, const std::string& where, int depth) {
@@ -685,7 +693,7 @@ class SchemaCompiler {
       // the key), each object's copy excluding its listed names.
       std::vector<std::string> listed;
       for (const auto& k : names) listed.push_back(dump(Json(k)));
-      const int32_t key = b_.seq("extra_key", {b_.text_excluding(re::seq({ws_, quoted(re::repeat(re::set(plain_chars()), 0, o_.max_string_length))}), listed)});
+      const int32_t key = b_.seq("extra_key", {b_.text_excluding(re::seq({ws_, quoted(re::repeat(re::set(json_plain_chars()), 0, o_.max_string_length))}), listed)});
       const int32_t pair = b_.seq("extra_pair", cat({{key}, punct(key_sep_), {extra}}));
       const int32_t more = b_.nonterminal("extra_more");  // (sep pair)*, left-recursive
       b_.rule(more, {});
@@ -769,13 +777,7 @@ class SchemaCompiler {
 }  // namespace
 
 RegexPtr integer_range_regex(std::optional<int64_t> lo, std::optional<int64_t> hi) {
-  std::vector<RegexPtr> alts;
-  if (!hi || *hi >= 0) alts.push_back(natural_range(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1));
-  if (!lo || *lo < 0) {
-    const int64_t a = hi && *hi < 0 ? -*hi : 1;
-    alts.push_back(re::seq({lit("-"), natural_range(a, lo ? -*lo : -1)}));
-  }
-  return re::alt(std::move(alts));
+  return signed_range(lo, hi, [](int64_t a, int64_t b) { return natural_range(a, b); }, /*least_negative=*/1);
 }
 
 std::shared_ptr<const Constraint> compile_json_schema(const nlohmann::ordered_json& schema,

@@ -73,6 +73,8 @@ class Lexer {
   static constexpr int32_t kUnbounded = INT32_MAX;
   void add_plain_kid(const RegexPtr& kid, const CodepointSet& chars);
   int32_t plain_budget(int32_t state) const { return states_[static_cast<size_t>(state)].plain_budget; }
+  // Whether `b` starts a character of add_plain_kid's `chars`.
+  bool plain_lead(uint8_t b) const { return plain_lead_[b] != 0; }
   int32_t mask_class(int32_t state) const { return states_[static_cast<size_t>(state)].mask_class; }
 
   size_t num_states() const { return states_.size(); }

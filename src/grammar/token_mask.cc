@@ -98,7 +98,7 @@ bool TokenMasker::plain_ok(int32_t state, int32_t budget) {
   for (int32_t i = 0; i < budget && s != Lexer::kDead; ++i) s = lexer_.next(s, 'a');
   if (s == Lexer::kDead || !lexer_.accepted(s).empty()) return false;
   for (int b = 0; b < 256; ++b) {
-    if (plain_lead(static_cast<uint8_t>(b)) && lexer_.next(s, static_cast<uint8_t>(b)) != Lexer::kDead) return false;
+    if (lexer_.plain_lead(static_cast<uint8_t>(b)) && lexer_.next(s, static_cast<uint8_t>(b)) != Lexer::kDead) return false;
   }
   return true;
 }

@@ -89,7 +89,6 @@ class TokenMasker {
   size_t cached_ = 0;
   void walk_lexer(const TokenTrie& trie, int32_t state, StateMask& m);
   bool plain_ok(int32_t state, int32_t budget);
-  static bool plain_lead(uint8_t b) { return (b >= 0x20 && b != '"' && b != '\\' && b < 0x80) || (b >= 0xC2 && b <= 0xF4); }
   std::vector<int32_t> stacks_[TokenTrie::kWays];  // walk scratch: lexer state per depth
 };
 
