@@ -12,6 +12,20 @@
 
 namespace tessera {
 
+void stamp_content_hash(LoraAdapter& a) {
+  kvstore::Hasher128 h;
+  h.update_string("lora");
+  for (const auto& layer : a.layers) {
+    for (const LoraPair& p : layer) {
+      h.update_value(p.rank);
+      h.update_value(p.scale);
+      h.update(p.a.data(), p.a.size() * sizeof(float));
+      h.update(p.b.data(), p.b.size() * sizeof(float));
+    }
+  }
+  a.content_hash = h.digest();
+}
+
 uint64_t next_lora_uid() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);

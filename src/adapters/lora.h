@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "kvstore/block_record.h"
+
 #include "format/model_config.h"
 #include "kernels/kernel_context.h"
 #include "kv/forward_batch.h"
@@ -42,8 +44,16 @@ std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t
 // an adapter freed and another built at the same address never match).
 uint64_t next_lora_uid();
 
+struct LoraAdapter;
+// Sets a.content_hash from its pairs (ranks, scales, A and B).
+void stamp_content_hash(LoraAdapter& a);
+
 struct LoraAdapter {
   uint64_t uid = next_lora_uid();
+  // A hash of its weights (stamp_content_hash), stable across processes:
+  // the global prompt cache keys its blocks with it. Empty: not stamped,
+  // and requests with it keep their blocks in RAM only.
+  kvstore::StoreKey content_hash;
   std::string name;
   float alpha = 0.0f;
   std::vector<std::array<LoraPair, kNumLoraTargets>> layers;  // [n_layer]

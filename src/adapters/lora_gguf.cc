@@ -96,6 +96,7 @@ std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const Mode
     TESSERA_CHECK(f.find_tensor(a_name) != nullptr, kCorruptFile, "{}: '{}' has no matching '{}'", path, t.name, a_name);
   }
   TESSERA_CHECK(pairs > 0, kCorruptFile, "{}: the adapter has no LoRA tensors", path);
+  stamp_content_hash(*a);
   return a;
 }
 
@@ -123,6 +124,7 @@ std::shared_ptr<const LoraAdapter> sum_loras(const std::vector<std::shared_ptr<c
       }
     }
   }
+  stamp_content_hash(*sum);
   return sum;
 }
 

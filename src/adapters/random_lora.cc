@@ -47,6 +47,7 @@ std::shared_ptr<const LoraAdapter> random_lora(const ModelConfig& base, int64_t 
       for (float& v : p.b) v = (rng.uniform() - 0.5f) * sb;
     }
   }
+  stamp_content_hash(*a);
   return a;
 }
 

@@ -102,6 +102,7 @@ std::shared_ptr<SoftPrompt> from_npy(const MappedFile& f) {
       sp->embd[i] = fp16_to_f32(h);
     }
   }
+  stamp_content_hash(*sp);
   return sp;
 }
 
@@ -127,6 +128,7 @@ std::shared_ptr<SoftPrompt> from_gguf(const std::string& path) {
   sp->n_embd = cols;
   sp->embd.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t->type, t->data + r * rb, sp->embd.data() + r * cols, cols);
+  stamp_content_hash(*sp);
   return sp;
 }
 
@@ -147,6 +149,7 @@ std::shared_ptr<const SoftPrompt> load_soft_prompt(const std::string& path, cons
   if (!sp) sp = from_gguf(path);
   check_rows(*sp, path, base);
   sp->name = path;
+  stamp_content_hash(*sp);
   return sp;
 }
 

@@ -27,7 +27,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
   return [a]() {
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = load_tokenizer(lm);
-    engine::EngineConfig ec = a->run.engine_config();
+    engine::EngineConfig ec = a->run.engine_config(lm);
     a->spec.apply(ec, *lm.model);
     a->adapters.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);

@@ -40,7 +40,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     a->run.resolve_model();
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = load_tokenizer(lm);
-    engine::EngineConfig ec = a->run.engine_config();
+    engine::EngineConfig ec = a->run.engine_config(lm);
     a->spec.apply(ec, *lm.model);
     a->adapters.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);

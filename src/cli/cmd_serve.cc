@@ -132,7 +132,7 @@ int serve(ServeArgs& a) {
   const auto t0 = engine::Clock::now();
   const LoadedModel lm = load_model(a.run.model);
   const auto tok = load_tokenizer(lm);
-  engine::EngineConfig ec = a.run.engine_config();
+  engine::EngineConfig ec = a.run.engine_config(lm);
   a.spec.apply(ec, *lm.model);
   a.adapters.apply(ec, *lm.model);
   ec.seed = static_cast<uint64_t>(a.seed);

@@ -8,6 +8,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "core/log.h"
+#include "model/fingerprint.h"
 #include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
 
@@ -42,6 +43,14 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
   app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
   add_long_rope_option(app, long_rope);
+  app.add_option("--kv-store", kv_store,
+                 "Keep prefix-cache blocks beyond RAM: a directory and/or redis://HOST:PORT (repeatable; "
+                 "shared safely by several servers, kept across restarts)");
+  app.add_option_function<std::string>("--kv-store-max-bytes", [this](const std::string& s) {
+    kv_store_max_bytes = static_cast<int64_t>(parse_bytes(s));
+  }, "Bound on a --kv-store directory (e.g. 20G; least recently used blocks go first)");
+  app.add_option("--kv-store-wait", kv_store_wait,
+                 "Seconds a request waits for its blocks from the store before computing them")->capture_default_str();
   if (!engine_options) return;
   app.add_option_function<std::string>("--kv-memory", [this](const std::string& s) {
     kv_memory = static_cast<int64_t>(parse_bytes(s));
@@ -228,6 +237,15 @@ engine::EngineConfig RunOptions::engine_config() const {
   c.max_num_batched_tokens = max_batch_tokens;
   c.enable_prefix_caching = !no_prefix_cache;
   c.long_rope = long_rope_mode();
+  c.kv_store = kv_store;
+  c.kv_store_max_bytes = kv_store_max_bytes;
+  c.kv_store_wait_s = kv_store_wait;
+  return c;
+}
+
+engine::EngineConfig RunOptions::engine_config(const LoadedModel& lm) const {
+  engine::EngineConfig c = engine_config();
+  if (!c.kv_store.empty() && lm.file) c.weights_fingerprint = weights_fingerprint(*lm.file);
   return c;
 }
 

@@ -45,6 +45,10 @@ struct RunOptions {
   int32_t max_batch_tokens = 512;
   bool no_prefix_cache = false;
   std::string long_rope = "sequence";
+  // The global prompt cache's lower tiers (engine/engine.h EngineConfig::kv_store).
+  std::vector<std::string> kv_store;
+  int64_t kv_store_max_bytes = 0;
+  double kv_store_wait = 2.0;
 
   // model_optional: -m may be omitted; resolve_model() then picks the
   // bundled stories260K (models/ in the repository or the install).
@@ -53,6 +57,9 @@ struct RunOptions {
   DType kv_dtype() const;
   LongRopeMode long_rope_mode() const;
   engine::EngineConfig engine_config() const;
+  // The same, with what needs the loaded model (the weights' fingerprint
+  // when --kv-store is given).
+  engine::EngineConfig engine_config(const LoadedModel& lm) const;
 };
 
 // --long-rope sequence|context (model/model.h LongRopeMode); throws Error

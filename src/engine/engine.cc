@@ -41,6 +41,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   pool_ = std::make_unique<ThreadPool>(config_.threads);
   const int32_t n_blocks = choose_num_blocks(model, config_, config_.max_model_len);
   kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type});
+  open_kv_store();
   make_scheduler();
   if (scheduler_->config().max_model_len < config_.max_model_len) {
     // As vLLM says it: the cache cannot hold one full-context sequence, so
@@ -80,6 +81,8 @@ void Engine::make_scheduler() {
   sc.sliding_window = model_.config().sliding_window;  // every layer's window (0: none)
   sc.long_rope_after = model_.long_rope_after();
   sc.long_rope_by_context = config_.long_rope == LongRopeMode::kContext;
+  sc.store = kv_store_.get();
+  sc.store_wait_s = config_.kv_store_wait_s;
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   {
     // Other threads read the scheduler's limits under mu_ (prepare); the
@@ -255,6 +258,7 @@ void Engine::validate_request(Request& req, int64_t max_position, RequestAdapter
   // H2O / SpAtten: its table keeps the attention mass of each key.
   if (params.kv_policy.scored()) r->blocks.score_depth = kv::score_depth(model_.config().n_layer);
 
+  r->store_identity = request_store_identity(*r);
   r->num_prompt_tokens = r->num_tokens();
   for (int64_t i = r->num_virtual_tokens(); i < r->num_tokens(); ++i) ++r->history.prompt[r->tokens[static_cast<size_t>(i)]];
   if (tokenizer_ != nullptr) {
@@ -707,6 +711,13 @@ std::vector<RequestOutput> Engine::step() {
     for (RequestOutput& o : draft_failures_) outputs.push_back(std::move(o));
   }
   const SchedulerOutput sched = scheduler_->schedule();
+  // Blocks loaded from a lower tier are written even when nothing runs:
+  // the pool already lists them as cached.
+  for (const BlockImport& im : sched.imports) kv_cache_->import_block(im.block, im.data->payload());
+  if (sched.empty() && kv_store_ && scheduler_->num_waiting() > 0) {
+    // Only requests whose blocks are loading: wait for one, not spin.
+    kv_store_->wait_for_load(std::chrono::milliseconds(2));
+  }
   if (!sched.empty()) {
     const auto t0 = Clock::now();
     std::span<float> logits;
@@ -738,8 +749,65 @@ std::vector<RequestOutput> Engine::step() {
     }
     ++steps_total_;
   }
+  export_blocks();
   deliver(outputs);
   return outputs;
+}
+
+void Engine::open_kv_store() {
+  if (config_.kv_store.empty()) return;
+  kvstore::KvStoreOptions o;
+  o.payload_bytes = kv_cache_->export_bytes();
+  kv_store_ = std::make_unique<kvstore::TieredStore>(
+      [this] { return kvstore::open_tiers(config_.kv_store, config_.kv_store_max_bytes); }, o);
+  // Everything the K/V of a token chain depends on besides the adapters:
+  // the weights, how the model is read (architecture, attention and RoPE
+  // settings) and how the cache holds it (type, block size, layout).
+  const ModelConfig& c = model_.config();
+  kvstore::Hasher128 h;
+  h.update_string("tessera kv-store v1");
+  h.update_value(config_.weights_fingerprint);
+  h.update_string(c.arch);
+  for (int64_t v : {c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_rot, c.yarn_orig_ctx,
+                    c.sliding_window, c.swa_window, c.swa_period, c.n_ctx_train}) {
+    h.update_value(v);
+  }
+  for (float v : {c.rope_freq_base, c.rope_freq_scale, c.yarn_beta_fast, c.yarn_beta_slow, c.rope_attn_factor,
+                  c.rope_freq_base_swa, c.rope_freq_scale_swa, c.attn_scale, c.attn_softcap}) {
+    h.update_value(v);
+  }
+  h.update_value(c.rope_neox);
+  h.update_value(static_cast<int32_t>(c.rope_scaling));
+  h.update_value(model_.long_rope_after());
+  h.update_value(static_cast<int32_t>(config_.long_rope));
+  h.update_value(static_cast<int32_t>(config_.kv_type));
+  h.update_value(config_.block_size);
+  h.update_value(static_cast<uint64_t>(kv_cache_->export_bytes()));
+  store_identity_ = h.digest();
+}
+
+kvstore::StoreKey Engine::request_store_identity(const Request& r) const {
+  // Prompt Cache modules (computed apart, placed by schema) and bounded
+  // policies stay in RAM: their K/V is not a function of the tokens alone.
+  if (!kv_store_ || r.preloaded || !r.positions.empty() || r.params.kv_policy.bounded()) return {};
+  kvstore::Hasher128 h;
+  h.update_value(store_identity_);
+  if (r.lora) {
+    if (r.lora->content_hash.empty()) return {};
+    h.update_string("lora");
+    h.update_value(r.lora->content_hash);
+  }
+  if (r.soft_prompt) {
+    if (r.soft_prompt->content_hash.empty()) return {};
+    h.update_string("soft prompt");
+    h.update_value(r.soft_prompt->content_hash);
+  }
+  return h.digest();
+}
+
+void Engine::export_blocks() {
+  if (!kv_store_) return;
+  for (BlockExport& e : scheduler_->take_exports()) kv_store_->put(std::move(e.ref), kv_cache_->export_block(e.block));
 }
 
 // Callbacks run once the stats describe the step: whoever a finished
@@ -956,6 +1024,8 @@ void Engine::update_stats() {
   s.engine_restarts_total = restarts_total_;
   s.n_expert = model_.config().n_expert;
   s.expert_tokens_total = runner_->state().expert_tokens;
+  s.store_hit_tokens_total = scheduler_->stats().store_hit_tokens;
+  if (kv_store_) s.kv_store = kv_store_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +96,16 @@ struct EngineConfig {
   std::vector<uint8_t> spec_skip_layers;
   // Tests: called at each guarded stage; throwing injects a fault there.
   FaultHook fault_hook;
+  // The global prompt cache (kvstore/): lower tiers below the RAM prefix
+  // cache, each a directory or redis://HOST:PORT (--kv-store), a bound on
+  // each directory's bytes (0: none), how long a request may wait for its
+  // blocks before computing them, and the fingerprint of the weights
+  // (model/fingerprint.h) its block keys start from. The engine mixes in
+  // the architecture, RoPE settings, KV type and block size.
+  std::vector<std::string> kv_store;
+  int64_t kv_store_max_bytes = 0;
+  double kv_store_wait_s = 2.0;
+  kvstore::StoreKey weights_fingerprint;
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
@@ -125,6 +136,10 @@ struct EngineStats {
   // [n_layer * n_expert] (empty for a dense model; since the last restart).
   int64_t n_expert = 0;
   std::vector<int64_t> expert_tokens_total;
+  // The global prompt cache: prompt tokens loaded from lower tiers, and
+  // the tiers' own counters (empty without --kv-store).
+  int64_t store_hit_tokens_total = 0;
+  std::optional<kvstore::KvStoreStats> kv_store;
 };
 
 // A validated request, ready to be queued: Engine::prepare does the work
@@ -234,6 +249,12 @@ class Engine {
   void finish(Request* r, FinishReason reason, bool flush, RequestOutput& out);
   void emit(std::vector<RequestOutput>& outputs, RequestOutput out);
   void update_stats();
+  // The global prompt cache: opens the tiers; copies the blocks the
+  // scheduler registered out to them; the identity a request's blocks are
+  // stored under (empty: not stored).
+  void open_kv_store();
+  void export_blocks();
+  kvstore::StoreKey request_store_identity(const Request& r) const;
 
   const Model& model_;
   const Tokenizer* tokenizer_;
@@ -245,6 +266,9 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<kv::KvManager> kv_manager_;
   std::unique_ptr<KvCache> kv_cache_;
+  // Before the scheduler: requests hold its tickets.
+  std::unique_ptr<kvstore::TieredStore> kv_store_;
+  kvstore::StoreKey store_identity_;  // the model's, before adapters
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;

@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_manager.h"
+#include "kvstore/block_record.h"
 #include "model/kv_cache.h"
 #include "adapters/lora.h"
 #include "adapters/soft_prompt.h"
@@ -88,6 +89,17 @@ struct Request {
   // how many of its blocks are registered in the cache under them.
   std::vector<uint64_t> block_hashes;
   int64_t num_registered_blocks = 0;
+  // The global prompt cache (kvstore/): the identity its blocks are stored
+  // under (model fingerprint, adapter, soft prompt), empty when its blocks
+  // are not stored (Prompt Cache layouts, bounded policies); the store keys
+  // of its full blocks so far; a prefetch in flight (its ticket, its first
+  // block, since when), and the blocks it loaded, until admission.
+  kvstore::StoreKey store_identity;
+  std::vector<kvstore::StoreKey> store_keys;
+  uint64_t store_ticket = 0;
+  int64_t store_first_block = 0;
+  std::chrono::steady_clock::time_point store_since{};
+  std::vector<std::shared_ptr<const kvstore::StoredBlock>> stored_blocks;
 
   // Speculative decoding: tokens a drafter proposed to follow `tokens`,
   // scheduled with the next decode step to be verified. They are not tokens

@@ -65,6 +65,7 @@ Request* Scheduler::add(std::unique_ptr<Request> req) {
   r->status = RequestStatus::kWaiting;
   requests_.emplace(r->id, std::move(req));
   waiting_.push_back(r);
+  if (stores(*r)) start_prefetch(r);
   return r;
 }
 
@@ -159,8 +160,12 @@ SchedulerOutput Scheduler::schedule() {
 
   // New requests only when nobody had to give way this step: otherwise
   // they would take the blocks the preempted request needs to come back.
-  while (!preempted && !waiting_.empty() && budget > 0) {
-    Request* r = waiting_.front();
+  for (size_t w = 0; !preempted && w < waiting_.size() && budget > 0;) {
+    Request* r = waiting_[w];
+    if (r->store_ticket != 0 && !store_ready(r)) {
+      ++w;  // its blocks are on their way from a lower tier: the others go first
+      continue;
+    }
     r->draft.clear();  // admission computes the prompt (or recomputes after preemption)
     const bool forks_later = r->params.n > 1 && r->index == 0 && r->num_output_tokens() == 0;
     const int64_t seats = forks_later ? r->params.n : 1;
@@ -169,8 +174,12 @@ SchedulerOutput Scheduler::schedule() {
     if (r->num_computed_tokens == 0 && r->blocks.blocks.empty() && long_regime(*r) != r->long_rope) {
       r->long_rope = !r->long_rope;  // (re)admitted past the original context
       r->block_hashes.clear();       // seeded with the regime
+      r->store_keys.clear();
     }
-    if (config_.enable_prefix_caching && r->blocks.blocks.empty() && !r->blocks.mapped()) take_cached_prefix(r);
+    if (config_.enable_prefix_caching && r->blocks.blocks.empty() && !r->blocks.mapped()) {
+      take_cached_prefix(r);
+      import_stored(r, out);
+    }
     // Preloaded K/V past the cached prefix is written, not computed: it
     // takes blocks but no token budget.
     const int64_t loaded = r->preloaded ? std::max(r->num_computed_tokens, r->preloaded->n_tokens) : r->num_computed_tokens;
@@ -187,7 +196,7 @@ SchedulerOutput Scheduler::schedule() {
       out.loads.push_back({r, r->num_computed_tokens, loaded});
       r->num_computed_tokens = loaded;
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     r->status = RequestStatus::kRunning;
     running_.push_back(r);
     out.scheduled.push_back({r, n, r->num_computed_tokens + n == r->num_tokens()});
@@ -253,7 +262,108 @@ void Scheduler::register_full_blocks(Request* r) {
   for (int64_t b = r->num_registered_blocks; b < full; ++b) {
     kv_.pool().set_hash(r->blocks.blocks[b], block_key(*r, b));
   }
+  if (stores(*r)) {
+    // Write-through: every full block goes down to the store once.
+    extend_store_keys(r, full);
+    for (int64_t b = r->num_registered_blocks; b < full; ++b) {
+      const kvstore::StoreKey& key = r->store_keys[static_cast<size_t>(b)];
+      if (config_.store->known(key)) continue;
+      const auto tokens = std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(b) * bs, bs);
+      exports_.push_back({r->blocks.blocks[b],
+                          {key, b == 0 ? kvstore::StoreKey{} : r->store_keys[static_cast<size_t>(b) - 1],
+                           std::vector<int32_t>(tokens.begin(), tokens.end())}});
+    }
+  }
   r->num_registered_blocks = full;
+}
+
+bool Scheduler::stores(const Request& r) const {
+  return config_.store != nullptr && config_.enable_prefix_caching && !r.store_identity.empty() &&
+         !r.params.kv_policy.bounded() && !r.preloaded && r.positions.empty();
+}
+
+kvstore::StoreKey Scheduler::store_identity(const Request& r) const {
+  kvstore::StoreKey id = r.store_identity;
+  if (r.long_rope) id.hi ^= 0x9e3779b97f4a7c15ULL;  // the long RoPE regime's blocks are apart
+  return id;
+}
+
+void Scheduler::extend_store_keys(Request* r, int64_t num_blocks) {
+  const int32_t bs = kv_.block_size();
+  const kvstore::StoreKey id = store_identity(*r);
+  while (static_cast<int64_t>(r->store_keys.size()) < num_blocks) {
+    const size_t b = r->store_keys.size();
+    const kvstore::StoreKey parent = b == 0 ? kvstore::StoreKey{} : r->store_keys[b - 1];
+    r->store_keys.push_back(kvstore::chain_key(id, parent, std::span<const int32_t>(r->tokens).subspan(b * bs, bs)));
+  }
+}
+
+void Scheduler::start_prefetch(Request* r) {
+  const int32_t bs = kv_.block_size();
+  // The last token is always computed (its logits), so its block is never loaded.
+  const int64_t usable = (r->num_tokens() - 1) / bs;
+  if (usable <= 0) return;
+  // Blocks the RAM tier holds now need no loading (looked up, not taken).
+  kv::extend_block_hashes(r->block_hashes, std::span<const int32_t>(r->tokens.data(), usable * bs), bs, hash_seed(*r),
+                          config_.block_hash);
+  int64_t hit = 0;
+  kv::BlockId parent = kv::kNullBlock;
+  for (; hit < usable; ++hit) {
+    const auto tokens = std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(hit) * bs, bs);
+    const auto id = kv_.pool().find({r->block_hashes[static_cast<size_t>(hit)], parent, hash_seed(*r), tokens});
+    if (!id) break;
+    parent = *id;
+  }
+  if (hit == usable) return;
+  extend_store_keys(r, usable);
+  std::vector<kvstore::BlockRef> refs;
+  for (int64_t b = hit; b < usable; ++b) {
+    const auto tokens = std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(b) * bs, bs);
+    refs.push_back({r->store_keys[static_cast<size_t>(b)],
+                    b == 0 ? kvstore::StoreKey{} : r->store_keys[static_cast<size_t>(b) - 1],
+                    std::vector<int32_t>(tokens.begin(), tokens.end())});
+  }
+  r->store_ticket = config_.store->prefetch(std::move(refs));
+  r->store_first_block = hit;
+  r->store_since = std::chrono::steady_clock::now();
+}
+
+bool Scheduler::store_ready(Request* r) {
+  auto blocks = config_.store->poll(r->store_ticket);
+  if (!blocks) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - r->store_since).count();
+    if (waited < config_.store_wait_s) return false;
+    config_.store->cancel(r->store_ticket);  // too slow: compute it
+  } else {
+    r->stored_blocks = std::move(*blocks);
+  }
+  r->store_ticket = 0;
+  return true;
+}
+
+void Scheduler::import_stored(Request* r, SchedulerOutput& out) {
+  const int32_t bs = kv_.block_size();
+  std::vector<std::shared_ptr<const kvstore::StoredBlock>> found = std::move(r->stored_blocks);
+  r->stored_blocks.clear();
+  // A request recomputed after preemption or a regime change computes all.
+  if (found.empty() || r->num_preemptions > 0 || r->blocks.mapped()) return;
+  const int64_t have = static_cast<int64_t>(r->blocks.blocks.size());
+  // Only the loaded blocks that continue the RAM prefix are of use.
+  const int64_t skip = have - r->store_first_block;
+  if (skip < 0 || skip >= static_cast<int64_t>(found.size())) return;
+  int64_t n = std::min<int64_t>(static_cast<int64_t>(found.size()) - skip, kv_.pool().num_free());
+  if (n <= 0 || !kv_.reserve(r->blocks, (have + n) * bs, out.copies)) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = have + i;
+    out.imports.push_back({r->blocks.blocks[static_cast<size_t>(b)], found[static_cast<size_t>(skip + i)]});
+    kv_.pool().set_hash(r->blocks.blocks[static_cast<size_t>(b)], block_key(*r, b));
+  }
+  const int64_t cached = (have + n) * bs;
+  r->num_computed_tokens = cached;
+  r->num_registered_blocks = have + n;
+  r->num_cached_tokens = cached;
+  stats_.prefix_hit_tokens += n * bs;
+  stats_.store_hit_tokens += n * bs;
 }
 
 kv::BlockKey Scheduler::block_key(const Request& r, int64_t b) const {
@@ -308,6 +418,9 @@ void Scheduler::preempt(Request* r) {
 void Scheduler::finish(Request* r, FinishReason reason) {
   if (r->finished()) return;
   kv_.free(r->blocks);
+  if (r->store_ticket != 0) config_.store->cancel(r->store_ticket);
+  r->store_ticket = 0;
+  r->stored_blocks.clear();
   if (r->status == RequestStatus::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), r));
   } else {

@@ -23,6 +23,7 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
 #include "kv/prefix_hash.h"
+#include "kvstore/tiered_store.h"
 
 namespace tessera::engine {
 
@@ -44,6 +45,14 @@ struct SchedulerConfig {
   // part of its blocks' prefix-cache identity. 0: one regime.
   int64_t long_rope_after = 0;
   bool long_rope_by_context = false;
+  // The prefix cache's lower tiers (kvstore/tiered_store.h), or none. A
+  // request whose blocks may be stored (Request::store_identity) starts a
+  // prefetch of its blocks past its RAM hit when it is added; admission
+  // passes it over while the prefetch runs (others go first), for at most
+  // store_wait_s, then imports what was found. Full blocks are offered to
+  // the store as they are registered (take_exports).
+  kvstore::TieredStore* store = nullptr;
+  double store_wait_s = 2.0;
 };
 
 struct ScheduledRequest {
@@ -65,7 +74,21 @@ struct KvLoad {
   int64_t to = 0;
 };
 
+// A block found in a lower tier, to write into `block` before the step
+// (before the copies: an import never targets a block copied into).
+struct BlockImport {
+  kv::BlockId block = kv::kNullBlock;
+  std::shared_ptr<const kvstore::StoredBlock> data;
+};
+
+// A full block just registered, for the engine to copy out to the store.
+struct BlockExport {
+  kv::BlockId block = kv::kNullBlock;
+  kvstore::BlockRef ref;
+};
+
 struct SchedulerOutput {
+  std::vector<BlockImport> imports;  // first, before the copies
   std::vector<ScheduledRequest> scheduled;
   std::vector<kv::CopyOp> copies;  // copy-on-write, before the forward pass
   // Kept keys of bounded-policy requests that moved (their evictions this
@@ -81,6 +104,7 @@ struct SchedulerStats {
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;    // of which found
   int64_t long_rope_restarts = 0;   // requests computed again in the long RoPE regime
+  int64_t store_hit_tokens = 0;     // prompt tokens loaded from the lower tiers (part of prefix_hit_tokens)
 };
 
 class Scheduler {
@@ -131,6 +155,9 @@ class Scheduler {
   const std::vector<Request*>& running() const { return running_; }
   std::vector<Request*> waiting() const { return {waiting_.begin(), waiting_.end()}; }
   const SchedulerStats& stats() const { return stats_; }
+  // Blocks registered since the last call that the store does not hold yet
+  // (engine thread: copy them out before the next schedule()).
+  std::vector<BlockExport> take_exports() { return std::move(exports_); }
   kv::KvManager& kv() { return kv_; }
 
  private:
@@ -157,6 +184,16 @@ class Scheduler {
   // computed: takes the cached blocks of its longest cached prefix.
   void take_cached_prefix(Request* req, bool count = true);
   void register_full_blocks(Request* req);
+  // The global prompt cache (SchedulerConfig::store).
+  bool stores(const Request& req) const;
+  kvstore::StoreKey store_identity(const Request& req) const;
+  void extend_store_keys(Request* req, int64_t num_blocks);
+  void start_prefetch(Request* req);
+  // False while req's prefetch is loading (and it may still wait).
+  bool store_ready(Request* req);
+  // Writes the blocks req's prefetch found past its RAM prefix into new
+  // blocks of its table (imports in out), registered like computed ones.
+  void import_stored(Request* req, SchedulerOutput& out);
   // Gives back the blocks that left req's sliding window.
   void drop_out_of_window(Request* req);
   // What the pool compares for full block b of req (its blocks before b are
@@ -170,6 +207,7 @@ class Scheduler {
   std::vector<Request*> running_;  // admission order
   std::deque<Request*> waiting_;   // arrival order (preempted ones at the head)
   SchedulerStats stats_;
+  std::vector<BlockExport> exports_;
 };
 
 }  // namespace tessera::engine

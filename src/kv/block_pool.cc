@@ -150,6 +150,14 @@ std::optional<BlockId> BlockPool::lookup_and_retain(const BlockKey& key) {
   return id;
 }
 
+std::optional<BlockId> BlockPool::find(const BlockKey& key) const {
+  auto it = by_hash_.find(key.hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  const std::optional<uint64_t> parent = parent_id(key);
+  if (!parent || !same_contents(it->second, key, *parent)) return std::nullopt;
+  return it->second;
+}
+
 void BlockPool::clear_hashes() {
   std::fill(contents_.begin(), contents_.end(), Contents{});
   by_hash_.clear();

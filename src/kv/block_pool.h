@@ -107,6 +107,9 @@ class BlockPool {
   // The block indexed under key.hash if its contents equal `key`, retained
   // for the caller (taken off the free list if it was free), or nullopt.
   std::optional<BlockId> lookup_and_retain(const BlockKey& key);
+  // The block lookup_and_retain would return, without taking it. A chain
+  // of finds (each key's parent the block found before) walks a prefix.
+  std::optional<BlockId> find(const BlockKey& key) const;
   // Whether some block is indexed under this hash (no side effects).
   bool contains_hash(uint64_t hash) const { return by_hash_.count(hash) != 0; }
   // Forgets the recorded contents of one block (they are about to change).

@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -61,6 +62,31 @@ void KvCache::write(const DenseKv& src, int64_t from, int64_t to, std::span<cons
   TESSERA_ASSERT(static_cast<int64_t>(slots.size()) == to - from && src.kv_dim == kv_dim_);
   for (int64_t l = 0; l < src.n_layer; ++l) {
     kernels::store_kv(views_[l], src.k_at(l, from), src.v_at(l, from), src.kv_dim, slots.data(), to - from, Isa::kScalar);
+  }
+}
+
+std::vector<uint8_t> KvCache::export_block(kv::BlockId id) const {
+  std::vector<uint8_t> out;
+  out.reserve(2 * views_.size() * (views_.empty() ? 0 : views_[0].block_bytes()));
+  for (const kernels::KvLayerView& v : views_) {
+    const size_t n = v.block_bytes();
+    const uint8_t* k = static_cast<const uint8_t*>(v.k) + n * static_cast<size_t>(id);
+    const uint8_t* vv = static_cast<const uint8_t*>(v.v) + n * static_cast<size_t>(id);
+    out.insert(out.end(), k, k + n);
+    out.insert(out.end(), vv, vv + n);
+  }
+  return out;
+}
+
+void KvCache::import_block(kv::BlockId id, std::span<const uint8_t> bytes) {
+  size_t at = 0;
+  for (const kernels::KvLayerView& v : views_) {
+    const size_t n = v.block_bytes();
+    TESSERA_CHECK(at + 2 * n <= bytes.size(), kInternal, "a stored block of {} bytes is short of this cache's layout",
+                  bytes.size());
+    std::memcpy(static_cast<uint8_t*>(v.k) + n * static_cast<size_t>(id), bytes.data() + at, n);
+    std::memcpy(static_cast<uint8_t*>(v.v) + n * static_cast<size_t>(id), bytes.data() + at + n, n);
+    at += 2 * n;
   }
 }
 

@@ -59,6 +59,12 @@ class KvCache {
   DenseKv read(std::span<const int64_t> slots) const;
   void write(const DenseKv& src, int64_t from, int64_t to, std::span<const int64_t> slots);
 
+  // One block's bytes, every layer's K then V, layer by layer
+  // (bytes_per_block of them): what the global prompt cache stores.
+  std::vector<uint8_t> export_block(kv::BlockId id) const;
+  size_t export_bytes() const { return views_.empty() ? 0 : 2 * views_.size() * views_[0].block_bytes(); }
+  void import_block(kv::BlockId id, std::span<const uint8_t> bytes);
+
  private:
   KvCacheShape shape_;
   int64_t kv_dim_ = 0;

@@ -89,6 +89,35 @@ std::string label(const std::string& v) {
 
 Metrics::Metrics() : ttft_(ttft_buckets()), itl_(itl_buckets()), e2e_(e2e_buckets()) {}
 
+// The global prompt cache's tiers: one series per tier and counter.
+static void write_kv_store(std::string& out, const kvstore::KvStoreStats& k, int64_t hit_tokens) {
+  scalar(out, "tessera_kv_store_hit_tokens_total", "counter", "Prompt tokens loaded from the lower tiers of the prefix cache.",
+         static_cast<double>(hit_tokens));
+  const auto per_tier = [&](const char* name, const char* help, auto field) {
+    header(out, name, "counter", help);
+    for (const kvstore::TierStats& t : k.tiers) out += fmt::format("{}{{tier=\"{}\"}} {}\n", name, t.tier, field(t));
+  };
+  per_tier("tessera_kv_store_hits_total", "Blocks loaded from the tier.", [](const auto& t) { return t.hits; });
+  per_tier("tessera_kv_store_misses_total", "Block lookups the tier did not have.", [](const auto& t) { return t.misses; });
+  per_tier("tessera_kv_store_corrupt_total", "Records that failed their check (dropped, recomputed).",
+           [](const auto& t) { return t.corrupt; });
+  per_tier("tessera_kv_store_read_errors_total", "Lookups the tier could not answer.",
+           [](const auto& t) { return t.read_errors; });
+  per_tier("tessera_kv_store_writes_total", "Blocks written to the tier.", [](const auto& t) { return t.writes; });
+  per_tier("tessera_kv_store_write_errors_total", "Blocks the tier refused (full disk, connection).",
+           [](const auto& t) { return t.write_errors; });
+  per_tier("tessera_kv_store_read_bytes_total", "Bytes loaded from the tier.", [](const auto& t) { return t.bytes_read; });
+  per_tier("tessera_kv_store_written_bytes_total", "Bytes written to the tier.",
+           [](const auto& t) { return t.bytes_written; });
+  scalar(out, "tessera_kv_store_writes_dropped_total", "counter", "Blocks not written: the write queue was full.",
+         static_cast<double>(k.writes_dropped));
+  scalar(out, "tessera_kv_store_queue_bytes", "gauge", "Bytes waiting to be written.", static_cast<double>(k.queue_bytes));
+  header(out, "tessera_kv_store_load_seconds", "summary", "Time from a request's arrival to its stored blocks being ready.");
+  out += fmt::format("tessera_kv_store_load_seconds_sum {}\ntessera_kv_store_load_seconds_count {}\n", k.load_seconds_sum,
+                     k.loads);
+  scalar(out, "tessera_kv_store_load_seconds_max", "gauge", "Longest load so far.", k.load_seconds_max);
+}
+
 void Metrics::count_finished(const char* finish_reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++finished_[finish_reason];
@@ -140,6 +169,7 @@ std::string Metrics::render(const engine::EngineStats* st, int64_t in_flight,
            st->spec_verify_steps_total);
     scalar(out, "tessera_generation_tokens_per_step", "gauge", "Tokens generated per engine step, over the run.",
            st->steps_total > 0 ? static_cast<double>(st->generation_tokens_total) / st->steps_total : 0.0);
+    if (st->kv_store) write_kv_store(out, *st->kv_store, st->store_hit_tokens_total);
     if (st->n_expert > 0 && !st->expert_tokens_total.empty()) {
       header(out, "tessera_moe_expert_tokens_total", "counter", "Tokens routed to each expert of each layer.");
       for (size_t i = 0; i < st->expert_tokens_total.size(); ++i) {
