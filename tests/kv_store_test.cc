@@ -533,6 +533,42 @@ TEST(KvStoreEngine, ASecondEngineTakesTheFirstOnesBlocksAndMatchesCold) {
   EXPECT_EQ(st.tiers[0].corrupt, 0);
 }
 
+TEST(KvStoreEngine, WriteBackWritesOnEvictionAndAtShutdown) {
+  const auto& s = testing::stories260k();
+  const auto prompts = family_prompts();
+  Engine cold(*s.lm.model, s.tok.get(), store_config(""));
+  const std::vector<Out> want = run_prompts(cold, prompts);
+  // A roomy pool evicts nothing: nothing is written until the engine closes.
+  const std::string roomy = testing::temp_path("write_back_roomy");
+  {
+    EngineConfig c = store_config(roomy);
+    c.kv_store_write_back = true;
+    Engine e(*s.lm.model, s.tok.get(), c);
+    run_prompts(e, prompts);
+    EXPECT_EQ(e.stats().kv_store->tiers[0].writes, 0);
+    EXPECT_EQ(e.stats().kv_store->queue_bytes, 0);
+  }
+  EXPECT_GT(kvstore::DiskStore(roomy, 0).usage().records, 10);
+  // A small pool evicts as it goes: blocks are written while it runs.
+  const std::string tight = testing::temp_path("write_back_tight");
+  {
+    EngineConfig c = store_config(tight);
+    c.kv_store_write_back = true;
+    c.num_kv_blocks = 24;
+    c.max_num_seqs = 1;
+    Engine e(*s.lm.model, s.tok.get(), c);
+    expect_same(run_prompts(e, prompts), want);
+    EXPECT_GT(e.stats().prefix_evictions_total, 0);
+    const auto st = *e.stats().kv_store;
+    EXPECT_GT(st.tiers[0].writes + st.queue_bytes, 0);
+  }
+  for (const std::string& dir : {roomy, tight}) {
+    Engine again(*s.lm.model, s.tok.get(), store_config(dir));
+    expect_same(run_prompts(again, prompts), want);
+    EXPECT_GT(store_hits(again), 0) << dir;
+  }
+}
+
 TEST(KvStoreEngine, OtherKvTypeWeightsOrAdapterNeverMatch) {
   const auto& s = testing::stories260k();
   const auto prompts = family_prompts();

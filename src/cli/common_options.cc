@@ -51,6 +51,11 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
   }, "Bound on a --kv-store directory (e.g. 20G; least recently used blocks go first)");
   app.add_option("--kv-store-wait", kv_store_wait,
                  "Seconds a request waits for its blocks from the store before computing them")->capture_default_str();
+  app.add_option("--kv-store-write", kv_store_write,
+                 "When blocks go down to the store: through (as soon as they are full) or back (when RAM evicts "
+                 "them, and at shutdown)")
+      ->check(CLI::IsMember({"through", "back"}))
+      ->capture_default_str();
   if (!engine_options) return;
   app.add_option_function<std::string>("--kv-memory", [this](const std::string& s) {
     kv_memory = static_cast<int64_t>(parse_bytes(s));
@@ -240,6 +245,7 @@ engine::EngineConfig RunOptions::engine_config() const {
   c.kv_store = kv_store;
   c.kv_store_max_bytes = kv_store_max_bytes;
   c.kv_store_wait_s = kv_store_wait;
+  c.kv_store_write_back = kv_store_write == "back";
   return c;
 }
 

@@ -49,6 +49,7 @@ struct RunOptions {
   std::vector<std::string> kv_store;
   int64_t kv_store_max_bytes = 0;
   double kv_store_wait = 2.0;
+  std::string kv_store_write = "through";
 
   // model_optional: -m may be omitted; resolve_model() then picks the
   // bundled stories260K (models/ in the repository or the install).

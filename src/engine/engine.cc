@@ -68,7 +68,12 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
   update_stats();
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Write-back: what RAM still holds goes down before the store closes.
+  if (kv_store_ && config_.kv_store_write_back) {
+    for (BlockExport& e : scheduler_->take_unwritten()) kv_store_->put(std::move(e.ref), kv_cache_->export_block(e.block));
+  }
+}
 
 void Engine::make_scheduler() {
   auto kv = std::make_unique<kv::KvManager>(kv::CacheConfig{config_.block_size, kv_cache_->shape().num_blocks});
@@ -83,6 +88,7 @@ void Engine::make_scheduler() {
   sc.long_rope_by_context = config_.long_rope == LongRopeMode::kContext;
   sc.store = kv_store_.get();
   sc.store_wait_s = config_.kv_store_wait_s;
+  sc.store_write_back = config_.kv_store_write_back;
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   {
     // Other threads read the scheduler's limits under mu_ (prepare); the
@@ -711,6 +717,8 @@ std::vector<RequestOutput> Engine::step() {
     for (RequestOutput& o : draft_failures_) outputs.push_back(std::move(o));
   }
   const SchedulerOutput sched = scheduler_->schedule();
+  // Write-back: blocks evicted by this step's allocations, still intact.
+  for (const BlockExport& ev : sched.evicted) kv_store_->put(ev.ref, kv_cache_->export_block(ev.block));
   // Blocks loaded from a lower tier are written even when nothing runs:
   // the pool already lists them as cached.
   for (const BlockImport& im : sched.imports) kv_cache_->import_block(im.block, im.data->payload());

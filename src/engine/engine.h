@@ -105,6 +105,7 @@ struct EngineConfig {
   std::vector<std::string> kv_store;
   int64_t kv_store_max_bytes = 0;
   double kv_store_wait_s = 2.0;
+  bool kv_store_write_back = false;  // write blocks when RAM evicts them (and at exit), not when full
   kvstore::StoreKey weights_fingerprint;
 };
 

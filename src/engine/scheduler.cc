@@ -7,6 +7,13 @@
 
 namespace tessera::engine {
 
+std::vector<BlockExport> Scheduler::take_unwritten() {
+  std::vector<BlockExport> out;
+  for (auto& [block, ref] : unwritten_) out.push_back({block, std::move(ref)});
+  unwritten_.clear();
+  return out;
+}
+
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager& kv) : config_(config), kv_(kv) {
   TESSERA_CHECK(config.max_num_seqs >= 1, kInvalidArgument, "max_num_seqs must be >= 1");
   TESSERA_CHECK(config.max_num_batched_tokens >= 1, kInvalidArgument, "max_num_batched_tokens must be >= 1");
@@ -16,6 +23,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, kv::KvManager& kv) : config_
   // request alone in the pool can always grow to its end (others are
   // preempted for it), so nothing admitted can stall.
   model_len_ = config.max_model_len;
+  if (config.store != nullptr && config.store_write_back) kv_.pool().track_evictions(true);
   config_.max_model_len = std::min(config.max_model_len, cache_capacity_tokens());
   // With a sliding window a sequence holds at most its window, a block of
   // margin, the partial block and one step's tokens, whatever its length:
@@ -203,6 +211,14 @@ SchedulerOutput Scheduler::schedule() {
     out.num_tokens += n;
     budget -= n;
   }
+  if (config_.store_write_back) {
+    for (kv::BlockId id : kv_.pool().take_evicted()) {
+      auto it = unwritten_.find(id);
+      if (it == unwritten_.end()) continue;
+      out.evicted.push_back({id, std::move(it->second)});
+      unwritten_.erase(it);
+    }
+  }
   return out;
 }
 
@@ -263,15 +279,21 @@ void Scheduler::register_full_blocks(Request* r) {
     kv_.pool().set_hash(r->blocks.blocks[b], block_key(*r, b));
   }
   if (stores(*r)) {
-    // Write-through: every full block goes down to the store once.
+    // Every full block goes down to the store once: now (write-through) or
+    // when RAM evicts it (write-back).
     extend_store_keys(r, full);
     for (int64_t b = r->num_registered_blocks; b < full; ++b) {
       const kvstore::StoreKey& key = r->store_keys[static_cast<size_t>(b)];
       if (config_.store->known(key)) continue;
       const auto tokens = std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(b) * bs, bs);
-      exports_.push_back({r->blocks.blocks[b],
-                          {key, b == 0 ? kvstore::StoreKey{} : r->store_keys[static_cast<size_t>(b) - 1],
-                           std::vector<int32_t>(tokens.begin(), tokens.end())}});
+      kvstore::BlockRef ref{key, b == 0 ? kvstore::StoreKey{} : r->store_keys[static_cast<size_t>(b) - 1],
+                            std::vector<int32_t>(tokens.begin(), tokens.end())};
+      const kv::BlockId block = r->blocks.blocks[static_cast<size_t>(b)];
+      if (config_.store_write_back) {
+        unwritten_[block] = std::move(ref);
+      } else {
+        exports_.push_back({block, std::move(ref)});
+      }
     }
   }
   r->num_registered_blocks = full;

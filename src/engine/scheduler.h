@@ -53,6 +53,9 @@ struct SchedulerConfig {
   // the store as they are registered (take_exports).
   kvstore::TieredStore* store = nullptr;
   double store_wait_s = 2.0;
+  // Write-back: a block goes down when RAM evicts it (and the rest at
+  // shutdown: take_unwritten) instead of as soon as it is full.
+  bool store_write_back = false;
 };
 
 struct ScheduledRequest {
@@ -88,7 +91,10 @@ struct BlockExport {
 };
 
 struct SchedulerOutput {
-  std::vector<BlockImport> imports;  // first, before the copies
+  // Write-back: blocks this step's allocations evicted from RAM, to copy
+  // out before anything (imports, copies, the forward pass) overwrites them.
+  std::vector<BlockExport> evicted;
+  std::vector<BlockImport> imports;  // then these, before the copies
   std::vector<ScheduledRequest> scheduled;
   std::vector<kv::CopyOp> copies;  // copy-on-write, before the forward pass
   // Kept keys of bounded-policy requests that moved (their evictions this
@@ -158,6 +164,8 @@ class Scheduler {
   // Blocks registered since the last call that the store does not hold yet
   // (engine thread: copy them out before the next schedule()).
   std::vector<BlockExport> take_exports() { return std::move(exports_); }
+  // Write-back: every registered block not written yet (shutdown).
+  std::vector<BlockExport> take_unwritten();
   kv::KvManager& kv() { return kv_; }
 
  private:
@@ -208,6 +216,8 @@ class Scheduler {
   std::deque<Request*> waiting_;   // arrival order (preempted ones at the head)
   SchedulerStats stats_;
   std::vector<BlockExport> exports_;
+  // Write-back: registered blocks the store does not hold yet, by block.
+  std::unordered_map<kv::BlockId, kvstore::BlockRef> unwritten_;
 };
 
 }  // namespace tessera::engine

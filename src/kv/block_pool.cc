@@ -58,6 +58,7 @@ std::optional<BlockId> BlockPool::allocate() {
   if (contents_[id].id != 0) {
     ++evictions_;
     drop_hash(id);
+    if (track_evictions_) evicted_.push_back(id);
   }
   ref_[id] = 1;
   return id;

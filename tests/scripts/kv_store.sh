@@ -2,7 +2,7 @@
 # The global prompt cache (--kv-store) across processes, on stories260K:
 #  - restart: a server stopped and started again on the same directory
 #    serves its prompts from disk, outputs (text and logprobs) identical to
-#    a server without a store;
+#    a server without a store (write-through, and write-back at shutdown);
 #  - kill -9 while writing: no record visible half-written
 #    (`tessera kv-store verify` passes), the next server's outputs identical;
 #  - two replicas on one Redis (started here): the second serves the first
@@ -72,6 +72,16 @@ positive "$hits" || fail "the restarted server loaded no block from disk"
 echo "   $records records; $hits blocks loaded from disk after the restart"
 stop_server B || fail "server B shutdown"
 "$TESSERA" kv-store verify "$TMP/store" >/dev/null || fail "verify after clean runs"
+
+echo "-- write-back: blocks written at shutdown"
+start_server A "$TMP/wa.log" -m "$MODEL" -t 1 --kv-type f32 --kv-store "$TMP/wb" --kv-store-write back
+ask_all "$A_URL" "$TMP/wa.txt"
+stop_server A || fail "write-back server shutdown"
+start_server B "$TMP/wb.log" -m "$MODEL" -t 1 --kv-type f32 --kv-store "$TMP/wb"
+ask_all "$B_URL" "$TMP/wb.txt"
+cmp -s "$TMP/cold.txt" "$TMP/wb.txt" || fail "outputs after a write-back restart differ from cold"
+positive "$(metric "$B_URL" 'tessera_kv_store_hits_total{tier="disk"}')" || fail "nothing written back at shutdown"
+stop_server B || fail "server B shutdown"
 
 echo "-- kill -9 while writing"
 # Three kills at different moments of the serving (tests/kv_store_test.cc
