@@ -98,21 +98,6 @@ class SignalWaiter {
 
 std::string default_model_name(const std::string& path) { return std::filesystem::path(path).stem().string(); }
 
-// --chat-template wins; else the model's own. A model whose template cannot
-// be parsed is still served (completions work; chat answers 400), but a
-// template the user named must load.
-std::optional<server::ChatTemplate> chat_template(const std::string& option, const gguf::File& file) {
-  const std::string own = file.get_string_or("tokenizer.chat_template", "");
-  if (option.empty() && own.empty()) return std::nullopt;
-  if (!option.empty()) return server::ChatTemplate::resolve(option, std::nullopt);
-  try {
-    return server::ChatTemplate::resolve("", own);
-  } catch (const Error& e) {
-    TESSERA_LOG_WARN("the model's chat template is not usable ({}); /v1/chat/completions will answer 400", e.what());
-    return std::nullopt;
-  }
-}
-
 int serve(ServeArgs& a) {
   SignalWaiter signals;
   server::Metrics metrics;
@@ -137,7 +122,7 @@ int serve(ServeArgs& a) {
   a.adapters.apply(ec, *lm.model);
   ec.seed = static_cast<uint64_t>(a.seed);
   engine::Engine eng(*lm.model, tok.get(), ec);
-  const std::optional<server::ChatTemplate> chat = chat_template(a.chat_template, *lm.file);
+  const std::optional<server::ChatTemplate> chat = resolve_chat_template(a.chat_template, *lm.file);
   std::optional<engine::PromptCache> prompt_cache;
   if (!a.prompt_schema.empty()) {
     ThreadPool pool(a.run.threads);

@@ -9,6 +9,7 @@
 #include "grammar/json_schema.h"
 #include "core/log.h"
 #include "model/fingerprint.h"
+#include "template/chat_template.h"
 #include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
 
@@ -128,9 +129,11 @@ void AdapterOptions::add_to(CLI::App& app, AdapterScope where) {
   app.add_option("--lora", lora,
                  named ? "LoRA adapter (llama.cpp's adapter GGUF): FILE applies to every request (repeat to sum "
                             "several), NAME=FILE serves it as model NAME"
-                          : "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
+                 : where == AdapterScope::kChat
+                     ? "LoRA adapter (llama.cpp's adapter GGUF): FILE for every turn, NAME=FILE for /adapter NAME"
+                     : "LoRA adapter (llama.cpp's adapter GGUF); repeat to sum several");
   app.add_option("--lora-scale", lora_scale, "Scale of every --lora FILE adapter's delta")->capture_default_str();
-  if (where == AdapterScope::kSequence) return;
+  if (where == AdapterScope::kSequence || where == AdapterScope::kChat) return;
   app.add_option("--soft-prompt", soft_prompt,
                  named ? "Soft prompt ([n_virtual, n_embd] in .npy or GGUF): FILE prefixes every request, NAME=FILE "
                          "serves it to requests naming it in \"soft_prompt\""
@@ -149,7 +152,7 @@ std::vector<std::pair<std::string, std::string>> AdapterOptions::named_soft_prom
 }
 
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
-  TESSERA_CHECK(scope == AdapterScope::kServer || named().empty(), kInvalidArgument,
+  TESSERA_CHECK(scope == AdapterScope::kServer || scope == AdapterScope::kChat || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;
   for (const std::string& path : lora) {
@@ -247,6 +250,21 @@ engine::EngineConfig RunOptions::engine_config() const {
   c.kv_store_wait_s = kv_store_wait;
   c.kv_store_write_back = kv_store_write == "back";
   return c;
+}
+
+// --chat-template wins; else the model's own. A model whose template cannot
+// be parsed is still served (completions work; chat answers 400), but a
+// template the user named must load.
+std::optional<server::ChatTemplate> resolve_chat_template(const std::string& option, const gguf::File& file) {
+  const std::string own = file.get_string_or("tokenizer.chat_template", "");
+  if (option.empty() && own.empty()) return std::nullopt;
+  if (!option.empty()) return server::ChatTemplate::resolve(option, std::nullopt);
+  try {
+    return server::ChatTemplate::resolve("", own);
+  } catch (const Error& e) {
+    TESSERA_LOG_WARN("the model's chat template is not usable ({}); /v1/chat/completions will answer 400", e.what());
+    return std::nullopt;
+  }
 }
 
 engine::EngineConfig RunOptions::engine_config(const LoadedModel& lm) const {

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
 #include "kv/kv_policy.h"
+#include "template/chat_template.h"
 
 namespace tessera::cli {
 
@@ -111,7 +112,8 @@ struct SpecOptions {
 // Where adapter options are offered: the single-sequence commands (logits,
 // perplexity: --lora), the engine's (generate, batch: also --soft-prompt
 // FILE) and the server's (NAME=FILE for both, --lora-pool).
-enum class AdapterScope { kSequence, kEngine, kServer };
+// kChat: --lora FILE for every turn, NAME=FILE for /adapter NAME.
+enum class AdapterScope { kSequence, kEngine, kServer, kChat };
 
 // --lora FILE (repeatable: deltas summed), --lora-scale S, --soft-prompt
 // FILE. With `serve`, --lora NAME=FILE serves an adapter by name (a
@@ -134,6 +136,11 @@ struct AdapterOptions {
   void apply(engine::EngineConfig& c, const Model& base) const;
   std::shared_ptr<const LoraAdapter> load(const Model& base) const;  // nullptr without plain --lora FILE
 };
+
+// --chat-template wins; else the model's own (nullopt when it has none, or
+// when its own cannot be parsed: a warning says so). A template the user
+// named must load.
+std::optional<server::ChatTemplate> resolve_chat_template(const std::string& option, const gguf::File& file);
 
 // Parses "512", "64M", "2G" (binary units).
 size_t parse_bytes(const std::string& s);
