@@ -193,6 +193,8 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kServer);
   a->kv_policy.add_to(sub);
+  sub.add_option("--conversations-db", a->http.conversations_db,
+                 "SQLite file where /v1/conversations keeps conversations (the chat page's history)");
   sub.add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,
                "Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (loading reads any file the server can)");
   sub.add_option("--host", a->http.host, "Address to listen on")->capture_default_str();

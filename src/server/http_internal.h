@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/conversation_store.h"
 #include "server/http_server.h"
 
 namespace tessera::server {
@@ -60,6 +61,7 @@ Reply error_reply(const ApiError& e);
 struct HttpRequest {
   std::string method;
   std::string path;  // percent-decoded, without the query
+  std::string query; // after '?', as sent
   std::string body;
   std::string authorization;
 };
@@ -99,6 +101,9 @@ class HttpServer::Impl {
   std::atomic<int64_t> connections{0};  // open sessions
   std::atomic<uint64_t> id_counter{0};
   uint64_t id_salt = 0;
+  // The chat page's conversations (null: off, or unusable: conversations_error says why).
+  std::unique_ptr<ConversationStore> conversations;
+  std::string conversations_error;
 
  private:
   void handle_models(Session& s, const std::string& id);
@@ -106,6 +111,9 @@ class HttpServer::Impl {
   void handle_health(Session& s);
   void handle_metrics(Session& s);
 };
+
+// /v1/conversations[/...] (http_conversations.cc): on the worker pool.
+void handle_conversations(HttpServer::Impl& srv, const std::shared_ptr<Session>& s, HttpRequest req);
 
 // POST /v1/completions and /v1/chat/completions (http_generate.cc).
 void start_generation(HttpServer::Impl& srv, const std::shared_ptr<Session>& s, Endpoint endpoint, std::string body);

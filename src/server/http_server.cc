@@ -25,6 +25,7 @@ constexpr int kBacklog = 1024;
 // Paths as metric labels: only the routes this server knows (an unknown
 // path from a client must not grow the label set).
 std::string route_label(const std::string& path) {
+  if (path == "/v1/conversations" || path.starts_with("/v1/conversations/")) return "/v1/conversations";
   for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
     if (path == known) return known;
   }
@@ -62,6 +63,16 @@ HttpServer::Impl::Impl(ServerOptions options, Metrics& m)
     : opt(std::move(options)), metrics(m), workers(static_cast<size_t>(std::max(1, opt.workers))) {
   id_salt = std::random_device{}();
   id_salt = (id_salt << 32) ^ std::random_device{}();
+  if (!opt.conversations_db.empty()) {
+    // An unusable database turns the conversation API off (503 with the
+    // reason); the rest of the server runs.
+    try {
+      conversations = std::make_unique<ConversationStore>(opt.conversations_db);
+    } catch (const ApiError& e) {
+      conversations_error = e.what();
+      TESSERA_LOG_ERROR("{}; /v1/conversations will answer 503", e.what());
+    }
+  }
 }
 
 std::string HttpServer::Impl::next_id(Endpoint endpoint) {
@@ -112,6 +123,9 @@ void HttpServer::Impl::handle(const std::shared_ptr<Session>& s, HttpRequest req
     if (method != "POST") return not_allowed();
     const Endpoint ep = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat;
     return start_generation(*this, s, ep, std::move(req.body));
+  }
+  if (path == "/v1/conversations" || path.starts_with("/v1/conversations/")) {
+    return handle_conversations(*this, s, std::move(req));
   }
   if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
     if (method != "POST") return not_allowed();

@@ -52,6 +52,9 @@ struct ServerOptions {
   // POST /v1/load_lora_adapter reads any path the server can read: off
   // unless asked for (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING).
   bool allow_runtime_lora = false;
+  // SQLite file of the conversations the chat page keeps (/v1/conversations);
+  // empty: that API answers 503 "off".
+  std::string conversations_db;
 };
 
 // What the server needs once the model is loaded.

@@ -260,6 +260,11 @@ void Session::on_request() {
   HttpRequest r;
   r.method = log_.method;
   r.path = log_.path;
+  {
+    const std::string_view target = view(req.target());
+    const size_t q = target.find('?');
+    if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
+  }
   r.body = std::move(req.body());
   r.authorization = std::string(view(req[http::field::authorization]));
   close_after_ = close_after_ || !req.keep_alive();
