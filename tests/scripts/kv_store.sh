@@ -90,7 +90,7 @@ for other in "$TMP/q8.gguf" "$SHARED_DIR/models/stories1M/stories1M.gguf"; do
 done
 
 echo "-- a corrupt block: verify names it, the server recomputes it"
-victim=$(find "$TMP/store/blocks" -name '*.kvb' | sort | head -n 1)
+victim=$(find "$TMP/store/blocks" -name '*.kvb' | sort | sed -n 1p)  # sed reads it all: no SIGPIPE under pipefail
 printf '\x55' | dd of="$victim" bs=1 seek=2000 conv=notrunc 2>/dev/null
 if "$TESSERA" kv-store verify "$TMP/store" >"$TMP/verify.json"; then fail "verify missed a corrupt block"; fi
 grep -q "$(basename "$victim")" "$TMP/verify.json" || fail "verify did not name the corrupt block"
