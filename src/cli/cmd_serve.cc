@@ -42,6 +42,8 @@ struct ServeArgs {
   int http_threads = 0;
   std::string stream_buffer = "1M";
   int64_t seed = 0;
+  bool no_webui = false;
+  std::string webui_dir;
 };
 
 // Waits for SIGINT/SIGTERM on its own thread (they are blocked everywhere
@@ -103,6 +105,16 @@ int serve(ServeArgs& a) {
   server::Metrics metrics;
   server::ServerOptions http_opt = a.http;
   http_opt.max_stream_buffer_bytes = parse_bytes(a.stream_buffer);
+  if (!a.no_webui) {
+    std::string tried;
+    if (!a.webui_dir.empty()) {
+      http_opt.webui_dir = a.webui_dir;
+    } else if (auto dir = bundled_path("webui", tried)) {
+      http_opt.webui_dir = *dir;
+    } else {
+      TESSERA_LOG_WARN("the chat page is not installed (looked in {}): / answers 404", tried);
+    }
+  }
   a.run.resolve_model();
   if (http_opt.served_model_name.empty()) http_opt.served_model_name = default_model_name(a.run.model);
   if (a.http_threads > 0) {
@@ -193,6 +205,8 @@ TESSERA_COMMAND("serve", "OpenAI-compatible HTTP server", [](CLI::App& sub) {
   a->spec.add_to(sub);
   a->adapters.add_to(sub, AdapterScope::kServer);
   a->kv_policy.add_to(sub);
+  sub.add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
+  sub.add_option("--webui-dir", a->webui_dir, "Serve the chat page from this folder (default: the one installed)");
   sub.add_option("--conversations-db", a->http.conversations_db,
                  "SQLite file where /v1/conversations keeps conversations (the chat page's history)");
   sub.add_flag("--allow-runtime-lora", a->http.allow_runtime_lora,

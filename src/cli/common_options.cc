@@ -67,23 +67,26 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
   app.add_flag("--no-prefix-cache", no_prefix_cache, "Disable automatic prefix caching");
 }
 
+std::optional<std::string> bundled_path(const std::string& rel, std::string& tried) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  for (const auto& base : {exe.parent_path().parent_path(), exe.parent_path().parent_path() / "share/tessera"}) {
+    const std::filesystem::path p = base / rel;
+    tried += (tried.empty() ? "" : ", ") + p.string();
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // The model that ships with Tessera: beside the binary's build folder in a
 // checkout (build/tessera -> models/), or under share/ once installed.
 std::string bundled_model() {
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::filesystem::path rel = "models/stories260K/stories260K.gguf";
-  std::vector<std::filesystem::path> tried;
-  if (!ec) {
-    for (const auto& base : {exe.parent_path().parent_path(), exe.parent_path().parent_path() / "share/tessera"}) {
-      tried.push_back(base / rel);
-      if (std::filesystem::is_regular_file(tried.back())) return tried.back().string();
-    }
-  }
+  const std::string rel = "models/stories260K/stories260K.gguf";
   std::string where;
-  for (const auto& t : tried) where += (where.empty() ? "" : ", ") + t.string();
+  if (auto p = bundled_path(rel, where)) return *p;
   fail(ErrorCode::kNotFound, "no -m given and the bundled model is not there ({}): give -m MODEL", where);
 }
 

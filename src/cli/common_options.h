@@ -142,6 +142,11 @@ struct AdapterOptions {
 // named must load.
 std::optional<server::ChatTemplate> resolve_chat_template(const std::string& option, const gguf::File& file);
 
+// A file that ships with Tessera (the bundled model, the chat page): beside
+// the binary's build folder in a checkout (build/tessera -> REL), or under
+// share/tessera once installed. `tried` lists where it looked.
+std::optional<std::string> bundled_path(const std::string& rel, std::string& tried);
+
 // Parses "512", "64M", "2G" (binary units).
 size_t parse_bytes(const std::string& s);
 

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@ struct HttpRequest {
   std::string method;
   std::string path;  // percent-decoded, without the query
   std::string query; // after '?', as sent
+  std::string if_none_match;  // the If-None-Match header (static files' ETags)
   std::string body;
   std::string authorization;
 };
@@ -104,6 +106,11 @@ class HttpServer::Impl {
   // The chat page's conversations (null: off, or unusable: conversations_error says why).
   std::unique_ptr<ConversationStore> conversations;
   std::string conversations_error;
+  // The chat page's files by name (http_webui.cc), read at start.
+  struct Asset {
+    std::string body, content_type, etag;
+  };
+  std::unordered_map<std::string, Asset> webui;
 
  private:
   void handle_models(Session& s, const std::string& id);
@@ -111,6 +118,10 @@ class HttpServer::Impl {
   void handle_health(Session& s);
   void handle_metrics(Session& s);
 };
+
+// GET / and /webui/NAME (http_webui.cc): the chat page, from memory.
+void load_webui(HttpServer::Impl& srv, const std::string& dir);
+bool handle_webui(HttpServer::Impl& srv, Session& s, const HttpRequest& req);
 
 // /v1/conversations[/...] (http_conversations.cc): on the worker pool.
 void handle_conversations(HttpServer::Impl& srv, const std::shared_ptr<Session>& s, HttpRequest req);

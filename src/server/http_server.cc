@@ -26,6 +26,7 @@ constexpr int kBacklog = 1024;
 // path from a client must not grow the label set).
 std::string route_label(const std::string& path) {
   if (path == "/v1/conversations" || path.starts_with("/v1/conversations/")) return "/v1/conversations";
+  if (path == "/" || path.starts_with("/webui/")) return "/webui";
   for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
     if (path == known) return known;
   }
@@ -63,6 +64,7 @@ HttpServer::Impl::Impl(ServerOptions options, Metrics& m)
     : opt(std::move(options)), metrics(m), workers(static_cast<size_t>(std::max(1, opt.workers))) {
   id_salt = std::random_device{}();
   id_salt = (id_salt << 32) ^ std::random_device{}();
+  if (!opt.webui_dir.empty()) load_webui(*this, opt.webui_dir);
   if (!opt.conversations_db.empty()) {
     // An unusable database turns the conversation API off (503 with the
     // reason); the rest of the server runs.
@@ -127,6 +129,7 @@ void HttpServer::Impl::handle(const std::shared_ptr<Session>& s, HttpRequest req
   if (path == "/v1/conversations" || path.starts_with("/v1/conversations/")) {
     return handle_conversations(*this, s, std::move(req));
   }
+  if ((path == "/" || path.starts_with("/webui/")) && handle_webui(*this, *s, req)) return;
   if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
     if (method != "POST") return not_allowed();
     return handle_lora(s, req.body, path == "/v1/load_lora_adapter");

@@ -55,6 +55,9 @@ struct ServerOptions {
   // SQLite file of the conversations the chat page keeps (/v1/conversations);
   // empty: that API answers 503 "off".
   std::string conversations_db;
+  // The chat page's files (index.html, *.js, *.css), served at / and
+  // /webui/NAME, read once at start; empty: no page (--no-webui).
+  std::string webui_dir;
 };
 
 // What the server needs once the model is loaded.

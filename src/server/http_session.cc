@@ -267,6 +267,7 @@ void Session::on_request() {
   }
   r.body = std::move(req.body());
   r.authorization = std::string(view(req[http::field::authorization]));
+  r.if_none_match = std::string(view(req[http::field::if_none_match]));
   close_after_ = close_after_ || !req.keep_alive();
   server_.handle(shared_from_this(), std::move(r));
 }
