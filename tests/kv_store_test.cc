@@ -569,6 +569,46 @@ TEST(KvStoreEngine, WriteBackWritesOnEvictionAndAtShutdown) {
   }
 }
 
+TEST(KvStoreEngine, WriteBackNeverWritesBlocksWhoseContentsWereDropped) {
+  // A fault in the forward pass makes the engine forget every cached
+  // block's contents (they are only trusted again once recomputed); the
+  // blocks are then reused for other prompts. Write-back must not copy them
+  // out at shutdown under their old keys.
+  const auto& s = testing::stories260k();
+  const auto prompts = family_prompts();
+  const std::vector<std::vector<int32_t>> a = {prompts[0], prompts[2]};
+  Engine cold(*s.lm.model, s.tok.get(), store_config(""));
+  const std::vector<Out> want = run_prompts(cold, a);
+  const std::string dir = testing::temp_path("write_back_fault");
+  {
+    EngineConfig c = store_config(dir);
+    c.kv_store_write_back = true;
+    c.num_kv_blocks = 40;
+    c.max_num_seqs = 1;
+    bool armed = false;
+    c.fault_hook = [&armed](const FaultSite& site) {
+      if (site.stage == FaultStage::kForward && armed) {
+        armed = false;
+        throw std::runtime_error("injected");
+      }
+    };
+    Engine e(*s.lm.model, s.tok.get(), c);
+    run_prompts(e, a);
+    armed = true;
+    run_prompts(e, {prompts[4]});  // fails in the forward pass: the engine restarts its cache
+    EXPECT_EQ(e.stats().engine_restarts_total, 1);
+    // Short requests that never fill a block (nothing registered): they
+    // cycle through every block of the pool, writing over a's old prefixes.
+    for (int32_t i = 0; i < 60; ++i) {
+      e.add_request(std::vector<int32_t>{s.tok->bos_id(), 100 + i}, testing::greedy(8));
+      while (e.has_unfinished()) e.step();
+    }
+  }
+  Engine again(*s.lm.model, s.tok.get(), store_config(dir));
+  expect_same(run_prompts(again, a), want);
+  EXPECT_TRUE(kvstore::DiskStore(dir, 0).verify(false).bad.empty());
+}
+
 TEST(KvStoreEngine, OtherKvTypeWeightsOrAdapterNeverMatch) {
   const auto& s = testing::stories260k();
   const auto prompts = family_prompts();

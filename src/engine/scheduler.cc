@@ -9,7 +9,9 @@ namespace tessera::engine {
 
 std::vector<BlockExport> Scheduler::take_unwritten() {
   std::vector<BlockExport> out;
-  for (auto& [block, ref] : unwritten_) out.push_back({block, std::move(ref)});
+  for (auto& [block, u] : unwritten_) {
+    if (kv_.pool().hash_of(block) == u.pool_hash) out.push_back({block, std::move(u.ref)});
+  }
   unwritten_.clear();
   return out;
 }
@@ -212,10 +214,10 @@ SchedulerOutput Scheduler::schedule() {
     budget -= n;
   }
   if (config_.store_write_back) {
-    for (kv::BlockId id : kv_.pool().take_evicted()) {
-      auto it = unwritten_.find(id);
+    for (const kv::BlockPool::Evicted& ev : kv_.pool().take_evicted()) {
+      auto it = unwritten_.find(ev.id);
       if (it == unwritten_.end()) continue;
-      out.evicted.push_back({id, std::move(it->second)});
+      if (it->second.pool_hash == ev.hash) out.evicted.push_back({ev.id, std::move(it->second.ref)});
       unwritten_.erase(it);
     }
   }
@@ -290,7 +292,7 @@ void Scheduler::register_full_blocks(Request* r) {
                             std::vector<int32_t>(tokens.begin(), tokens.end())};
       const kv::BlockId block = r->blocks.blocks[static_cast<size_t>(b)];
       if (config_.store_write_back) {
-        unwritten_[block] = std::move(ref);
+        unwritten_[block] = {std::move(ref), r->block_hashes[static_cast<size_t>(b)]};
       } else {
         exports_.push_back({block, std::move(ref)});
       }

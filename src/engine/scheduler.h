@@ -216,8 +216,16 @@ class Scheduler {
   std::deque<Request*> waiting_;   // arrival order (preempted ones at the head)
   SchedulerStats stats_;
   std::vector<BlockExport> exports_;
-  // Write-back: registered blocks the store does not hold yet, by block.
-  std::unordered_map<kv::BlockId, kvstore::BlockRef> unwritten_;
+  // Write-back: registered blocks the store does not hold yet, by block,
+  // with the pool's hash of the contents registered: a block is copied out
+  // only while the pool still records those contents (a block whose
+  // contents were dropped another way — a restart, a bounded policy
+  // rewriting it — holds other K/V by then).
+  struct Unwritten {
+    kvstore::BlockRef ref;
+    uint64_t pool_hash = 0;
+  };
+  std::unordered_map<kv::BlockId, Unwritten> unwritten_;
 };
 
 }  // namespace tessera::engine

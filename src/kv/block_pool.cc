@@ -57,8 +57,8 @@ std::optional<BlockId> BlockPool::allocate() {
   unlink_free(id);
   if (contents_[id].id != 0) {
     ++evictions_;
+    if (track_evictions_) evicted_.push_back({id, contents_[id].hash});
     drop_hash(id);
-    if (track_evictions_) evicted_.push_back(id);
   }
   ref_[id] = 1;
   return id;

@@ -120,10 +120,15 @@ class BlockPool {
   BlockPoolStats stats() const;
 
   // With tracking on, allocate() lists each block whose cached contents it
-  // evicts (the global prompt cache's write-back copies them out before
-  // they are overwritten); take_evicted() hands the list over.
+  // evicts, with the hash of those contents (the global prompt cache's
+  // write-back copies them out before they are overwritten); take_evicted()
+  // hands the list over.
+  struct Evicted {
+    BlockId id;
+    uint64_t hash;
+  };
   void track_evictions(bool on) { track_evictions_ = on; }
-  std::vector<BlockId> take_evicted() { return std::move(evicted_); }
+  std::vector<Evicted> take_evicted() { return std::move(evicted_); }
 
   // Checks every internal invariant (free list <-> ref counts, hash maps);
   // returns a description of the first violation or "" (tests call it).
@@ -165,7 +170,7 @@ class BlockPool {
   int64_t hash_mismatches_ = 0;
   int64_t hash_conflicts_ = 0;
   bool track_evictions_ = false;
-  std::vector<BlockId> evicted_;
+  std::vector<Evicted> evicted_;
 };
 
 }  // namespace tessera::kv
