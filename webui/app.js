@@ -101,7 +101,8 @@ function newChat() {
 // regeneration) replaces them, naming the version read.
 async function save(appended) {
   if (!state.storage) return;
-  const toStore = (m) => ({ role: m.role, content: m.content, ...(m.stats ? { stats: m.stats } : {}) });
+  const toStore = (m) => ({ role: m.role, content: m.content, ...(m.stats ? { stats: m.stats } : {}),
+                            ...(m.format ? { format: m.format } : {}), ...(m.tool_calls ? { tool_calls: m.tool_calls } : {}) });
   try {
     if (!state.conversation) {
       const first = state.messages.find((m) => m.role === "user");
@@ -155,6 +156,11 @@ async function generate() {
       top_p: Number($("top-p").value),
       max_tokens: Number($("max-tokens").value),
     };
+    if ($("soft-prompt").value) body.soft_prompt = $("soft-prompt").value;
+    if ($("format").value === "json") {
+      body.response_format = { type: "json_object" };
+      reply.format = "json";
+    }
     const r = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body),
                                                      signal: controller.signal });
     if (!r.ok) throw new Error((await r.json().catch(() => null))?.error?.message ?? `HTTP ${r.status}`);
@@ -257,7 +263,20 @@ function statsText(s) {
 function messageBody(m) {
   const div = document.createElement("div");
   div.className = "body";
-  if (m.role === "assistant") {
+  if (m.role === "assistant" && m.format === "json" && !m.streaming) {
+    // Structured output: shown as the JSON it is, pretty-printed when it parses.
+    const label = document.createElement("div");
+    label.className = "label";
+    label.textContent = "JSON (structured output)";
+    const pre = document.createElement("pre");
+    pre.className = "json";
+    try {
+      pre.textContent = JSON.stringify(JSON.parse(m.content), null, 2);
+    } catch {
+      pre.textContent = m.content;
+    }
+    div.append(label, pre);
+  } else if (m.role === "assistant") {
     div.innerHTML = renderMarkdown(m.content);
     if (m.tool_calls) {
       const pre = document.createElement("pre");
@@ -343,6 +362,10 @@ async function pollMetrics() {
 
 async function loadModels() {
   try {
+    const soft = await api("GET", "/v1/soft_prompts").catch(() => ({ data: [] }));
+    const sp = $("soft-prompt");
+    sp.replaceChildren(new Option("none", ""));
+    for (const p of soft.data) sp.append(new Option(p.id, p.id));
     const models = await api("GET", "/v1/models");
     const select = $("model");
     select.replaceChildren();

@@ -114,6 +114,7 @@ class HttpServer::Impl {
 
  private:
   void handle_models(Session& s, const std::string& id);
+  void handle_soft_prompts(Session& s);
   void handle_lora(const std::shared_ptr<Session>& s, const std::string& body, bool load);
   void handle_health(Session& s);
   void handle_metrics(Session& s);

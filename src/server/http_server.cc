@@ -27,7 +27,7 @@ constexpr int kBacklog = 1024;
 std::string route_label(const std::string& path) {
   if (path == "/v1/conversations" || path.starts_with("/v1/conversations/")) return "/v1/conversations";
   if (path == "/" || path.starts_with("/webui/")) return "/webui";
-  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/soft_prompts", "/health", "/metrics"}) {
     if (path == known) return known;
   }
   if (path.starts_with("/v1/models/")) return "/v1/models/{id}";
@@ -134,6 +134,10 @@ void HttpServer::Impl::handle(const std::shared_ptr<Session>& s, HttpRequest req
     if (method != "POST") return not_allowed();
     return handle_lora(s, req.body, path == "/v1/load_lora_adapter");
   }
+  if (path == "/v1/soft_prompts") {
+    if (method != "GET") return not_allowed();
+    return handle_soft_prompts(*s);
+  }
   const bool models = path == "/v1/models" || (path.starts_with("/v1/models/") && path.size() > 11);
   if (models || path == "/health" || path == "/metrics") {
     if (method != "GET") return not_allowed();
@@ -142,6 +146,21 @@ void HttpServer::Impl::handle(const std::shared_ptr<Session>& s, HttpRequest req
     return handle_models(*s, path == "/v1/models" ? "" : path.substr(11));
   }
   s->reply(error_reply(ApiError(404, fmt::format("no route for {} {}", method, path), "", "not_found")));
+}
+
+// The soft prompts a request may name in "soft_prompt" (--soft-prompt
+// NAME=FILE): a Tessera extension, for the chat page.
+void HttpServer::Impl::handle_soft_prompts(Session& s) {
+  Reply err;
+  const ServedModel* m = ready_model(err);
+  if (m == nullptr) return s.reply(err);
+  json data = json::array();
+  if (m->ctx.adapters != nullptr) {
+    for (const AdapterRegistry::Entry& e : m->ctx.adapters->soft_prompts()) {
+      data.push_back({{"id", e.name}, {"object", "soft_prompt"}});
+    }
+  }
+  s.reply(text_reply(dump_json(json{{"object", "list"}, {"data", data}}), "application/json"));
 }
 
 void HttpServer::Impl::handle_models(Session& s, const std::string& id) {

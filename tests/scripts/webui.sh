@@ -18,7 +18,10 @@ if [ "$(node -e "try{console.log(require('./$dir/node_modules/puppeteer-core/pac
   (cd "$dir" && npm install --no-audit --no-fund --loglevel=error)
 fi
 KEY=webui-key-$$
-start_server W "$TMP/w.log" -m "$MODEL" -t 1 --ctx 4096 --chat-template chatml --api-key "$KEY" --conversations-db "$TMP/conv.db"
+# A soft prompt to choose (4 rows of stories260K's 64-wide embeddings).
+/usr/bin/python3 -c 'import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(1).normal(0, 0.02, (4, 64)).astype(np.float32))' "$TMP/story.npy"
+start_server W "$TMP/w.log" -m "$MODEL" -t 1 --ctx 4096 --chat-template chatml --api-key "$KEY" --conversations-db "$TMP/conv.db" \
+  --soft-prompt "story=$TMP/story.npy"
 shots=${WEBUI_SHOTS:-$TMP}
 mkdir -p "$shots"
 timeout 300 node "$dir/page.mjs" "$W_URL" "$KEY" "$shots"
@@ -26,6 +29,6 @@ stop_server W
 # The conversation outlived the server: a new one on the same file lists it.
 start_server W "$TMP/w2.log" -m "$MODEL" -t 1 --api-key "$KEY" --conversations-db "$TMP/conv.db"
 n=$(curl -s -H "Authorization: Bearer $KEY" "$W_URL/v1/conversations" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')
-[ "$n" = 1 ] || { echo "FAIL: $n conversations after a restart"; exit 1; }
+[ "$n" = 2 ] || { echo "FAIL: $n conversations after a restart (2 made)"; exit 1; }
 stop_server W
 echo "webui: server restart kept the conversation"

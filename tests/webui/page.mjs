@@ -51,7 +51,7 @@ try {
   page.on("request", (req) => {
     if (req.url().endsWith("/v1/chat/completions") && req.method() === "POST") {
       const body = JSON.parse(req.postData());
-      body.ignore_eos = true;
+      if (!body.response_format) body.ignore_eos = true;
       req.continue({ postData: JSON.stringify(body) });
     } else {
       req.continue();
@@ -133,6 +133,26 @@ try {
   await page.click("#conversations li .open");
   await page.waitForFunction(() => document.querySelectorAll("#messages li").length === 2);
   await page.screenshot({ path: path.join(shots, "webui-phone.png") });
+
+  // A soft prompt and a structured (JSON) reply, in a new chat.
+  await page.setViewport({ width: 1280, height: 800 });
+  await page.reload({ waitUntil: "networkidle0" });
+  await page.click("#new-chat");
+  await page.click("#toggle-settings");
+  const softPrompts = await page.$$eval("#soft-prompt option", (l) => l.map((o) => o.value));
+  check(softPrompts.includes("story"), `the server's soft prompts are offered (${softPrompts})`);
+  await page.select("#soft-prompt", "story");
+  await page.select("#format", "json");
+  await page.$eval("#max-tokens", (e) => { e.value = "120"; });
+  await page.$eval("#temperature", (e) => { e.value = "0"; });
+  await page.type("#input", "Describe a cat as JSON.");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#messages li.assistant.streaming");
+  await idle();
+  const shown = await page.$eval("#messages li.assistant:last-child .body", (b) => ({
+    label: b.querySelector(".label")?.textContent, json: b.querySelector("pre.json")?.textContent }));
+  check(shown.label === "JSON (structured output)" && typeof shown.json === "string" && shown.json.trimStart().startsWith("{"),
+        `a structured reply is shown as JSON (${JSON.stringify(shown).slice(0, 120)})`);
   check(consoleErrors.length === 0, `no console errors (${consoleErrors.join(" | ")})`);
 } finally {
   await browser.close();
