@@ -22,23 +22,11 @@ ChatSession::ChatSession(engine::Engine& engine, const Tokenizer& tok, server::C
                          engine::SamplingParams params)
     : engine_(engine), tok_(tok), template_(std::move(tmpl)), params_(std::move(params)) {}
 
-void ChatSession::set_system(std::string text) {
-  system_ = std::move(text);
+void ChatSession::history_changed() {
   seen_text_.clear();
   seen_tokens_.clear();
-}
-
-void ChatSession::reset() {
-  messages_.clear();
-  seen_text_.clear();
-  seen_tokens_.clear();
-}
-
-nlohmann::json ChatSession::messages_json() const {
-  nlohmann::json m = nlohmann::json::array();
-  if (!system_.empty()) m.push_back({{"role", "system"}, {"content", system_}});
-  for (const Message& x : messages_) m.push_back({{"role", x.role}, {"content", x.content}});
-  return m;
+  prompt_text_.clear();
+  prompt_tokens_.clear();
 }
 
 std::string ChatSession::render() const {
@@ -68,9 +56,7 @@ TurnStats ChatSession::send(const std::string& user, const TextSink& out, const 
 }
 
 TurnStats ChatSession::regenerate(const TextSink& out, const StopCheck& stop) {
-  TESSERA_CHECK(!messages_.empty() && messages_.back().role == "assistant", kInvalidArgument,
-                "nothing to regenerate: the conversation does not end with a reply");
-  messages_.pop_back();
+  drop_last_reply();
   // Back to what the model saw before the reply: the last prompt, exactly.
   seen_text_ = prompt_text_;
   seen_tokens_ = prompt_tokens_;
@@ -123,34 +109,6 @@ TurnStats ChatSession::generate(const TextSink& out, const StopCheck& stop) {
   seen_tokens_.insert(seen_tokens_.end(), reply_tokens.begin(), reply_tokens.end());
   last_ = st;
   return st;
-}
-
-nlohmann::json ChatSession::to_json() const { return {{"messages", messages_json()}}; }
-
-void ChatSession::load_json(const nlohmann::json& j) {
-  TESSERA_CHECK(j.is_object() && j.contains("messages") && j["messages"].is_array(), kInvalidArgument,
-                "a saved conversation is {{\"messages\": [...]}}");
-  std::string system;
-  std::vector<Message> messages;
-  for (const auto& m : j["messages"]) {
-    TESSERA_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
-                      m["content"].is_string(),
-                  kInvalidArgument, "each message needs a string role and content");
-    const std::string role = m["role"];
-    TESSERA_CHECK(role == "system" || role == "user" || role == "assistant", kInvalidArgument,
-                  "unknown role '{}' (system, user, assistant)", role);
-    if (role == "system") {
-      system = m["content"];
-    } else {
-      messages.push_back({role, m["content"]});
-    }
-  }
-  system_ = std::move(system);
-  messages_ = std::move(messages);
-  seen_text_.clear();
-  seen_tokens_.clear();
-  prompt_text_.clear();
-  prompt_tokens_.clear();
 }
 
 }  // namespace tessera::chat

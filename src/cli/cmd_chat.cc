@@ -14,6 +14,7 @@
 
 #include "adapters/lora_gguf.h"
 #include "chat/chat_session.h"
+#include "chat/remote_chat.h"
 #include "cli/command.h"
 #include "cli/common_options.h"
 #include "core/log.h"
@@ -33,7 +34,20 @@ struct ChatArgs {
   AdapterOptions adapters;
   std::string chat_template;
   std::string system;
+  std::string url;      // a running server instead of -m
+  std::string api_key;  // its --api-key
 };
+
+// The request fields of the sampling flags, for --url.
+nlohmann::json sampling_json(const engine::SamplingParams& p) {
+  nlohmann::json j = {{"temperature", p.temperature}, {"top_p", p.top_p}, {"top_k", p.top_k}, {"min_p", p.min_p},
+                      {"repetition_penalty", p.repetition_penalty}, {"presence_penalty", p.presence_penalty},
+                      {"frequency_penalty", p.frequency_penalty}, {"ignore_eos", p.ignore_eos}};
+  if (p.max_tokens > 0) j["max_tokens"] = p.max_tokens;
+  if (p.seed) j["seed"] = *p.seed;
+  if (!p.stop.empty()) j["stop"] = p.stop;
+  return j;
+}
 
 const char* kHelp =
     "/system TEXT   set the system message (empty: none)\n"
@@ -71,39 +85,32 @@ std::optional<std::string> read_line(const char* prompt, bool tty, bool& interru
 }
 
 void print_stats(const chat::TurnStats& s) {
+  const double tps =
+      s.output_tokens > 1 ? static_cast<double>(s.output_tokens - 1) / std::max(s.seconds - s.ttft_s, 1e-9) : 0.0;
+  if (s.cached_tokens < 0) {  // a server: it does not say what its cache held
+    std::printf("prompt %lld tokens; reply %lld tokens, %s; first token %.3f s, %.1f tokens/s\n",
+                static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.output_tokens), s.finish.c_str(),
+                s.ttft_s, tps);
+    return;
+  }
   std::printf("prompt %lld tokens: %lld from the cache, %lld prefilled (this turn added %lld); reply %lld tokens, "
               "%s; first token %.3f s, %.1f tokens/s\n",
               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.cached_tokens),
               static_cast<long long>(s.prefilled()), static_cast<long long>(s.new_tokens),
-              static_cast<long long>(s.output_tokens), s.finish.c_str(), s.ttft_s,
-              s.output_tokens > 1 ? static_cast<double>(s.output_tokens - 1) / std::max(s.seconds - s.ttft_s, 1e-9) : 0.0);
+              static_cast<long long>(s.output_tokens), s.finish.c_str(), s.ttft_s, tps);
 }
 
-int run_chat(ChatArgs& a) {
-  a.run.resolve_model();
-  const LoadedModel lm = load_model(a.run.model);
-  const auto tok = load_tokenizer(lm);
-  std::optional<server::ChatTemplate> tmpl = resolve_chat_template(a.chat_template, *lm.file);
-  if (!tmpl) {
-    TESSERA_LOG_INFO("the model has no chat template: using chatml (--chat-template to choose)");
-    tmpl = server::ChatTemplate::resolve("chatml", std::nullopt);
-  }
-  engine::EngineConfig ec = a.run.engine_config(lm);
-  a.adapters.apply(ec, *lm.model);
-  std::map<std::string, std::shared_ptr<const LoraAdapter>> named;
-  for (const auto& [name, path] : a.adapters.named()) {
-    named[name] = adapters::load_lora(path, lm.model->config(), a.adapters.lora_scale);
-  }
-  engine::Engine eng(*lm.model, tok.get(), ec);
-  chat::ChatSession session(eng, *tok, *tmpl, a.sampling.params(-1));
-  if (!a.system.empty()) session.set_system(a.system);
+// The terminal: reads lines and commands, streams replies. `adapter` does
+// /adapter NAME for the back end in use.
+int chat_loop(chat::Conversation& session, const std::string& banner,
+              const std::function<void(const std::string&)>& adapter) {
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);  // no SA_RESTART: a read at the prompt returns
   const bool tty = ::isatty(STDIN_FILENO) != 0;
-  if (tty) std::printf("tessera chat: %s. /help for commands.\n", a.run.model.c_str());
+  if (tty) std::printf("tessera chat: %s. /help for commands.\n", banner.c_str());
 
   auto stream = [](std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -150,14 +157,7 @@ int run_chat(ChatArgs& a) {
         session.load_json(read_json_file(arg(5)));
         std::printf("loaded %zu messages from %s\n", session.messages().size(), arg(5).c_str());
       } else if (text.rfind("/adapter", 0) == 0) {
-        const std::string name = arg(8);
-        if (name.empty() || name == "none") {
-          session.set_adapter(nullptr);
-        } else {
-          auto it = named.find(name);
-          TESSERA_CHECK(it != named.end(), kInvalidArgument, "no adapter '{}' (give --lora {}=FILE)", name, name);
-          session.set_adapter(it->second);
-        }
+        adapter(arg(8));
       } else if (text == "/stats") {
         print_stats(session.last());
       } else if (text[0] == '/') {
@@ -175,6 +175,39 @@ int run_chat(ChatArgs& a) {
   return 0;
 }
 
+int run_chat(ChatArgs& a) {
+  if (!a.url.empty()) {
+    TESSERA_CHECK(a.run.model.empty(), kInvalidArgument, "give -m (a model here) or --url (a running server), not both");
+    chat::RemoteChat remote(a.url, a.api_key, sampling_json(a.sampling.params(-1)));
+    remote.models();  // the URL and the key work, before the first turn
+    if (!a.system.empty()) remote.set_system(a.system);
+    return chat_loop(remote, a.url, [&](const std::string& name) { remote.set_model(name == "none" ? "" : name); });
+  }
+  a.run.resolve_model();
+  const LoadedModel lm = load_model(a.run.model);
+  const auto tok = load_tokenizer(lm);
+  std::optional<server::ChatTemplate> tmpl = resolve_chat_template(a.chat_template, *lm.file);
+  if (!tmpl) {
+    TESSERA_LOG_INFO("the model has no chat template: using chatml (--chat-template to choose)");
+    tmpl = server::ChatTemplate::resolve("chatml", std::nullopt);
+  }
+  engine::EngineConfig ec = a.run.engine_config(lm);
+  a.adapters.apply(ec, *lm.model);
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> named;
+  for (const auto& [name, path] : a.adapters.named()) {
+    named[name] = adapters::load_lora(path, lm.model->config(), a.adapters.lora_scale);
+  }
+  engine::Engine eng(*lm.model, tok.get(), ec);
+  chat::ChatSession session(eng, *tok, *tmpl, a.sampling.params(-1));
+  if (!a.system.empty()) session.set_system(a.system);
+  return chat_loop(session, a.run.model, [&](const std::string& name) {
+    if (name.empty() || name == "none") return session.set_adapter(nullptr);
+    auto it = named.find(name);
+    TESSERA_CHECK(it != named.end(), kInvalidArgument, "no adapter '{}' (give --lora {}=FILE)", name, name);
+    session.set_adapter(it->second);
+  });
+}
+
 TESSERA_COMMAND("chat", "Talk to a model in the terminal", [](CLI::App& sub) {
   auto a = std::make_shared<ChatArgs>();
   a->run.max_num_seqs = 1;
@@ -185,6 +218,8 @@ TESSERA_COMMAND("chat", "Talk to a model in the terminal", [](CLI::App& sub) {
   sub.add_option("--chat-template", a->chat_template,
                  "A built-in name (chatml, llama-3, ...) or a Jinja file (default: the model's, else chatml)");
   sub.add_option("--system", a->system, "The system message");
+  sub.add_option("--url", a->url, "Talk to a running server (http://HOST:PORT) instead of loading -m here");
+  sub.add_option("--api-key", a->api_key, "The server's API key (with --url)");
   return [a] { return run_chat(*a); };
 });
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera chat` in a pseudo-terminal on stories260K (tests/chat/drive_pty.py):
 # three turns, Ctrl-C mid-reply, /regen, /save + /load, only the new turn
-# prefilled, Ctrl-C twice to leave; then the same commands through a pipe.
+# prefilled, Ctrl-C twice to leave; then the same commands through a pipe,
+# and --url against a running server.
 #
 # usage: tests/scripts/chat.sh BUILD_DIR   (from the repo root)
 set -euo pipefail
@@ -17,4 +18,20 @@ grep -q "prompt .* tokens: 0 from the cache" <<<"$out" || { echo "FAIL: piped /s
 grep -q "unknown command /bogus" <<<"$out" || { echo "FAIL: piped unknown command"; exit 1; }
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["messages"]; sys.exit(0 if len(m) == 2 else 1)' "$TMP/p.json" ||
   { echo "FAIL: piped /save"; exit 1; }
+
+# --url: the same conversation through a running server; its first reply
+# (the same rendered prompt, greedy) is the local one.
+start_server S "$TMP/s.log" -m "$MODEL" -t 1 --chat-template chatml --api-key chat-key
+trap 'kill -KILL "${S_PID:-}" 2>/dev/null || true; rm -rf "$TMP"' EXIT
+local_reply=$(printf 'Hello there.\n/stats\n' | timeout 60 "$TESSERA" chat -m "$MODEL" --temp 0 -n 24 -t 1 2>/dev/null | sed '/^prompt /,$d')
+remote=$(printf 'Hello there.\n/stats\nMore?\n/regen\n/save %s/r.json\n' "$TMP" |
+  timeout 60 "$TESSERA" chat --url "$S_URL" --api-key chat-key --temp 0 -n 24 2>/dev/null)
+remote_reply=$(sed '/^prompt /,$d' <<<"$remote")
+[ -n "$local_reply" ] && [ "$local_reply" = "$remote_reply" ] ||
+  { echo "FAIL: --url's first reply differs from the local one"; echo "$local_reply"; echo "---"; echo "$remote_reply"; exit 1; }
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["messages"]; sys.exit(0 if len(m) == 4 and m[3]["role"] == "assistant" else 1)' "$TMP/r.json" ||
+  { echo "FAIL: --url /regen + /save"; exit 1; }
+bad=$(printf 'Hi\n' | timeout 60 "$TESSERA" chat --url "$S_URL" --api-key wrong 2>&1 || true)
+grep -q "incorrect API key" <<<"$bad" || { echo "FAIL: --url with a wrong key: $bad"; exit 1; }
+stop_server S
 echo "chat: all passed"
