@@ -19,6 +19,18 @@ grep -q "unknown command /bogus" <<<"$out" || { echo "FAIL: piped unknown comman
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["messages"]; sys.exit(0 if len(m) == 2 else 1)' "$TMP/p.json" ||
   { echo "FAIL: piped /save"; exit 1; }
 
+# With one-token KV blocks the prefix cache has no partial last block to
+# recompute: turn 3 prefills exactly the tokens it added, and the last token
+# of the reply before (sampled, never fed through the model: its K/V does
+# not exist until now).
+exact=$(printf 'Hello there.\nTell me more.\nAnd then?\n/stats\n' |
+  timeout 60 "$TESSERA" chat -m "$MODEL" --temp 0 -n 24 -t 1 --block-size 1 2>/dev/null | grep '^prompt ')
+python3 -c '
+import re, sys
+m = re.search(r"(\d+) prefilled \(this turn added (\d+)\)", sys.argv[1])
+sys.exit(0 if m and int(m.group(1)) == int(m.group(2)) + 1 else 1)' "$exact" || { echo "FAIL: turn 3 prefilled more than its own tokens: $exact"; exit 1; }
+echo "turn 3 with --block-size 1: $exact"
+
 # --url: the same conversation through a running server; its first reply
 # (the same rendered prompt, greedy) is the local one.
 start_server S "$TMP/s.log" -m "$MODEL" -t 1 --chat-template chatml --api-key chat-key
