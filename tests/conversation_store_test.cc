@@ -165,6 +165,21 @@ TEST(ConversationApi, BehindTheKeyKeptAcrossRestartsAnd503WhenUnusable) {
     EXPECT_EQ(c.call("GET", "/v1/conversations?q=absent+words").second["data"].size(), 0u);
     EXPECT_EQ(c.call("GET", "/v1/conversations/nope").first, 404);
     EXPECT_EQ(c.call("PUT", "/v1/conversations/" + id, {{"messages", json::array()}, {"version", 1}}).first, 409);
+    // A browser sends the key as HTTP Basic's password (base64 of "anyone:secret"): the same owner.
+    httplib::Headers basic = {{"Authorization", "Basic YW55b25lOnNlY3JldA=="}};
+    httplib::Result r = c.c.Get("/v1/conversations", basic);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(json::parse(r->body)["data"].size(), 1u);
+    httplib::Headers wrong = {{"Authorization", "Basic YW55b25lOm5vcGU="}};
+    EXPECT_EQ(c.c.Get("/v1/conversations", wrong)->status, 401);
+    // The page asks a browser for the key (a Basic challenge); the API a Bearer one.
+    httplib::Result page = c.c.Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 401);
+    EXPECT_EQ(page->get_header_value("WWW-Authenticate").rfind("Basic", 0), 0u);
+    EXPECT_EQ(c.c.Get("/v1/models")->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(c.c.Get("/", basic)->status, 404);  // past the key: this stack serves no page
   }
   {
     // A new server on the same file: the conversation is there.

@@ -13,6 +13,8 @@ const state = {
 
 // ---- the API --------------------------------------------------------------------
 
+// The key from Settings, if given; else the browser's own credentials (the
+// HTTP Basic login the server asked for) go with each call.
 function headers() {
   const h = { "Content-Type": "application/json" };
   const key = localStorage.getItem("tessera.apiKey");

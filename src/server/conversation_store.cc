@@ -78,10 +78,10 @@ json checked_messages(const json& m, const char* param) {
 
 }  // namespace
 
-std::string conversation_owner(const std::string& authorization) {
-  if (authorization.empty()) return "";
-  const auto* p = reinterpret_cast<const uint8_t*>(authorization.data());
-  return kvstore::hash128(std::span<const uint8_t>(p, authorization.size())).hex();
+std::string conversation_owner(const std::string& api_key) {
+  if (api_key.empty()) return "";
+  const auto* p = reinterpret_cast<const uint8_t*>(api_key.data());
+  return kvstore::hash128(std::span<const uint8_t>(p, api_key.size())).hex();
 }
 
 ConversationStore::ConversationStore(const std::string& path, int busy_timeout_ms) : path_(path) {

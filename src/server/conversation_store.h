@@ -60,8 +60,8 @@ class ConversationStore {
   std::mutex mu_;
 };
 
-// The owner of a request's conversations: a hash of its bearer key ("" when
+// The owner of a request's conversations: a hash of its API key ("" when
 // the server has no key).
-std::string conversation_owner(const std::string& authorization);
+std::string conversation_owner(const std::string& api_key);
 
 }  // namespace tessera::server

@@ -69,7 +69,7 @@ json route(HttpServer::Impl& srv, const HttpRequest& req) {
   }
   ConversationStore& store = *srv.conversations;
   // Without --api-key everyone is one user.
-  const std::string owner = conversation_owner(srv.opt.api_key.empty() ? "" : req.authorization);
+  const std::string owner = conversation_owner(srv.opt.api_key.empty() ? "" : api_key_of(req.authorization));
   const std::string rest = req.path.substr(std::string_view("/v1/conversations").size());
   const std::string& m = req.method;
   auto body = [&] { return parse_body(req.body, srv.opt.max_json_depth); };

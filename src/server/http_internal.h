@@ -55,6 +55,10 @@ struct Reply {
   bool close = false;  // close the connection after it
 };
 
+// The API key an Authorization header carries: "Bearer KEY", or HTTP
+// Basic's password (how a browser sends it for the chat page); "" if none.
+std::string api_key_of(const std::string& authorization);
+
 // An OpenAI error body (and Retry-After for 429/503).
 Reply error_reply(const ApiError& e);
 

@@ -36,6 +36,15 @@ std::string route_label(const std::string& path) {
 
 // Compares without an early exit on the first differing byte, so timing
 // does not reveal how much of a guessed key was right.
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
 bool same_secret(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -51,6 +60,28 @@ Reply text_reply(std::string body, std::string content_type) {
 }
 
 }  // namespace
+
+std::string api_key_of(const std::string& authorization) {
+  if (authorization.starts_with("Bearer ")) return authorization.substr(7);
+  if (!authorization.starts_with("Basic ")) return "";
+  // base64("user:password"): the password is the key.
+  std::string decoded;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : std::string_view(authorization).substr(6)) {
+    if (c == '=') break;
+    const int v = base64_value(c);
+    if (v < 0) return "";
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      decoded += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  const size_t colon = decoded.find(':');
+  return colon == std::string::npos ? "" : decoded.substr(colon + 1);
+}
 
 Reply error_reply(const ApiError& e) {
   Reply r;
@@ -94,13 +125,15 @@ const ServedModel* HttpServer::Impl::ready_model(Reply& err) const {
 }
 
 std::optional<Reply> HttpServer::Impl::check_auth(const std::string& path, const std::string& auth) const {
-  if (opt.api_key.empty() || !path.starts_with("/v1/")) return std::nullopt;
-  const std::string prefix = "Bearer ";
-  if (auth.starts_with(prefix) && same_secret(auth.substr(prefix.size()), opt.api_key)) return std::nullopt;
+  // The API and the chat page (whose files a browser fetches with the
+  // Basic credentials it asked the user for: any name, the key as password).
+  const bool page = path == "/" || path.starts_with("/webui/");
+  if (opt.api_key.empty() || !(path.starts_with("/v1/") || page)) return std::nullopt;
+  if (same_secret(api_key_of(auth), opt.api_key)) return std::nullopt;
   Reply r = error_reply(ApiError(401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
                                                    : "incorrect API key provided",
                                  "", "invalid_api_key"));
-  r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  r.headers.emplace_back("WWW-Authenticate", page ? "Basic realm=\"tessera\", charset=\"UTF-8\"" : "Bearer");
   return r;
 }
 

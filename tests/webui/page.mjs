@@ -19,17 +19,24 @@ const [url, key, shots] = process.argv.slice(2);
 const failures = [];
 const check = (ok, what) => { if (!ok) failures.push(what); console.log(`${ok ? "ok" : "FAIL"}: ${what}`); };
 
+// The page is behind the key too: a browser is asked for it (HTTP Basic,
+// the key as password).
+const basic = { Authorization: "Basic " + Buffer.from(`me:${key}`).toString("base64") };
+const anon = await fetch(url + "/");
+check(anon.status === 401 && (anon.headers.get("www-authenticate") ?? "").startsWith("Basic"),
+      "the page asks for the key (401, a Basic challenge)");
+
 // Assets: content types and cache headers, straight over HTTP.
 for (const [p, type] of [["/", "text/html"], ["/webui/app.js", "text/javascript"], ["/webui/markdown.js", "text/javascript"],
                          ["/webui/style.css", "text/css"], ["/webui/icon.svg", "image/svg+xml"]]) {
-  const r = await fetch(url + p);
+  const r = await fetch(url + p, { headers: basic });
   check(r.status === 200 && (r.headers.get("content-type") ?? "").startsWith(type) &&
         r.headers.get("cache-control") === "no-cache" && !!r.headers.get("etag") &&
         r.headers.get("x-content-type-options") === "nosniff", `${p}: 200, ${type}, no-cache, ETag, nosniff`);
-  const again = await fetch(url + p, { headers: { "If-None-Match": r.headers.get("etag") } });
+  const again = await fetch(url + p, { headers: { ...basic, "If-None-Match": r.headers.get("etag") } });
   check(again.status === 304, `${p}: 304 for its ETag`);
 }
-check((await fetch(url + "/webui/../CMakeLists.txt")).status === 404, "no file outside the page is served");
+check((await fetch(url + "/webui/../CMakeLists.txt", { headers: basic })).status === 404, "no file outside the page is served");
 check((await fetch(url + "/v1/conversations")).status === 401, "conversations need the API key");
 
 const browser = await puppeteer.launch({
@@ -44,7 +51,9 @@ try {
   page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
   page.on("pageerror", (e) => consoleErrors.push(String(e)));
   page.on("dialog", (d) => d.accept(d.type() === "prompt" ? "Tell me about a red ball." : undefined));
-  await page.evaluateOnNewDocument((k) => localStorage.setItem("tessera.apiKey", k), key);
+  // The user answers the browser's prompt for the key; the page's own calls
+  // to /v1 then carry the same credentials.
+  await page.authenticate({ username: "me", password: key });
   // Long greedy replies (the page's own fields, and ignore_eos so that a
   // reply lasts long enough to be watched and stopped).
   await page.setRequestInterception(true);
@@ -89,7 +98,7 @@ try {
   await idle();
   const stopped = await page.$eval("#messages li.assistant:last-child .stats", (e) => e.textContent);
   check(/stopped/.test(stopped), `Esc stopped the reply ("${stopped}")`);
-  const metrics = await (await fetch(url + "/metrics")).text();
+  const metrics = await (await fetch(url + "/metrics", { headers: basic })).text();
   await new Promise((r) => setTimeout(r, 300));
   const running = Number((await (await fetch(url + "/metrics")).text()).match(/^tessera_num_requests_running (\S+)$/m)[1]);
   check(running === 0 && metrics.length > 0, "the server stopped generating it");
