@@ -182,7 +182,8 @@ for (const path of ALL) {
     record(`method ${m} ${path}`, r);
   }
 }
-for (const path of ['/', '/v1', '/v1/', '/v2/completions', '/v1/completions/x', '/v1/chat', '/health/x', '/metricsx',
+// ('/' is the chat page: a route; names outside the page's files are not.)
+for (const path of ['/webui/nope.js', '/webui/../../etc/passwd', '/webui/', '/v1', '/v1/', '/v2/completions', '/v1/completions/x', '/v1/chat', '/health/x', '/metricsx',
   '/../../etc/passwd', '//v1/completions', '/v1/models/', '/v1/models/nope/x']) {
   const r = await raw(`GET ${path} HTTP/1.1\r\nHost: x\r\n${auth}Connection: close\r\n\r\n`);
   record(`path ${path}`, r);
