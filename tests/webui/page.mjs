@@ -160,8 +160,9 @@ try {
   await page.$eval("#temperature", (e) => { e.value = "0"; });
   await page.type("#input", "Describe a cat as JSON.");
   await page.keyboard.press("Enter");
-  await page.waitForSelector("#messages li.assistant.streaming");
-  await idle();
+  // (A short reply may come and go between two looks for the streaming one.)
+  await page.waitForFunction(() => document.querySelectorAll("#messages li.assistant").length === 1 &&
+                                   !document.querySelector("#messages li.streaming"), { timeout: 60000 });
   const shown = await page.$eval("#messages li.assistant:last-child .body", (b) => ({
     label: b.querySelector(".label")?.textContent, json: b.querySelector("pre.json")?.textContent }));
   check(shown.label === "JSON (structured output)" && typeof shown.json === "string" && shown.json.trimStart().startsWith("{"),
