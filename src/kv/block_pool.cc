@@ -154,8 +154,14 @@ std::optional<BlockId> BlockPool::lookup_and_retain(const BlockKey& key) {
 std::optional<BlockId> BlockPool::find(const BlockKey& key) const {
   auto it = by_hash_.find(key.hash);
   if (it == by_hash_.end()) return std::nullopt;
-  const std::optional<uint64_t> parent = parent_id(key);
-  if (!parent || !same_contents(it->second, key, *parent)) return std::nullopt;
+  // The parent is the block a previous find() returned: cached, maybe free
+  // (nobody holds it), so not parent_id(), which asks that it be held.
+  uint64_t parent = 0;
+  if (key.parent != kNullBlock) {
+    if (key.parent < 0 || key.parent >= num_blocks() || contents_[key.parent].id == 0) return std::nullopt;
+    parent = contents_[key.parent].id;
+  }
+  if (!same_contents(it->second, key, parent)) return std::nullopt;
   return it->second;
 }
 
