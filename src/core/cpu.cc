@@ -40,6 +40,7 @@ CpuFeatures detect() {
     f.avx512bw = (b >> 30) & 1;
     f.avx512vl = (b >> 31) & 1;
     f.avx512vnni = (c >> 11) & 1;
+    f.avx512vbmi2 = (c >> 6) & 1;
     unsigned a1, b1, c1, d1;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512bf16 = (a1 >> 5) & 1;
     // AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25), with XTILECFG and
@@ -156,6 +157,7 @@ std::string cpu_summary() {
   add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni");
   add(f.avx512bf16, "avx512bf16");
+  add(f.avx512vbmi2, "avx512vbmi2");
   add(f.amx_int8, "amx-int8");
   return s.empty() ? std::string("no simd extensions") : s;
 }

@@ -23,6 +23,8 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
+  // Byte compress / expand (VPEXPANDB: the sparse kernels, kernels/sparse.h).
+  bool avx512vbmi2 = false;
   // AMX tiles with int8 dot products (Sapphire Rapids and later), the
   // tile state enabled in XCR0. Using them also needs the kernel's
   // permission for the process: see amx_usable().

@@ -15,8 +15,9 @@ struct Entry {
 };
 
 // Sizes as ggml defines them (QK_K = 256).
-// QMOE: block and type sizes of 1 and 0 stand for "variable" (dtype_fixed_size).
-constexpr std::array<Entry, 33> kTable = {{
+// QMOE, SP_*: a type size of 0 stands for "variable" (dtype_fixed_size); the
+// sparse types' block is the width their columns come in.
+constexpr std::array<Entry, 35> kTable = {{
     {0, {"F32", 1, 4}},        {1, {"F16", 1, 2}},       {2, {"Q4_0", 32, 18}},
     {3, {"Q4_1", 32, 20}},     {6, {"Q5_0", 32, 22}},    {7, {"Q5_1", 32, 24}},
     {8, {"Q8_0", 32, 34}},     {9, {"Q8_1", 32, 36}},    {10, {"Q2_K", 256, 84}},
@@ -28,6 +29,7 @@ constexpr std::array<Entry, 33> kTable = {{
     {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},
     {29, {"IQ1_M", 256, 56}},  {30, {"BF16", 1, 2}},     {34, {"TQ1_0", 256, 54}},
     {35, {"TQ2_0", 256, 66}},  {39, {"MXFP4", 32, 17}},   {4096, {"QMOE", 1, 0}},
+    {4097, {"SP_Q8_0", 64, 0}}, {4098, {"SP_Q4_0", 64, 0}},
 }};
 
 }  // namespace

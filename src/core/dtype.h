@@ -48,6 +48,11 @@ enum class DType : uint32_t {
   // ggml has no type of this number, so llama.cpp refuses such a file,
   // naming the tensor.
   kQMoE = 4096,
+  // Tessera's own: pruned matrices as a bitmask and the kept values
+  // (kernels/sparse.h, docs/FORMATS.md "SPRS"), Q8_0 or Q4_0 values.
+  // Variable size, like QMOE.
+  kSpQ8_0 = 4097,
+  kSpQ4_0 = 4098,
 };
 
 struct DTypeTraits {
@@ -64,8 +69,8 @@ std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);  // "f32", "q8_0", ...
 
 // Whether a tensor of type t has a size fixed by its shape (every GGUF type),
-// or carries its own (kQMoE).
-inline bool dtype_fixed_size(DType t) { return t != DType::kQMoE; }
+// or carries its own (QMOE, SP_Q8_0, SP_Q4_0).
+inline bool dtype_fixed_size(DType t) { return t != DType::kQMoE && t != DType::kSpQ8_0 && t != DType::kSpQ4_0; }
 
 // Bytes used by a row of n elements (n must be a multiple of the block size).
 inline size_t row_bytes(DType t, int64_t n) {

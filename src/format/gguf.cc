@@ -199,15 +199,17 @@ std::string TensorInfo::shape_string() const {
 
 namespace {
 
-// The byte size of a tensor of a variable-size type (QMOE: "QMOE", u32
-// version, u64 size), read from its first bytes.
+// The byte size of a tensor of a variable-size type (QMOE: "QMOE", the
+// sparse types: "SPRS"; then u32 version, u64 size), read from its first
+// bytes.
 uint64_t variable_size(const std::string& path, const TensorInfo& t, const uint8_t* data, uint64_t data_size) {
   if (t.offset > data_size || data_size - t.offset < 16) {
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' ({}) starts past the end of the file", path, t.name,
          dtype_name(t.type));
   }
   const uint8_t* p = data + t.offset;
-  if (std::memcmp(p, "QMOE", 4) != 0) {
+  const char* magic = t.type == DType::kQMoE ? "QMOE" : "SPRS";  // QMOE, or a sparse type (kernels/sparse.h)
+  if (std::memcmp(p, magic, 4) != 0) {
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' of type {} does not start with its header", path, t.name,
          dtype_name(t.type));
   }

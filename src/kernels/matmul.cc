@@ -22,6 +22,7 @@ struct TypeInfo {
   WType wtype;
   int block;  // activation quantization block (0: float activations)
   int group;  // activation sum group
+  bool sparse = false;  // SP_Q8_0 / SP_Q4_0: MatmulKernels::sparse_range (wtype: the dense type's)
 };
 
 bool type_info(DType t, TypeInfo* out) {
@@ -44,6 +45,8 @@ bool type_info(DType t, TypeInfo* out) {
     case DType::kIQ4_XS: *out = {WType::kIQ4_XS, 256, 32}; return true;
     case DType::kTQ1_0: *out = {WType::kTQ1_0, 256, 32}; return true;
     case DType::kTQ2_0: *out = {WType::kTQ2_0, 256, 32}; return true;
+    case DType::kSpQ8_0: *out = {WType::kQ8_0, 32, 32, true}; return true;
+    case DType::kSpQ4_0: *out = {WType::kQ4_0, 32, 32, true}; return true;
     default: return false;
   }
 }
@@ -481,6 +484,10 @@ MatmulRangeFn job_args(const MatmulKernels& kernels, const TypeInfo& info, const
   a.act = act;
   a.act_layout = layout;
   MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  if (info.sparse) {
+    a.dense = kernels.packed_range[static_cast<int>(info.wtype == WType::kQ4_0 ? Packed::kQ4_0 : Packed::kQ8_0)];
+    return kernels.sparse_range;
+  }
   if (job.packed != nullptr) {
     Packed kind = Packed::kQ8_0;
     packed_kind(w.type, &kind);  // the weight was packed, so it has one

@@ -5,6 +5,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include "kernels/matmul_impl.h"
+#include "kernels/sparse_kernels.h"
 #include "kernels/simd_avx2.h"
 
 namespace tessera::kernels {
@@ -30,6 +31,7 @@ struct Avx2Cfg {
   static constexpr int kDecodeGroups = 2;
   static constexpr int kDecodeGroupsK = 2;
   static constexpr size_t kActChunkBytes = 128 * 1024;
+  static constexpr MatmulRangeFn kSparseRange = sparse_range_avx2;
 };
 
 struct Avx2VnniEmulatedCfg : Avx2Cfg {

@@ -13,6 +13,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include "kernels/matmul_impl.h"
+#include "kernels/sparse_kernels.h"
 #include "kernels/pair_avx512.h"
 #include "kernels/simd_avx512.h"
 
@@ -497,6 +498,7 @@ struct Avx512Cfg {
   static constexpr int kDecodeGroups = 1;
   static constexpr int kDecodeGroupsK = 1;
   static constexpr size_t kActChunkBytes = 256 * 1024;
+  static constexpr MatmulRangeFn kSparseRange = sparse_range_avx512;
 };
 
 }  // namespace

@@ -1171,6 +1171,7 @@ struct KernelSet {
        prange<D, Packed::kIQ4_NL, Cfg>, prange<D, Packed::kMXFP4, Cfg>, prange<D, Packed::kQ4_1, Cfg>,
        prange<D, Packed::kQ5_0, Cfg>, prange<D, Packed::kQ5_1, Cfg>, prange<D, Packed::kIQ4_XS, Cfg>,
        prange<D, Packed::kQ2_K, Cfg>, prange<D, Packed::kTQ2_0, Cfg>},
+      Cfg::kSparseRange,
   };
 };
 

@@ -65,6 +65,11 @@ struct MatmulArgs {
   ActLayout act_layout;
   float* y = nullptr;  // [n_tokens, y_stride]
   int64_t y_stride = 0;
+  // Sparse weights (kernels/sparse.h): the table's packed Q8_0 / Q4_0 kernel
+  // that the sparse kernel runs on rows it expands for long inputs (null:
+  // none; it then multiplies them itself).
+  using RangeFn = void (*)(const MatmulArgs&, int64_t, int64_t, int64_t, int64_t);
+  RangeFn dense = nullptr;
 };
 
 // Computes y for rows [r0, r1) and tokens [t0, t1). r0 is a multiple of
@@ -180,6 +185,8 @@ struct MatmulKernels {
   // Kernels on the packed layouts (a.w = the packed data); null: the table
   // has none and the original rows are used.
   MatmulRangeFn packed_range[kNumPacked];
+  // SP_Q8_0 and SP_Q4_0 (kernels/sparse_kernels.h), both: a.w = the tensor.
+  MatmulRangeFn sparse_range;
 };
 
 // Each is defined in its own file; call the ISA ones only where the CPU has

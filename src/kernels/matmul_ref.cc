@@ -11,6 +11,7 @@
 #include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/sparse_kernels.h"
 
 namespace tessera::kernels {
 namespace {
@@ -302,6 +303,7 @@ constexpr MatmulKernels kRef = {
     },
     quantize_act_ref,
     {},  // no packed kernels: the reference reads the original rows
+    sparse_range_ref,
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
+#include "kernels/sparse.h"
 
 namespace tessera {
 namespace {
@@ -30,7 +31,10 @@ kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, 
   w.data = t.data;
   w.rows = rows;
   w.cols = cols;
-  w.row_bytes = row_bytes(t.type, cols);
+  w.row_bytes = row_bytes(t.type, cols);  // 0 for the sparse types: their rows are variable
+  if (kernels::is_sparse(t.type)) {
+    kernels::parse_sparse(t.data, t.n_bytes, cols, rows, fmt::format("{}: {}", f.path(), t.name).c_str());
+  }
   return w;
 }
 

@@ -1,0 +1,215 @@
+// The sparse kernels' shared vector code (kernels/sparse.h), included only
+// by sparse_avx2.cc and sparse_avx512.cc, each compiled for its ISA:
+// everything is in an anonymous namespace, so no inline function leaves the
+// object (docs/KERNELS.md, "ODR rule"). An ISA file gives the expansion of
+// a super-block (X::expand: 64 signed values, zeros where pruned) and the
+// decode tile (X::decode<T>); this file gives the driver and the expansion
+// of row groups into the dense packed layout (matmul_kernels.h) for long
+// inputs.
+#pragma once
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cstring>
+
+#include "kernels/sparse_kernels.h"
+
+namespace tessera::kernels {
+namespace {
+
+// Shuffle controls of the AVX2 expansion: for an 8-bit mask, byte j takes
+// the packed value popcount(mask & ((1 << j) - 1)) where bit j is set, else
+// zero (0x80).
+struct ExpandLut {
+  uint64_t ctl[256];
+};
+constexpr ExpandLut make_expand_lut() {
+  ExpandLut l{};
+  for (int m = 0; m < 256; ++m) {
+    uint64_t c = 0;
+    int k = 0;
+    for (int j = 0; j < 8; ++j) {
+      const uint64_t byte = (m >> j & 1) ? static_cast<uint64_t>(k++) : 0x80;
+      c |= byte << (8 * j);
+    }
+    l.ctl[m] = c;
+  }
+  return l;
+}
+constexpr ExpandLut kExpandLut = make_expand_lut();
+
+// 64 packed signed values at src (at least 64 bytes readable) expanded
+// under mask m into out[64] with 128-bit shuffles.
+inline void expand_lut(const int8_t* src, uint64_t m, int8_t* out) {
+  int off = 0;
+  for (int g = 0; g < 8; ++g) {
+    const unsigned mb = static_cast<unsigned>(m >> (8 * g)) & 255u;
+    const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + off));
+    const __m128i c = _mm_cvtsi64_si128(static_cast<long long>(kExpandLut.ctl[mb]));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 8 * g), _mm_shuffle_epi8(s, c));
+    off += std::popcount(mb);
+  }
+}
+
+// SP_Q4_0's nibbles at vp (32 bytes readable) as 64 signed values q - 8 in
+// order (low nibble first).
+inline void unpack_nibbles(const uint8_t* vp, int8_t* out) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp));
+  const __m256i m4 = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+  const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+  const __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_sub_epi8(_mm256_permute2x128_si256(a, b, 0x20), eight));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_sub_epi8(_mm256_permute2x128_si256(a, b, 0x31), eight));
+}
+
+// Dword j of the 8 rows r[0..7] into out[j] (an 8 x 8 transpose of int32).
+inline void transpose8(const __m256i* r, __m256i* out) {
+  __m256i t[8], u[8];
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k) {  // rows 4k .. 4k + 3
+    u[4 * k + 0] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+    out[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+  }
+}
+
+// The rows of a group of 8 (the last group's missing rows: copies of the
+// last row) and where each one's values start.
+struct Group {
+  int64_t row[8];
+  const uint8_t* vp[8];
+  int valid;
+};
+
+inline Group group_at(const SparseView& w, int64_t g0, int64_t r1) {
+  Group g;
+  g.valid = static_cast<int>(r1 - g0 < 8 ? r1 - g0 : 8);
+  for (int r = 0; r < 8; ++r) {
+    g.row[r] = r < g.valid ? g0 + r : r1 - 1;
+    g.vp[r] = w.values + w.row_start[g.row[r]];
+  }
+  return g;
+}
+
+inline int block_value_bytes(bool q4, uint64_t m) {
+  const int k = std::popcount(m);
+  return q4 ? (k + 1) / 2 : k;
+}
+
+// The 8 rows' fp16 scales of super-block b.
+inline __m128i group_scales(const SparseView& w, const Group& g, int64_t nb, int64_t b) {
+  const uint16_t* s = w.scales;
+  return _mm_setr_epi16(static_cast<short>(s[g.row[0] * nb + b]), static_cast<short>(s[g.row[1] * nb + b]),
+                        static_cast<short>(s[g.row[2] * nb + b]), static_cast<short>(s[g.row[3] * nb + b]),
+                        static_cast<short>(s[g.row[4] * nb + b]), static_cast<short>(s[g.row[5] * nb + b]),
+                        static_cast<short>(s[g.row[6] * nb + b]), static_cast<short>(s[g.row[7] * nb + b]));
+}
+
+// Rows [g0, r1) (at most 8) written as one group of the dense packed
+// Q8_0 / Q4_0 layout (matmul_kernels.h) at out.
+template <class X>
+void densify_group(const SparseView& w, int64_t g0, int64_t r1, uint8_t* out) {
+  const bool q4 = w.type == DType::kSpQ4_0;
+  const int64_t nb = w.cols / kSparseBlock;
+  const size_t blk = q4 ? kPackedQ4_0Block : kPackedQ8_0Block;
+  Group g = group_at(w, g0, r1);
+  alignas(64) int8_t e[8][64];
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < 8; ++r) {
+      const uint64_t m = w.masks[g.row[r] * nb + b];
+      X::expand(q4, g.vp[r], m, e[r]);
+      g.vp[r] += block_value_bytes(q4, m);
+    }
+    const __m128i d = group_scales(w, g, nb, b);
+    for (int h = 0; h < 2; ++h) {
+      uint8_t* o = out + static_cast<size_t>(2 * b + h) * blk;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), d);
+      __m256i rows[8], cols[8];
+      if (!q4) {
+        for (int r = 0; r < 8; ++r) rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(e[r] + 32 * h));
+        transpose8(rows, cols);
+        for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * j), cols[j]);
+      } else {
+        const __m128i eight = _mm_set1_epi8(8);
+        for (int r = 0; r < 8; ++r) {
+          const __m128i lo = _mm_add_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(e[r] + 32 * h)), eight);
+          const __m128i hi = _mm_add_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(e[r] + 32 * h + 16)), eight);
+          rows[r] = _mm256_castsi128_si256(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)));
+        }
+        transpose8(rows, cols);
+        for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * j), cols[j]);
+      }
+    }
+  }
+}
+
+// Long inputs: chunks of rows expanded into the dense packed layout, then
+// the dense prompt tiles (a.dense) on them, so the arithmetic is the dense
+// type's.
+template <class X>
+void dense_chunks(const SparseView& w, const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const bool q4 = w.type == DType::kSpQ4_0;
+  const int64_t nb32 = w.cols / 32;
+  const size_t group_bytes = static_cast<size_t>(nb32) * (q4 ? kPackedQ4_0Block : kPackedQ8_0Block);
+  uint8_t* buf = sparse_scratch(group_bytes * (kSparseChunkRows / kRowTile));
+  for (int64_t c0 = r0; c0 < r1; c0 += kSparseChunkRows) {
+    const int64_t c1 = c0 + kSparseChunkRows < r1 ? c0 + kSparseChunkRows : r1;
+    for (int64_t g0 = c0; g0 < c1; g0 += kRowTile) {
+      densify_group<X>(w, g0, c1, buf + static_cast<size_t>((g0 - c0) / kRowTile) * group_bytes);
+    }
+    MatmulArgs d = a;
+    d.w = buf;
+    d.rows = c1 - c0;
+    d.row_bytes = static_cast<size_t>(nb32) * (q4 ? 18 : 34);
+    d.y = a.y + c0;
+    d.dense = nullptr;
+    a.dense(d, 0, c1 - c0, t0, t1);
+  }
+}
+
+// The range kernel: decode tiles of 8 rows and up to 4 tokens, or dense
+// chunks for long inputs.
+template <class X>
+void sparse_range_impl(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const SparseView w = sparse_view(a.w);
+  if (t1 - t0 > kSparseDecodeMaxTokens && a.dense != nullptr) {
+    dense_chunks<X>(w, a, r0, r1, t0, t1);
+    return;
+  }
+  for (int64_t g0 = r0; g0 < r1; g0 += kRowTile) {
+    for (int64_t t = t0; t < t1; t += 4) {
+      switch (t1 - t < 4 ? t1 - t : 4) {
+        case 1: X::template decode<1>(w, a, g0, r1, t); break;
+        case 2: X::template decode<2>(w, a, g0, r1, t); break;
+        case 3: X::template decode<3>(w, a, g0, r1, t); break;
+        default: X::template decode<4>(w, a, g0, r1, t); break;
+      }
+    }
+  }
+}
+
+// Token t's quantized activation: values and block scales.
+inline const int8_t* act_q(const MatmulArgs& a, int64_t t) {
+  return reinterpret_cast<const int8_t*>(a.act + static_cast<size_t>(t) * a.act_layout.row_bytes);
+}
+inline const float* act_d(const MatmulArgs& a, int64_t t) {
+  return reinterpret_cast<const float*>(a.act + static_cast<size_t>(t) * a.act_layout.row_bytes + a.act_layout.d_offset);
+}
+
+inline void store_rows(const __m256 acc, float* y, int valid) {
+  alignas(32) float v[8];
+  _mm256_store_ps(v, acc);
+  for (int r = 0; r < valid; ++r) y[r] = v[r];
+}
+
+}  // namespace
+}  // namespace tessera::kernels
