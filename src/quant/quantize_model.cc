@@ -14,6 +14,7 @@
 #include "format/gguf_writer.h"
 #include "model/weights.h"
 #include "quant/qmoe.h"
+#include "kernels/sparse.h"
 
 namespace tessera::quant {
 namespace {
@@ -79,9 +80,10 @@ struct Plan {
   std::vector<float> row_div;      // [rows] divide rows (1/s of ffn_down folded into ffn_up)
   std::vector<float> vec_div;      // [n] divide a norm vector (1/s folded into RMSNorm)
   bool awq_norm = false;           // a norm AWQ may fold into: written as F32
-  std::vector<uint8_t> qmoe;       // a mixture's experts as QMOE: their bytes,
-  std::string qmoe_how;            // how they were made,
-  double qmoe_seconds = 0.0;       // and in how long
+  bool prune = false;              // pruned before rounding (QuantizeOptions::prune)
+  std::vector<uint8_t> encoded;    // a variable-size type's bytes (QMOE experts, a sparse matrix),
+  std::string encoded_how;         // how they were made,
+  double encoded_seconds = 0.0;    // and in how long
 };
 
 struct AwqGroup {
@@ -154,6 +156,20 @@ void plan_awq(const gguf::File& in, const Grid& g, StatsSource& stats, const Awq
   }
 }
 
+// Prunes a matrix of the blocks (QuantizeOptions::prune) and says how.
+std::string prune_in_place(const std::string& name, float* w, int64_t rows, int64_t cols, const InputStats* stats,
+                           const PruneOptions& opt) {
+  std::vector<float> norms;
+  if (opt.method == PruneMethod::kWanda) {
+    TESSERA_CHECK(stats != nullptr && stats->n > 0, kInvalidArgument,
+                  "wanda: no calibration statistics for '{}' (its input was never seen)", name);
+    norms = input_norms(*stats);
+  }
+  const int64_t kept = prune_matrix(w, rows, cols, norms, opt);
+  return fmt::format("{} {:.0f}%", prune_method_name(opt.method),
+                     100.0 * static_cast<double>(rows * cols - kept) / static_cast<double>(rows * cols));
+}
+
 // The stored bytes of a matrix: method-chosen levels packed into its grid type.
 void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats* stats, const QuantizeOptions& opt,
                      ThreadPool& pool, uint8_t* out, std::string* how) {
@@ -170,6 +186,7 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
     }
   }
   *how = p.col_scale.empty() && p.row_div.empty() ? "" : "awq-scaled ";
+  if (p.prune) *how += prune_in_place(t.name, w.data(), rows, cols, stats, *opt.prune) + " ";
   if (!is_grid_type(p.type)) {  // a float type, or a block type written by round to nearest (kernels/quant.h)
     const int64_t cols_p = p.cols_p;
     w = pad_columns(w, rows, cols, cols_p);
@@ -238,7 +255,7 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
 constexpr const char* kWritable =
     "Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 (every method); Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 (rtn); "
     "F16, BF16, F32";
-bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t); }
+bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t) || kernels::is_sparse(t); }
 bool rtn_only(DType t) { return !is_grid_type(t) && dtype_traits(t).block_size > 1; }
 
 // Refuses requests the writer cannot honour, before anything is written.
@@ -251,6 +268,12 @@ void check_request(const gguf::File& in, const std::string& out_path, const Quan
                 method_name(opt.method), dtype_name(opt.type));
   TESSERA_CHECK(!needs_calibration(opt.method) || stats != nullptr, kInvalidArgument,
                 "method {} needs calibration statistics", method_name(opt.method));
+  TESSERA_CHECK(!kernels::is_sparse(opt.type) || opt.prune, kInvalidArgument,
+                "{} holds pruned matrices: write it with tessera prune", dtype_name(opt.type));
+  TESSERA_CHECK(!opt.prune || opt.method == Method::kRtn, kInvalidArgument,
+                "pruning rounds the kept weights to nearest (--method rtn), not {}", method_name(opt.method));
+  TESSERA_CHECK(!opt.prune || opt.prune->method != PruneMethod::kWanda || stats != nullptr, kInvalidArgument,
+                "wanda needs calibration statistics");
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
 }
 
@@ -288,6 +311,9 @@ std::map<std::string, Plan> plan_types(const gguf::File& in, const QuantizeOptio
     p.type = t.type;
     if (p.matrix) {
       p.type = is_experts(t) && opt.experts_type ? *opt.experts_type : opt.type;
+      p.prune = opt.prune && !is_experts(t) && prunable(t.name);
+      // Only pruned matrices are sparse; the others take the dense type.
+      if (kernels::is_sparse(p.type) && !p.prune) p.type = kernels::sparse_dense_type(p.type);
       for (const auto& [name, type] : opt.keep) {
         if (name == t.name) p.type = type;
       }
@@ -320,7 +346,16 @@ void copy_header(gguf::Writer& w, const gguf::File& in, const QuantizeOptions& o
   for (const auto& [k, v] : in.metadata()) {
     if (k != "general.file_type" && k != "general.quantized_by") w.set_value(k, v);
   }
-  w.set_u32("general.file_type", gguf::llama_file_type(opt.type));
+  const DType file_type = kernels::is_sparse(opt.type) ? kernels::sparse_dense_type(opt.type) : opt.type;
+  w.set_u32("general.file_type", gguf::llama_file_type(file_type));
+  if (opt.prune) {
+    const PruneOptions& pr = *opt.prune;
+    w.set_string("general.quantized_by",
+                 fmt::format("tessera prune --method {} {} --type {}", prune_method_name(pr.method),
+                             pr.structured() ? fmt::format("--nm {}:{}", pr.n, pr.m) : fmt::format("--sparsity {}", pr.sparsity),
+                             dtype_name(opt.type)));
+    return;
+  }
   w.set_string("general.quantized_by",
                fmt::format("tessera quantize --type {} --method {}{}", dtype_name(opt.type), method_name(opt.method),
                            opt.bits ? fmt::format(" --bits {}", opt.bits) : ""));
@@ -332,7 +367,8 @@ void write_tensor(const gguf::TensorInfo& t, const Plan& p, const QuantizeOption
                   ThreadPool& pool, uint8_t* out, size_t n_bytes, TensorDone* d) {
   if (p.matrix) {
     if (p.cols_p != t.ne[0]) d->padded_cols = p.cols_p;
-    const InputStats* st = stats != nullptr && needs_calibration(opt.method) ? stats->for_tensor(t.name) : nullptr;
+    const bool wanda = p.prune && opt.prune->method == PruneMethod::kWanda;
+    const InputStats* st = stats != nullptr && (needs_calibration(opt.method) || wanda) ? stats->for_tensor(t.name) : nullptr;
     TESSERA_CHECK(st == nullptr || st->dim == t.ne[0], kInvalidArgument,
                   "calibration statistics of {} inputs for '{}', which has {}", st ? st->dim : 0, t.name, t.ne[0]);
     quantize_matrix(t, p, st, opt, pool, out, &d->how);
@@ -383,10 +419,32 @@ void encode_experts(const gguf::File& in, const QuantizeOptions& opt, StatsSourc
       }
     }
     Plan& p = plans[t.name];
-    p.qmoe = encode_qmoe(mats);
+    p.encoded = encode_qmoe(mats);
     p.type = DType::kQMoE;
-    p.qmoe_how = fmt::format("qmoe ({} of {} experts by gptq)", by_gptq, n_expert);
-    p.qmoe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.encoded_how = fmt::format("qmoe ({} of {} experts by gptq)", by_gptq, n_expert);
+    p.encoded_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+// Sparse matrices: pruned and encoded up front (the writer needs their
+// size before any data), in file order so that layer windows of statistics
+// run once.
+void encode_sparse_matrices(const gguf::File& in, const QuantizeOptions& opt, StatsSource* stats,
+                            std::map<std::string, Plan>& plans) {
+  for (const gguf::TensorInfo& t : in.tensors()) {
+    Plan& p = plans[t.name];
+    if (!p.matrix || !kernels::is_sparse(p.type)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t cols = t.ne[0], rows = matrix_rows(t);
+    std::vector<float> w = read_f32(t);
+    const bool wanda = opt.prune->method == PruneMethod::kWanda;
+    const InputStats* st = wanda ? stats->for_tensor(t.name) : nullptr;
+    TESSERA_CHECK(st == nullptr || st->dim == cols, kInvalidArgument,
+                  "calibration statistics of {} inputs for '{}', which has {}", st ? st->dim : 0, t.name, cols);
+    p.encoded_how = prune_in_place(t.name, w.data(), rows, cols, st, *opt.prune);
+    w = pad_columns(w, rows, cols, p.cols_p);
+    p.encoded = kernels::encode_sparse(p.type, w.data(), rows, p.cols_p);
+    p.encoded_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 }
 
@@ -439,6 +497,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   const bool awq = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
   std::map<std::string, Plan> plans = plan_types(in, opt, awq);
   if (is_qmoe(opt.method)) encode_experts(in, opt, stats, pool, plans);
+  if (kernels::is_sparse(opt.type)) encode_sparse_matrices(in, opt, stats, plans);
   std::set<int64_t> awq_planned;  // layers whose AWQ scales are searched (-1: the output's)
   // AWQ's scales of a tensor's layer, searched when its first tensor is
   // reached (norms and producers are written after their plans exist).
@@ -461,7 +520,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       ne[0] = p.cols_p;
       if (p.cols_p != t.ne[0]) w.set_u32(kPaddedColsKey + t.name, static_cast<uint32_t>(t.ne[0]));
       res.n_weights += t.n_elements();
-      const size_t bytes = p.qmoe.empty() ? row_bytes(type, p.cols_p) * static_cast<size_t>(matrix_rows(t)) : p.qmoe.size();
+      const size_t bytes = p.encoded.empty() ? row_bytes(type, p.cols_p) * static_cast<size_t>(matrix_rows(t)) : p.encoded.size();
       res.weight_bytes += bytes;
       if (is_experts(t)) {
         res.n_expert_weights += t.n_elements();
@@ -471,10 +530,13 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       type = DType::kF32;  // a norm with AWQ's 1/s folded in
     }
     const int64_t i = ++index;
-    if (!p.qmoe.empty()) {
-      w.add_sized_tensor(t.name, DType::kQMoE, ne, p.qmoe.size(), [&p, &on_tensor, &t, i, total](uint8_t* out, size_t n) {
-        std::memcpy(out, p.qmoe.data(), n);
-        if (on_tensor) on_tensor({i, total, t.name, DType::kQMoE, p.qmoe_how, matrix_rows(t), t.ne[0], 0, n, p.qmoe_seconds});
+    if (!p.encoded.empty()) {
+      w.add_sized_tensor(t.name, p.type, ne, p.encoded.size(), [&p, &on_tensor, &t, i, total](uint8_t* out, size_t n) {
+        std::memcpy(out, p.encoded.data(), n);
+        if (on_tensor) {
+          on_tensor({i, total, t.name, p.type, p.encoded_how, matrix_rows(t), t.ne[0], p.cols_p != t.ne[0] ? p.cols_p : 0, n,
+                     p.encoded_seconds});
+        }
       });
       continue;
     }
@@ -496,6 +558,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
     });
   }
   res.file_bytes = write_atomically(w, out_path);
+
   return res;
 }
 

@@ -9,6 +9,9 @@
 //             expert by GPTQ against the rows routed to it; the other
 //             matrices rounded to nearest in --type
 //   qmoe-rtn  the same with the experts rounded to nearest (no calibration)
+// With QuantizeOptions::prune, the blocks' linears are pruned (magnitude or
+// Wanda, quant/prune.h) before rounding; SP_Q8_0 / SP_Q4_0 store only their
+// kept weights (kernels/sparse.h).
 // A mixture's experts (blk.N.ffn_*_exps, [cols, rows, experts]) are
 // matrices of rows x experts rows for every method.
 // Matrices without calibration statistics (token_embd) are rounded to
@@ -34,6 +37,7 @@
 #include "quant/awq.h"
 #include "quant/calibration.h"
 #include "quant/gptq.h"
+#include "quant/prune.h"
 
 namespace tessera::quant {
 
@@ -52,6 +56,10 @@ struct QuantizeOptions {
   std::vector<std::pair<std::string, DType>> keep;  // tensor name -> its type
   GptqOptions gptq;
   AwqOptions awq;
+  // Prune the blocks' linears first (quant/prune.h; rtn only), then store
+  // them in `type`: a dense type keeps the zeros, SP_Q8_0 / SP_Q4_0 only the
+  // kept weights (the other matrices then take Q8_0 / Q4_0).
+  std::optional<PruneOptions> prune;
 };
 
 // What happened to one tensor (progress and the report).
