@@ -69,7 +69,7 @@ import numpy as np
 U32 = 2.0 ** -24
 LAMBDA = 6.0
 # GGUF types whose matmuls quantize activations to int8, and the block size.
-INT8_ACTIVATION_BLOCK = {2: 32, 8: 32, 11: 256, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0; Q3_K, Q4_K, Q5_K, Q6_K
+INT8_ACTIVATION_BLOCK = {2: 32, 8: 32, 11: 256, 12: 256, 13: 256, 14: 256, 4097: 32, 4098: 32}  # Q4_0, Q8_0; Q3_K, Q4_K, Q5_K, Q6_K; SP_Q8_0, SP_Q4_0
 INT8_SCALE_SLACK = 0.5 + 127.0 * 2.0 ** -11
 
 

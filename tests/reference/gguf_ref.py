@@ -46,6 +46,10 @@ TENSOR_TYPES = {
     GGML_Q4_K: ("Q4_K", 256, 144),
     GGML_BF16: ("BF16", 1, 2),
 }
+# Tessera's sparse matrices (src/kernels/sparse.h, docs/FORMATS.md "SPRS"):
+# variable size, read from their own header.
+SP_Q8_0, SP_Q4_0 = 4097, 4098
+SPARSE_TYPES = {SP_Q8_0: "SP_Q8_0", SP_Q4_0: "SP_Q4_0"}
 
 
 class GGUFError(Exception):
@@ -106,9 +110,13 @@ class TensorInfo:
 
     @property
     def type_name(self):
+        if self.ggml_type in SPARSE_TYPES:
+            return SPARSE_TYPES[self.ggml_type]
         return TENSOR_TYPES.get(self.ggml_type, (f"type{self.ggml_type}",))[0]
 
     def n_bytes(self):
+        if self.ggml_type in SPARSE_TYPES:
+            return self.var_bytes
         if self.ggml_type not in TENSOR_TYPES:
             raise GGUFError(f"tensor '{self.name}': unsupported type {self.ggml_type}")
         _, block, size = TENSOR_TYPES[self.ggml_type]
@@ -151,6 +159,11 @@ class GGUFFile:
             self.tensors[name] = TensorInfo(name, ne, ggml_type, offset)
         self.data_offset = -(-r.pos // self.alignment) * self.alignment
         for t in self.tensors.values():
+            if t.ggml_type in SPARSE_TYPES:
+                at = self.data_offset + t.offset
+                if bytes(self.buf[at:at + 4]) != b"SPRS":
+                    raise GGUFError(f"{path}: tensor '{t.name}' has no SPRS header")
+                t.var_bytes = int(np.frombuffer(self.buf, dtype="<u8", count=1, offset=at + 8)[0])
             if t.offset % self.alignment:
                 raise GGUFError(f"{path}: tensor '{t.name}' offset {t.offset} misaligned")
             end = self.data_offset + t.offset + t.n_bytes()
@@ -169,7 +182,10 @@ class GGUFFile:
         """The tensor as float64, numpy shape (outermost first), values
         exactly as stored (dequantization is exact in float64)."""
         t = self.tensors[name]
-        flat = dequantize(t.ggml_type, self.raw(name), int(np.prod(t.ne, dtype=np.int64)))
+        if t.ggml_type in SPARSE_TYPES:
+            flat = dequantize_sparse(self.raw(name), t.ne)
+        else:
+            flat = dequantize(t.ggml_type, self.raw(name), int(np.prod(t.ne, dtype=np.int64)))
         out = flat.reshape(t.shape)
         # Tessera's any-shape storage: rows padded with zero columns to a
         # whole block, the true width in tessera.padded_cols.<name>.
@@ -188,6 +204,50 @@ class GGUFFile:
 
 def _f16(raw_u16):
     return raw_u16.view("<f2").astype(np.float64)
+
+
+def dequantize_sparse(raw, ne):
+    """A sparse tensor's bytes -> float64[rows * cols], read from the layout
+    in docs/FORMATS.md: a 64-byte header, then per row and super-block of 64
+    columns a u64 mask (bit j: column j kept), an f16 scale, and the row's
+    kept values packed in order (int8, or 4-bit q with w = d (q - 8), two a
+    byte, low nibble first, each super-block starting on a byte)."""
+    hdr = raw[:64]
+    value_type, block = (int(v) for v in hdr[16:24].view("<u4"))
+    rows, cols, value_bytes, kept = (int(v) for v in hdr[24:56].view("<u8"))
+    if block != 64 or cols != ne[0] or rows * cols != int(np.prod(ne, dtype=np.int64)):
+        raise GGUFError(f"sparse header {rows} x {cols} block {block} against shape {ne}")
+    nb = cols // 64
+    pad8 = lambda n: -(-n // 8) * 8
+    at = 64
+    masks = raw[at:at + 8 * rows * nb].view("<u8").reshape(rows, nb)
+    at += 8 * rows * nb
+    scales = _f16(raw[at:at + 2 * rows * nb].copy().view("<u2")).reshape(rows, nb)
+    at += pad8(2 * rows * nb)
+    starts = raw[at:at + 4 * (rows + 1)].view("<u4").astype(np.int64)
+    at += pad8(4 * (rows + 1))
+    values = raw[at:at + value_bytes]
+    bits = ((masks[:, :, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)  # [rows, nb, 64]
+    out = np.zeros((rows, nb, 64))
+    for r in range(rows):
+        row = values[starts[r]:starts[r + 1]]
+        if value_type == 8:
+            q = row.view(np.int8).astype(np.float64)
+            counts = bits[r].sum(axis=1)
+        else:
+            nib = np.stack([row & 15, row >> 4], axis=1).reshape(-1).astype(np.float64) - 8
+            counts = bits[r].sum(axis=1)
+            # each super-block's values start on a byte: drop the odd blocks' last nibble
+            keep = np.concatenate([np.arange(2 * (-(-c // 2))) < c for c in counts]) if len(counts) else np.zeros(0, bool)
+            q = nib[keep]
+        if len(q) != int(counts.sum()):
+            raise GGUFError(f"sparse row {r}: {len(q)} values for {int(counts.sum())} mask bits")
+        vals = np.zeros((nb, 64))
+        vals[bits[r]] = q
+        out[r] = vals * scales[r][:, None]
+    if int(bits.sum()) != kept:
+        raise GGUFError(f"sparse: {int(bits.sum())} kept, the header says {kept}")
+    return out.reshape(-1)
 
 
 def dequantize(ggml_type, raw, n):
