@@ -25,6 +25,7 @@
 #include "kernels/ops.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
+#include "kernels/sparse.h"
 #include "quant/qmoe.h"
 
 namespace tessera::kernels {
@@ -98,6 +99,42 @@ void run_matmul(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t
   st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(mat_bytes) / 1e9, benchmark::Counter::kIsRate);
   st.counters["GFLOP/s"] =
       benchmark::Counter(iters * 2.0 * rows * cols * n_tokens / 1e9, benchmark::Counter::kIsRate);
+}
+
+// Sparse matrices (kernels/sparse.h) of Gaussian weights with half of each
+// row pruned at random: GB/s of sparse bytes read, and `dense_GB/s`, the
+// dense Q8_0 / Q4_0 bytes the same product would read (the speedup over a
+// dense kernel at equal time is their ratio). Decode streams from memory
+// (copies past the LLC); `cached` keeps one copy (the kernel's own rate).
+void sparse_bench(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens,
+                  int threads, bool cached) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::bernoulli_distribution keep(0.5);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& v : w) v = keep(rng) ? g(rng) : 0.0f;
+  const std::vector<uint8_t> one = encode_sparse(type, w.data(), rows, cols);
+  const int copies = cached || n_tokens > 1 ? 1 : static_cast<int>((kStreamBytes + one.size() - 1) / one.size());
+  std::vector<std::vector<uint8_t>> mats(static_cast<size_t>(copies), one);
+  AlignedBuffer<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * rows));
+  for (auto& v : x) v = g(rng) * 50.0f;
+  Workspace ws;
+  KernelContext ctx{&pool_of(threads), isa, &ws};
+  int c = 0;
+  for (auto _ : st) {
+    const PreparedWeight pw{WeightView{type, mats[static_cast<size_t>(c)].data(), rows, cols, 0}, {}};
+    matmul(pw, x.data(), cols, n_tokens, y.data(), rows, ctx);
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % copies;
+  }
+  const double iters = static_cast<double>(st.iterations());
+  const double dense = static_cast<double>(row_bytes(sparse_dense_type(type), cols) * static_cast<size_t>(rows));
+  st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(one.size()) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["dense_GB/s"] = benchmark::Counter(iters * dense / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Reads kStreamBytes with 256-bit loads, split over the pool's threads:
@@ -244,6 +281,25 @@ void register_all() {
   const Shape gemv_shapes[] = {{768, 768},   {2048, 768},  {768, 2048}, {32000, 768},
                                {2048, 2048}, {8192, 2048}, {2048, 8192}};
   const Shape gemm_shapes[] = {{768, 768}, {2048, 768}, {768, 2048}, {2048, 2048}, {8192, 2048}, {2048, 8192}};
+  for (DType type : {DType::kSpQ8_0, DType::kSpQ4_0}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      for (int threads : {1, 2}) {
+        for (const Shape& s : {Shape{2048, 2048}, Shape{5632, 2048}, Shape{2048, 5632}}) {
+          for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{128}}) {
+            for (bool cached : {false, true}) {
+              if (cached && n > 1) continue;
+              const std::string name = "sparse/" + std::string(dtype_name(type)) + "/" + std::string(isa_name(isa)) + "/" +
+                                       std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" + std::to_string(n) +
+                                       "/t" + std::to_string(threads) + (cached ? "/cached" : "");
+              benchmark::RegisterBenchmark(name.c_str(), sparse_bench, type, isa, s.rows, s.cols, n, threads, cached)
+                  ->UseRealTime()
+                  ->Unit(benchmark::kMicrosecond);
+            }
+          }
+        }
+      }
+    }
+  }
   for (DType type : types) {
     const std::string tn = std::string(dtype_name(type));
     for (Isa isa : isas) {

@@ -198,10 +198,10 @@ TEST(SparseLayout, CorruptTensorsAreRefused) {
   const std::vector<float> w = pruned_weights(rows, cols, 0.5, rng);
   const std::vector<uint8_t> good = encode_sparse(DType::kSpQ8_0, w.data(), rows, cols);
   const SparseView v = parse_sparse(good.data(), good.size(), cols, rows, "t");
-  const size_t masks = static_cast<size_t>(reinterpret_cast<const uint8_t*>(v.masks) - good.data());
-  const size_t scales = static_cast<size_t>(reinterpret_cast<const uint8_t*>(v.scales) - good.data());
-  const size_t starts = static_cast<size_t>(reinterpret_cast<const uint8_t*>(v.row_start) - good.data());
-  const size_t values = static_cast<size_t>(v.values - good.data());
+  // Group 0's first super-block: 8 masks, 8 scales, then the values.
+  const size_t starts = kSparseHeaderBytes;
+  const size_t head = static_cast<size_t>(v.streams - good.data());
+  const size_t pad = head + v.stream_bytes;
   auto with = [&](size_t at, const void* p, size_t n) {
     std::vector<uint8_t> b = good;
     std::memcpy(b.data() + at, p, n);
@@ -210,19 +210,25 @@ TEST(SparseLayout, CorruptTensorsAreRefused) {
   expect_corrupt(std::vector<uint8_t>(good.begin(), good.begin() + 32), cols, rows, "truncated header");
   expect_corrupt(std::vector<uint8_t>(good.begin(), good.end() - 8), cols, rows, "truncated");
   expect_corrupt(with(0, "SPRX", 4), cols, rows, "magic");
-  const uint32_t v2 = 2, vt = 5;
+  const uint32_t v2 = kSparseVersion + 1, vt = 5;
   expect_corrupt(with(4, &v2, 4), cols, rows, "version");
   expect_corrupt(with(16, &vt, 4), cols, rows, "value type");
   expect_corrupt(good, cols, rows + 1, "shape");
   const uint16_t nan = 0x7e00, inf = 0x7c00;
-  expect_corrupt(with(scales + 2 * 3, &nan, 2), cols, rows, "NaN scale");
-  expect_corrupt(with(scales, &inf, 2), cols, rows, "inf scale");
-  uint64_t m = v.masks[4] ^ 1;  // one value more or less than stored
-  expect_corrupt(with(masks + 8 * 4, &m, 8), cols, rows, "mask");
-  const uint32_t s = v.row_start[3] + 1;
-  expect_corrupt(with(starts + 4 * 3, &s, 4), cols, rows, "row start");
+  expect_corrupt(with(head + 64 + 2 * 3, &nan, 2), cols, rows, "NaN scale");
+  expect_corrupt(with(head + 64, &inf, 2), cols, rows, "inf scale");
+  uint64_t m;
+  std::memcpy(&m, good.data() + head + 8 * 4, 8);
+  m ^= 1;  // one value more or less than the stream holds
+  expect_corrupt(with(head + 8 * 4, &m, 8), cols, rows, "mask");
+  const uint64_t s = v.group_start[1] + 1;
+  expect_corrupt(with(starts + 8, &s, 8), cols, rows, "group start");
+  // Row 9 of 9 rows is padding in group 1: it must stay empty.
+  const size_t group1 = head + v.group_start[1];
+  const uint16_t one_h = 0x3c00;
+  expect_corrupt(with(group1 + 64 + 2 * 1, &one_h, 2), cols, rows, "padding row's scale");
   const uint8_t one = 1;
-  expect_corrupt(with(values + v.value_bytes, &one, 1), cols, rows, "padding");
+  expect_corrupt(with(pad, &one, 1), cols, rows, "padding");
 }
 
 }  // namespace

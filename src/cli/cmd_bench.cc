@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 #include "kernels/membw.h"
 #include "kernels/peak.h"
+#include "kernels/sparse.h"
 #include "model/model.h"
 
 namespace tessera::cli {
@@ -122,6 +123,21 @@ std::string dominant_type(const LoadedModel& lm) {
   return type;
 }
 
+// Pruned matrices stored sparse (kernels/sparse.h): their weights and the
+// fraction not stored, into j (nothing when the file has none).
+void sparse_summary(const LoadedModel& lm, nlohmann::json& j) {
+  uint64_t weights = 0, kept = 0;
+  for (const auto& t : lm.file->tensors()) {
+    if (!kernels::is_sparse(t.type)) continue;
+    const kernels::SparseView v = kernels::sparse_view(t.data);
+    weights += static_cast<uint64_t>(v.rows * v.cols);
+    kept += v.kept;
+  }
+  if (weights == 0) return;
+  j["sparse_weights"] = weights;
+  j["weight_sparsity"] = 1.0 - static_cast<double>(kept) / static_cast<double>(weights);
+}
+
 // Decode against the bandwidth roofline. The machine is shared: its
 // bandwidth drifts by 10-30% from minute to minute, so each tg repetition's
 // fraction is taken against a short measurement made right before it.
@@ -194,6 +210,10 @@ void print_single(const BenchArgs& a, const engine::BenchResult& r, const std::s
                 "roofline (median over repetitions, each against the bandwidth measured just before it)\n",
                 d.bw_gbps, d.n_bw, static_cast<double>(bpt) / (1 << 20), d.tps, 100.0 * d.fraction);
   }
+  if (j.contains("weight_sparsity")) {
+    std::printf("sparse matrices: %.3g weights, %.1f%% of them pruned (not read)\n",
+                j["sparse_weights"].get<double>(), 100.0 * j["weight_sparsity"].get<double>());
+  }
   std::printf("pp: %.3g weight multiply-adds/s", p.macs_per_s);
   if (p.peak > 0) {
     std::printf(" = %.0f%% of the measured %s peak (%.3g/s)", 100.0 * p.macs_per_s / p.peak,
@@ -240,6 +260,7 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   j["type"] = type;
   j["model_bytes"] = std::filesystem::file_size(a.model);
   j["bytes_per_token"] = bpt;
+  sparse_summary(lm, j);
   j["pp_tokens"] = a.n_prompt;
   j["pp_tps"] = r.pp_tps;
   j["pp_samples"] = r.pp_samples;

@@ -32,6 +32,9 @@ struct WeightView {
   // with zero columns appended up to a whole block. x then has only
   // `x_cols` columns; matmul widens it with zeros. 0: x has `cols`.
   int64_t x_cols = 0;
+  // Variable-size types (SP_Q8_0, SP_Q4_0: kernels/sparse.h, whose
+  // row_bytes is 0): the tensor's bytes.
+  size_t n_bytes = 0;
   int64_t input_cols() const { return x_cols > 0 ? x_cols : cols; }
 };
 

@@ -2,6 +2,7 @@
 // scalar decoders the loader, the tests and the reference kernel use.
 #include "kernels/sparse.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -29,24 +30,16 @@ void sp_write(uint8_t* p, T v) {
 
 size_t sp_align8(size_t n) { return (n + 7) / 8 * 8; }
 
-// Where each part starts, from the shape and the values' size.
-struct SparseOffsets {
-  size_t masks, scales, row_start, values, end;
-};
-
-SparseOffsets sparse_offsets(int64_t rows, int64_t cols, uint64_t value_bytes) {
-  const size_t blocks = static_cast<size_t>(rows) * static_cast<size_t>(cols / kSparseBlock);
-  SparseOffsets o;
-  o.masks = kSparseHeaderBytes;
-  o.scales = o.masks + 8 * blocks;
-  o.row_start = o.scales + sp_align8(2 * blocks);
-  o.values = o.row_start + sp_align8(4 * (static_cast<size_t>(rows) + 1));
-  o.end = o.values + sp_align8(value_bytes + kSparseValuePad);
-  return o;
-}
-
 DType value_dtype(uint32_t v) { return v == 2 ? DType::kSpQ4_0 : DType::kSpQ8_0; }
 uint32_t value_code(DType t) { return t == DType::kSpQ4_0 ? 2 : 8; }
+
+int64_t groups_of(int64_t rows) { return (rows + kRowTile - 1) / kRowTile; }
+
+// Where the streams start, and the end of the tensor.
+size_t streams_at(int64_t rows) { return kSparseHeaderBytes + 8 * (static_cast<size_t>(groups_of(rows)) + 1); }
+size_t tensor_end(int64_t rows, uint64_t stream_bytes) {
+  return streams_at(rows) + sp_align8(stream_bytes + kSparseValuePad);
+}
 
 }  // namespace
 
@@ -56,13 +49,10 @@ SparseView sparse_view(const uint8_t* data) {
   w.n_bytes = sp_read<uint64_t>(data + 8);
   w.rows = static_cast<int64_t>(sp_read<uint64_t>(data + 24));
   w.cols = static_cast<int64_t>(sp_read<uint64_t>(data + 32));
-  w.value_bytes = sp_read<uint64_t>(data + 40);
+  w.stream_bytes = sp_read<uint64_t>(data + 40);
   w.kept = sp_read<uint64_t>(data + 48);
-  const SparseOffsets o = sparse_offsets(w.rows, w.cols, w.value_bytes);
-  w.masks = reinterpret_cast<const uint64_t*>(data + o.masks);
-  w.scales = reinterpret_cast<const uint16_t*>(data + o.scales);
-  w.row_start = reinterpret_cast<const uint32_t*>(data + o.row_start);
-  w.values = data + o.values;
+  w.group_start = reinterpret_cast<const uint64_t*>(data + kSparseHeaderBytes);
+  w.streams = data + streams_at(w.rows);
   return w;
 }
 
@@ -73,6 +63,7 @@ uint8_t* sparse_scratch(size_t bytes) {
 }
 
 int64_t sparse_blocks(const SparseView& w) { return w.cols / kSparseBlock; }
+int64_t sparse_groups(const SparseView& w) { return groups_of(w.rows); }
 
 uint64_t sparse_size(const uint8_t* data, size_t avail) {
   if (avail < 16 || std::memcmp(data, "SPRS", 4) != 0) return 0;
@@ -93,114 +84,154 @@ SparseView parse_sparse(const uint8_t* data, size_t avail, int64_t cols, int64_t
     bad(fmt::format("header says {} x {}, the model {} x {} (columns a multiple of 64)", r, c, rows, cols));
   }
   if (n_bytes > avail) bad(fmt::format("{} bytes declared, {} in the file", n_bytes, avail));
-  const uint64_t value_bytes = sp_read<uint64_t>(data + 40);
-  if (value_bytes > n_bytes) bad(fmt::format("{} value bytes in a tensor of {}", value_bytes, n_bytes));
-  const SparseOffsets o = sparse_offsets(rows, cols, value_bytes);
-  if (o.end != n_bytes) bad(fmt::format("{} bytes, the layout of {} x {} takes {}", n_bytes, rows, cols, o.end));
-  SparseView w = sparse_view(data);
-  if (w.type != DType::kSpQ8_0 && w.type != DType::kSpQ4_0) bad("value type");
-  const int64_t nb = sparse_blocks(w);
-  uint64_t kept = 0;
-  if (w.row_start[0] != 0) bad("row 0 does not start at the values");
-  for (int64_t row = 0; row < rows; ++row) {
-    uint64_t bytes = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      const size_t i = static_cast<size_t>(row * nb + b);
-      const int k = std::popcount(w.masks[i]);
-      kept += static_cast<uint64_t>(k);
-      bytes += sparse_block_value_bytes(w.type, k);
-      const float d = fp16_to_f32(w.scales[i]);
-      if (!std::isfinite(d)) bad(fmt::format("row {} block {}: scale {}", row, b, d));
-    }
-    if (w.row_start[row + 1] < w.row_start[row] || w.row_start[row + 1] - w.row_start[row] != bytes) {
-      bad(fmt::format("row {} holds {} value bytes, its masks need {}", row,
-                      static_cast<int64_t>(w.row_start[row + 1]) - static_cast<int64_t>(w.row_start[row]), bytes));
-    }
+  const uint64_t stream_bytes = sp_read<uint64_t>(data + 40);
+  if (stream_bytes > n_bytes || tensor_end(rows, stream_bytes) != n_bytes) {
+    bad(fmt::format("{} bytes, the layout of {} x {} with {} stream bytes takes {}", n_bytes, rows, cols, stream_bytes,
+                    stream_bytes > n_bytes ? 0 : tensor_end(rows, stream_bytes)));
   }
-  if (w.row_start[rows] != value_bytes) bad(fmt::format("rows end at {}, the values at {}", w.row_start[rows], value_bytes));
+  SparseView w = sparse_view(data);
+  const int64_t nb = sparse_blocks(w), groups = sparse_groups(w);
+  if (w.group_start[0] != 0 || w.group_start[groups] != stream_bytes) bad("group starts do not span the streams");
+  uint64_t kept = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint64_t begin = w.group_start[g], end = w.group_start[g + 1];
+    if (end < begin || end > stream_bytes) bad(fmt::format("group {} runs from {} to {}", g, begin, end));
+    uint64_t at = begin;
+    for (int64_t b = 0; b < nb; ++b) {
+      if (end - at < kSparseBlockHead) bad(fmt::format("group {} ends inside super-block {}", g, b));
+      const uint8_t* head = w.streams + at;
+      uint64_t bytes = 0;
+      for (int r = 0; r < kRowTile; ++r) {
+        const uint64_t m = sp_read<uint64_t>(head + 8 * r);
+        const float d = fp16_to_f32(sp_read<uint16_t>(head + 64 + 2 * r));
+        if (g * kRowTile + r >= rows && (m != 0 || d != 0.0f)) bad(fmt::format("padding row {} of group {} is not empty", r, g));
+        if (!std::isfinite(d)) bad(fmt::format("row {} block {}: scale {}", g * kRowTile + r, b, d));
+        kept += static_cast<uint64_t>(std::popcount(m));
+        bytes += sparse_block_value_bytes(w.type, std::popcount(m));
+      }
+      at += kSparseBlockHead;
+      if (end - at < bytes) bad(fmt::format("group {} ends inside the values of super-block {}", g, b));
+      at += bytes;
+    }
+    if (at != end) bad(fmt::format("group {} holds {} bytes, its masks need {}", g, end - begin, at - begin));
+  }
   if (kept != w.kept) bad(fmt::format("{} values kept, the header says {}", kept, w.kept));
-  for (size_t i = value_bytes; i < value_bytes + kSparseValuePad; ++i) {
-    if (w.values[i] != 0) bad("the padding after the values is not zero");
+  for (size_t i = stream_bytes; i < stream_bytes + kSparseValuePad; ++i) {
+    if (w.streams[i] != 0) bad("the padding after the streams is not zero");
   }
   return w;
 }
+
+namespace {
+
+// One row's super-block: its mask, its fp16 scale and its value bytes.
+void encode_block(bool q4, const float* x, uint64_t* mask, uint16_t* scale, std::vector<uint8_t>* values) {
+  uint64_t m = 0;
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kSparseBlock; ++j) {
+    if (x[j] == 0.0f) continue;
+    m |= uint64_t{1} << j;
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  *mask = m;
+  const float d = q4 ? max / -8.0f : amax / 127.0f;
+  *scale = f32_to_fp16(d);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int n = 0;
+  uint8_t pending = 0;
+  for (int j = 0; j < kSparseBlock; ++j) {
+    if (!(m >> j & 1)) continue;
+    if (q4) {
+      const int q = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+      if (n % 2 == 0) {
+        pending = static_cast<uint8_t>(q);
+      } else {
+        values->push_back(static_cast<uint8_t>(pending | q << 4));
+      }
+    } else {
+      values->push_back(static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[j] * id))));
+    }
+    ++n;
+  }
+  if (q4 && n % 2 == 1) values->push_back(pending);
+}
+
+}  // namespace
 
 std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int64_t cols) {
   TESSERA_CHECK(is_sparse(type), kInvalidArgument, "encode_sparse: {} is not a sparse type", dtype_name(type));
   TESSERA_CHECK(rows > 0 && cols > 0 && cols % kSparseBlock == 0, kInvalidArgument,
                 "encode_sparse: {} x {} (columns must be a positive multiple of 64)", rows, cols);
-  const int64_t nb = cols / kSparseBlock;
+  const int64_t nb = cols / kSparseBlock, groups = groups_of(rows);
   const bool q4 = type == DType::kSpQ4_0;
-  std::vector<uint64_t> masks(static_cast<size_t>(rows * nb));
-  std::vector<uint16_t> scales(masks.size());
-  std::vector<uint32_t> row_start(static_cast<size_t>(rows) + 1, 0);
-  std::vector<uint8_t> values;
+  std::vector<uint64_t> group_start(static_cast<size_t>(groups) + 1, 0);
+  std::vector<uint8_t> streams, values;
   uint64_t kept = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
-      const float* x = w + r * cols + b * kSparseBlock;
-      uint64_t m = 0;
-      float amax = 0.0f, max = 0.0f;
-      for (int j = 0; j < kSparseBlock; ++j) {
-        if (x[j] == 0.0f) continue;
-        m |= uint64_t{1} << j;
-        if (std::fabs(x[j]) > amax) {
-          amax = std::fabs(x[j]);
-          max = x[j];
-        }
+      uint64_t masks[kRowTile] = {};
+      uint16_t scales[kRowTile] = {};
+      values.clear();
+      for (int r = 0; r < kRowTile && g * kRowTile + r < rows; ++r) {
+        encode_block(q4, w + (g * kRowTile + r) * cols + b * kSparseBlock, &masks[r], &scales[r], &values);
+        kept += static_cast<uint64_t>(std::popcount(masks[r]));
       }
-      const size_t i = static_cast<size_t>(r * nb + b);
-      masks[i] = m;
-      const float d = q4 ? max / -8.0f : amax / 127.0f;
-      const fp16_t dh = f32_to_fp16(d);
-      scales[i] = dh;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      int n = 0;
-      uint8_t pending = 0;
-      for (int j = 0; j < kSparseBlock; ++j) {
-        if (!(m >> j & 1)) continue;
-        if (q4) {
-          const int q = std::min(15, static_cast<int>(x[j] * id + 8.5f));
-          if (n % 2 == 0) {
-            pending = static_cast<uint8_t>(q);
-          } else {
-            values.push_back(static_cast<uint8_t>(pending | q << 4));
-          }
-        } else {
-          values.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[j] * id))));
-        }
-        ++n;
-      }
-      if (q4 && n % 2 == 1) values.push_back(pending);
-      kept += static_cast<uint64_t>(n);
+      const size_t at = streams.size();
+      streams.resize(at + kSparseBlockHead);
+      std::memcpy(streams.data() + at, masks, sizeof masks);
+      std::memcpy(streams.data() + at + sizeof masks, scales, sizeof scales);
+      streams.insert(streams.end(), values.begin(), values.end());
     }
-    TESSERA_CHECK(values.size() <= UINT32_MAX, kInvalidArgument,
-                  "encode_sparse: {} x {} keeps more than 4 GiB of values (split the tensor)", rows, cols);
-    row_start[static_cast<size_t>(r) + 1] = static_cast<uint32_t>(values.size());
+    group_start[static_cast<size_t>(g) + 1] = streams.size();
   }
-  const SparseOffsets o = sparse_offsets(rows, cols, values.size());
-  std::vector<uint8_t> out(o.end, 0);
+  const size_t end = tensor_end(rows, streams.size());
+  std::vector<uint8_t> out(end, 0);
   std::memcpy(out.data(), "SPRS", 4);
   sp_write<uint32_t>(out.data() + 4, kSparseVersion);
-  sp_write<uint64_t>(out.data() + 8, o.end);
+  sp_write<uint64_t>(out.data() + 8, end);
   sp_write<uint32_t>(out.data() + 16, value_code(type));
   sp_write<uint32_t>(out.data() + 20, static_cast<uint32_t>(kSparseBlock));
   sp_write<uint64_t>(out.data() + 24, static_cast<uint64_t>(rows));
   sp_write<uint64_t>(out.data() + 32, static_cast<uint64_t>(cols));
-  sp_write<uint64_t>(out.data() + 40, values.size());
+  sp_write<uint64_t>(out.data() + 40, streams.size());
   sp_write<uint64_t>(out.data() + 48, kept);
-  std::memcpy(out.data() + o.masks, masks.data(), 8 * masks.size());
-  std::memcpy(out.data() + o.scales, scales.data(), 2 * scales.size());
-  std::memcpy(out.data() + o.row_start, row_start.data(), 4 * row_start.size());
-  if (!values.empty()) std::memcpy(out.data() + o.values, values.data(), values.size());
+  std::memcpy(out.data() + kSparseHeaderBytes, group_start.data(), 8 * group_start.size());
+  if (!streams.empty()) std::memcpy(out.data() + streams_at(rows), streams.data(), streams.size());
   return out;
 }
 
-void sparse_row_levels(const SparseView& w, int64_t r, int8_t* out) {
-  const uint8_t* v = w.values + w.row_start[r];
-  const bool q4 = w.type == DType::kSpQ4_0;
+namespace {
+
+// Walks row r's group stream to each super-block: its mask, scale and values.
+template <class F>
+void for_row_blocks(const SparseView& w, int64_t r, F f) {
+  const int64_t g = r / kRowTile, k = r % kRowTile;
+  const uint8_t* p = w.streams + w.group_start[g];
   for (int64_t b = 0; b < sparse_blocks(w); ++b) {
-    const uint64_t m = w.masks[r * sparse_blocks(w) + b];
+    const uint8_t* values = p + kSparseBlockHead;
+    const uint8_t* mine = nullptr;
+    uint64_t mask = 0;
+    for (int i = 0; i < kRowTile; ++i) {
+      const uint64_t m = sp_read<uint64_t>(p + 8 * i);
+      if (i == k) {
+        mine = values;
+        mask = m;
+      }
+      values += sparse_block_value_bytes(w.type, std::popcount(m));
+    }
+    f(b, mask, sp_read<uint16_t>(p + 64 + 2 * k), mine);
+    p = values;
+  }
+}
+
+}  // namespace
+
+void sparse_row_levels(const SparseView& w, int64_t r, int8_t* out) {
+  const bool q4 = w.type == DType::kSpQ4_0;
+  for_row_blocks(w, r, [&](int64_t b, uint64_t m, uint16_t, const uint8_t* v) {
     int n = 0;
     for (int j = 0; j < kSparseBlock; ++j) {
       int8_t q = 0;
@@ -210,22 +241,35 @@ void sparse_row_levels(const SparseView& w, int64_t r, int8_t* out) {
       }
       out[b * kSparseBlock + j] = q;
     }
-    v += sparse_block_value_bytes(w.type, n);
-  }
+  });
+}
+
+std::vector<uint64_t> sparse_row_masks(const SparseView& w, int64_t r) {
+  std::vector<uint64_t> m(static_cast<size_t>(sparse_blocks(w)));
+  for_row_blocks(w, r, [&](int64_t b, uint64_t mask, uint16_t, const uint8_t*) { m[static_cast<size_t>(b)] = mask; });
+  return m;
+}
+
+std::vector<uint16_t> sparse_row_scales(const SparseView& w, int64_t r) {
+  std::vector<uint16_t> d(static_cast<size_t>(sparse_blocks(w)));
+  for_row_blocks(w, r, [&](int64_t b, uint64_t, uint16_t s, const uint8_t*) { d[static_cast<size_t>(b)] = s; });
+  return d;
 }
 
 void sparse_dequantize_row(const SparseView& w, int64_t r, float* out) {
   std::vector<int8_t> q(static_cast<size_t>(w.cols));
   sparse_row_levels(w, r, q.data());
-  for (int64_t c = 0; c < w.cols; ++c) out[c] = fp16_to_f32(w.scales[r * sparse_blocks(w) + c / kSparseBlock]) * q[static_cast<size_t>(c)];
+  const std::vector<uint16_t> d = sparse_row_scales(w, r);
+  for (int64_t c = 0; c < w.cols; ++c) out[c] = fp16_to_f32(d[static_cast<size_t>(c / kSparseBlock)]) * q[static_cast<size_t>(c)];
 }
 
 void sparse_dense_row(const SparseView& w, int64_t r, uint8_t* out) {
   std::vector<int8_t> q(static_cast<size_t>(w.cols));
   sparse_row_levels(w, r, q.data());
+  const std::vector<uint16_t> ds = sparse_row_scales(w, r);
   const bool q4 = w.type == DType::kSpQ4_0;
   for (int64_t b = 0; b < w.cols / kQK; ++b) {
-    const uint16_t d = w.scales[r * sparse_blocks(w) + b / 2];
+    const uint16_t d = ds[static_cast<size_t>(b / 2)];
     const int8_t* qb = q.data() + b * kQK;
     if (q4) {
       BlockQ4_0 blk;

@@ -32,7 +32,8 @@ struct Avx2Sparse {
   static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
     const bool q4 = w.type == DType::kSpQ4_0;
     const int64_t nb = w.cols / kSparseBlock;
-    Group g = group_at(w, g0, r1);
+    const uint8_t* p = group_stream(w, g0 / kRowTile);
+    StreamPrefetch pf{p};
     const int8_t* xq[T];
     const float* dx[T];
     __m256 acc[T];
@@ -44,12 +45,15 @@ struct Avx2Sparse {
     const __m256i ones = _mm256_set1_epi16(1);
     alignas(64) int8_t e[8][64];
     for (int64_t b = 0; b < nb; ++b) {
+      if (T == 1) pf.ahead(p);
+      const uint8_t* vp = p + kSparseBlockHead;
       for (int r = 0; r < 8; ++r) {
-        const uint64_t m = w.masks[g.row[r] * nb + b];
-        expand(q4, g.vp[r], m, e[r]);
-        g.vp[r] += block_value_bytes(q4, m);
+        const uint64_t m = head_mask(p, r);
+        expand(q4, vp, m, e[r]);
+        vp += block_value_bytes(q4, m);
       }
-      const __m256 dw = _mm256_cvtph_ps(group_scales(w, g, nb, b));
+      const __m256 dw = _mm256_cvtph_ps(head_scales(p));
+      p = vp;
       for (int h = 0; h < 2; ++h) {
         __m256i wv[8], wa[8];
         for (int r = 0; r < 8; ++r) {
@@ -65,7 +69,7 @@ struct Avx2Sparse {
         }
       }
     }
-    for (int t = 0; t < T; ++t) store_rows(acc[t], a.y + (t0 + t) * a.y_stride + g0, g.valid);
+    for (int t = 0; t < T; ++t) store_rows(acc[t], a.y + (t0 + t) * a.y_stride + g0, r1 - g0);
   }
 };
 

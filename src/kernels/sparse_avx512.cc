@@ -12,7 +12,7 @@ namespace tessera::kernels {
 namespace {
 
 inline __m512i expand64(bool q4, const uint8_t* vp, uint64_t m) {
-  if (!q4) return _mm512_maskz_expand_epi8(m, _mm512_loadu_si512(vp));
+  if (!q4) return _mm512_maskz_expandloadu_epi8(m, vp);
   const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp)));
   const __m512i m4 = _mm512_set1_epi16(15);
   const __m512i v = _mm512_or_si512(_mm512_and_si512(x, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), 8));
@@ -47,7 +47,8 @@ struct Avx512Sparse {
   static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
     const bool q4 = w.type == DType::kSpQ4_0;
     const int64_t nb = w.cols / kSparseBlock;
-    Group g = group_at(w, g0, r1);
+    const uint8_t* p = group_stream(w, g0 / kRowTile);
+    StreamPrefetch pf{p};
     const int8_t* xq[T];
     const float* dx[T];
     __m256 acc[T];
@@ -56,29 +57,35 @@ struct Avx512Sparse {
       dx[t] = act_d(a, t0 + t);
       acc[t] = _mm256_setzero_ps();
     }
-    const __m512i zero = _mm512_setzero_si512();
+    const int16_t* xs[T];  // the activation's sums over each 32-block
+    for (int t = 0; t < T; ++t) xs[t] = act_sums(a, t0 + t);
+    const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t b = 0; b < nb; ++b) {
-      __m512i wa[8];
-      __mmask64 neg[8];
+      if (T == 1) pf.ahead(p);
+      // w + 128 as unsigned bytes (pruned: 128), so VPDPBUSD multiplies it by
+      // x directly; 128 * sum(x) comes off after the sum.
+      __m512i wu[8];
+      const uint8_t* vp = p + kSparseBlockHead;
       for (int r = 0; r < 8; ++r) {
-        const uint64_t m = w.masks[g.row[r] * nb + b];
-        const __m512i v = expand64(q4, g.vp[r], m);
-        g.vp[r] += block_value_bytes(q4, m);
-        wa[r] = _mm512_abs_epi8(v);
-        neg[r] = _mm512_movepi8_mask(v);
+        const uint64_t m = head_mask(p, r);
+        wu[r] = _mm512_xor_si512(expand64(q4, vp, m), offset);
+        vp += block_value_bytes(q4, m);
       }
-      const __m256 dw = _mm256_cvtph_ps(group_scales(w, g, nb, b));
+      const __m256 dw = _mm256_cvtph_ps(head_scales(p));
+      p = vp;
       for (int t = 0; t < T; ++t) {
         const __m512i x = _mm512_loadu_si512(xq[t] + 64 * b);
-        __m512i p[8];
-        for (int r = 0; r < 8; ++r) p[r] = _mm512_dpbusd_epi32(zero, wa[r], _mm512_mask_sub_epi8(x, neg[r], zero, x));
+        __m512i pr[8];
+        for (int r = 0; r < 8; ++r) pr[r] = _mm512_dpbusd_epi32(zero, wu[r], x);
         __m256i s0, s1;
-        reduce8x2(p, &s0, &s1);
+        reduce8x2(pr, &s0, &s1);
+        s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(128 * xs[t][2 * b]));
+        s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(128 * xs[t][2 * b + 1]));
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][2 * b])), acc[t]);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][2 * b + 1])), acc[t]);
       }
     }
-    for (int t = 0; t < T; ++t) store_rows(acc[t], a.y + (t0 + t) * a.y_stride + g0, g.valid);
+    for (int t = 0; t < T; ++t) store_rows(acc[t], a.y + (t0 + t) * a.y_stride + g0, r1 - g0);
   }
 };
 

@@ -20,23 +20,24 @@ inline constexpr int64_t kSparseDecodeMaxTokens = 4;
 // Rows expanded per dense chunk (8 packed groups).
 inline constexpr int64_t kSparseChunkRows = 64;
 
-// A sparse tensor in memory (pointers into its bytes).
+// A sparse tensor in memory (pointers into its bytes; layout in sparse.h).
 struct SparseView {
   DType type = DType::kSpQ8_0;
   int64_t rows = 0, cols = 0;
-  const uint64_t* masks = nullptr;     // [rows * nb]
-  const uint16_t* scales = nullptr;    // [rows * nb] fp16
-  const uint32_t* row_start = nullptr; // [rows + 1]
-  const uint8_t* values = nullptr;
-  uint64_t value_bytes = 0, kept = 0;
+  const uint64_t* group_start = nullptr;  // [groups + 1]
+  const uint8_t* streams = nullptr;
+  uint64_t stream_bytes = 0, kept = 0;
   size_t n_bytes = 0;
 };
+// Bytes of a super-block's masks and scales in a group's stream.
+inline constexpr size_t kSparseBlockHead = 8 * 8 + 8 * 2;
 
 // The view of the sparse tensor at `data`, unchecked (the kernels' path:
 // parse_sparse has checked it at load). Defined in sparse.cc.
 SparseView sparse_view(const uint8_t* data);
-// Super-blocks per row: cols / kSparseBlock.
+// Super-blocks per row: cols / kSparseBlock; groups of 8 rows.
 int64_t sparse_blocks(const SparseView& w);
+int64_t sparse_groups(const SparseView& w);
 
 // This thread's scratch of at least `bytes` bytes, 64-byte aligned (the
 // dense chunks the kernels expand); valid until its next call on the thread.

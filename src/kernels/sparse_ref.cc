@@ -12,10 +12,10 @@ namespace tessera::kernels {
 
 void sparse_range_ref(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const SparseView w = sparse_view(a.w);
-  const int64_t nb = sparse_blocks(w);
   std::vector<int8_t> q(static_cast<size_t>(w.cols));
   for (int64_t r = r0; r < r1; ++r) {
     sparse_row_levels(w, r, q.data());
+    const std::vector<uint16_t> d = sparse_row_scales(w, r);
     for (int64_t t = t0; t < t1; ++t) {
       const uint8_t* row = a.act + static_cast<size_t>(t) * a.act_layout.row_bytes;
       const auto* xq = reinterpret_cast<const int8_t*>(row);
@@ -24,7 +24,7 @@ void sparse_range_ref(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, i
       for (int64_t b = 0; b < w.cols / 32; ++b) {
         int isum = 0;
         for (int64_t i = 32 * b; i < 32 * b + 32; ++i) isum += q[static_cast<size_t>(i)] * xq[i];
-        acc = std::fma(static_cast<float>(isum), fp16_to_f32(w.scales[r * nb + b / 2]) * dx[b], acc);
+        acc = std::fma(static_cast<float>(isum), fp16_to_f32(d[static_cast<size_t>(b / 2)]) * dx[b], acc);
       }
       a.y[t * a.y_stride + r] = acc;
     }

@@ -20,6 +20,8 @@ std::string blk(int64_t il, const char* name) { return fmt::format("blk.{}.{}", 
 
 // Rows [r0, r0 + n) of a matrix: a view of its part of a fused tensor.
 kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
+  TESSERA_CHECK(w.row_bytes > 0, kCorruptFile, "a fused tensor stored as {} (sparse rows cannot be split)",
+                dtype_name(w.type));
   w.data += static_cast<size_t>(r0) * w.row_bytes;
   w.rows = n;
   return w;

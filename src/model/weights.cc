@@ -34,6 +34,7 @@ kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, 
   w.row_bytes = row_bytes(t.type, cols);  // 0 for the sparse types: their rows are variable
   if (kernels::is_sparse(t.type)) {
     kernels::parse_sparse(t.data, t.n_bytes, cols, rows, fmt::format("{}: {}", f.path(), t.name).c_str());
+    w.n_bytes = t.n_bytes;
   }
   return w;
 }

@@ -42,6 +42,8 @@ std::vector<float> load_vector(const gguf::File& f, const std::string& name, int
 std::vector<float> load_vectors(const gguf::File& f, const std::string& name, int64_t n, int64_t count);
 
 // Bytes of a matrix (for the roofline).
-inline size_t matrix_bytes(const kernels::WeightView& w) { return w.row_bytes * static_cast<size_t>(w.rows); }
+inline size_t matrix_bytes(const kernels::WeightView& w) {
+  return w.row_bytes > 0 ? w.row_bytes * static_cast<size_t>(w.rows) : w.n_bytes;
+}
 
 }  // namespace tessera

@@ -34,7 +34,7 @@ void parse_nm(const std::string& s, PruneOptions* opt) {
 }
 
 bool prunable(const std::string& name) {
-  static const std::regex re(R"(blk\.\d+\.(attn_q|attn_k|attn_v|attn_qkv|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)");
+  static const std::regex re(R"(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)");
   return std::regex_match(name, re);
 }
 

@@ -11,7 +11,8 @@
 // the M - N lowest. Ties go to the lower column (results do not depend on
 // the sort). Which matrices: the linears of the blocks (attention and FFN,
 // experts excluded); the embedding and the output head stay dense, as Wanda
-// does.
+// does. Fused tensors (Phi-3's attn_qkv and gate-up ffn_up) stay dense too:
+// the decoder splits them by rows, which a sparse layout cannot.
 #pragma once
 
 #include <cstdint>

@@ -208,46 +208,47 @@ def _f16(raw_u16):
 
 def dequantize_sparse(raw, ne):
     """A sparse tensor's bytes -> float64[rows * cols], read from the layout
-    in docs/FORMATS.md: a 64-byte header, then per row and super-block of 64
-    columns a u64 mask (bit j: column j kept), an f16 scale, and the row's
-    kept values packed in order (int8, or 4-bit q with w = d (q - 8), two a
-    byte, low nibble first, each super-block starting on a byte)."""
+    in docs/FORMATS.md: a 64-byte header, the start of each group of 8 rows'
+    stream, then the streams: per super-block of 64 columns the 8 rows' u64
+    masks (bit j: column j kept) and f16 scales, then row 0's kept values,
+    row 1's, ... (int8, or 4-bit q with w = d (q - 8), two a byte, low
+    nibble first, each row's super-block starting on a byte)."""
     hdr = raw[:64]
     value_type, block = (int(v) for v in hdr[16:24].view("<u4"))
-    rows, cols, value_bytes, kept = (int(v) for v in hdr[24:56].view("<u8"))
+    rows, cols, stream_bytes, kept = (int(v) for v in hdr[24:56].view("<u8"))
     if block != 64 or cols != ne[0] or rows * cols != int(np.prod(ne, dtype=np.int64)):
         raise GGUFError(f"sparse header {rows} x {cols} block {block} against shape {ne}")
-    nb = cols // 64
-    pad8 = lambda n: -(-n // 8) * 8
-    at = 64
-    masks = raw[at:at + 8 * rows * nb].view("<u8").reshape(rows, nb)
-    at += 8 * rows * nb
-    scales = _f16(raw[at:at + 2 * rows * nb].copy().view("<u2")).reshape(rows, nb)
-    at += pad8(2 * rows * nb)
-    starts = raw[at:at + 4 * (rows + 1)].view("<u4").astype(np.int64)
-    at += pad8(4 * (rows + 1))
-    values = raw[at:at + value_bytes]
-    bits = ((masks[:, :, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)  # [rows, nb, 64]
-    out = np.zeros((rows, nb, 64))
-    for r in range(rows):
-        row = values[starts[r]:starts[r + 1]]
-        if value_type == 8:
-            q = row.view(np.int8).astype(np.float64)
-            counts = bits[r].sum(axis=1)
-        else:
-            nib = np.stack([row & 15, row >> 4], axis=1).reshape(-1).astype(np.float64) - 8
-            counts = bits[r].sum(axis=1)
-            # each super-block's values start on a byte: drop the odd blocks' last nibble
-            keep = np.concatenate([np.arange(2 * (-(-c // 2))) < c for c in counts]) if len(counts) else np.zeros(0, bool)
-            q = nib[keep]
-        if len(q) != int(counts.sum()):
-            raise GGUFError(f"sparse row {r}: {len(q)} values for {int(counts.sum())} mask bits")
-        vals = np.zeros((nb, 64))
-        vals[bits[r]] = q
-        out[r] = vals * scales[r][:, None]
-    if int(bits.sum()) != kept:
-        raise GGUFError(f"sparse: {int(bits.sum())} kept, the header says {kept}")
-    return out.reshape(-1)
+    nb, groups = cols // 64, -(-rows // 8)
+    starts = raw[64:64 + 8 * (groups + 1)].view("<u8").astype(np.int64)
+    streams = raw[64 + 8 * (groups + 1):]
+    out = np.zeros((groups * 8, cols))
+    n_kept = 0
+    for g in range(groups):
+        at = int(starts[g])
+        for b in range(nb):
+            masks = streams[at:at + 64].view("<u8")
+            d = _f16(streams[at + 64:at + 80].copy().view("<u2"))
+            at += 80
+            for r in range(8):
+                bits = ((masks[r] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+                k = int(bits.sum())
+                if value_type == 8:
+                    q = streams[at:at + k].view(np.int8).astype(np.float64)
+                    at += k
+                else:
+                    nbytes = -(-k // 2)
+                    packed = streams[at:at + nbytes]
+                    q = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:k].astype(np.float64) - 8
+                    at += nbytes
+                vals = np.zeros(64)
+                vals[bits] = q
+                out[8 * g + r, 64 * b:64 * b + 64] = d[r] * vals
+                n_kept += k
+        if at != int(starts[g + 1]):
+            raise GGUFError(f"sparse group {g}: stream ends at {at}, the next starts at {int(starts[g + 1])}")
+    if n_kept != kept or int(starts[groups]) != stream_bytes:
+        raise GGUFError(f"sparse: {n_kept} kept, the header says {kept}")
+    return out[:rows].reshape(-1)
 
 
 def dequantize(ggml_type, raw, n):
