@@ -194,11 +194,11 @@ void expect_corrupt(std::vector<uint8_t> bytes, int64_t cols, int64_t rows, cons
 
 TEST(SparseLayout, CorruptTensorsAreRefused) {
   std::mt19937 rng(5);
-  const int64_t rows = 9, cols = 128;
+  const int64_t rows = 20, cols = 128;
   const std::vector<float> w = pruned_weights(rows, cols, 0.5, rng);
   const std::vector<uint8_t> good = encode_sparse(DType::kSpQ8_0, w.data(), rows, cols);
   const SparseView v = parse_sparse(good.data(), good.size(), cols, rows, "t");
-  // Group 0's first super-block: 8 masks, 8 scales, then the values.
+  // Group 0's first super-block: 16 tile masks, 16 scales, then the values.
   const size_t starts = kSparseHeaderBytes;
   const size_t head = static_cast<size_t>(v.streams - good.data());
   const size_t pad = head + v.stream_bytes;
@@ -215,18 +215,32 @@ TEST(SparseLayout, CorruptTensorsAreRefused) {
   expect_corrupt(with(16, &vt, 4), cols, rows, "value type");
   expect_corrupt(good, cols, rows + 1, "shape");
   const uint16_t nan = 0x7e00, inf = 0x7c00;
-  expect_corrupt(with(head + 64 + 2 * 3, &nan, 2), cols, rows, "NaN scale");
-  expect_corrupt(with(head + 64, &inf, 2), cols, rows, "inf scale");
+  expect_corrupt(with(head + 128 + 2 * 3, &nan, 2), cols, rows, "NaN scale");
+  expect_corrupt(with(head + 128, &inf, 2), cols, rows, "inf scale");
+  // Group 0's last super-block's last tile: one value more or less than
+  // the group's stream holds. (A mask changed earlier in a stream can shift
+  // the reading of what follows into another self-consistent layout: the
+  // checks are structural, they keep every read in bounds, not a checksum.)
+  size_t last = head + kSparseBlockHead;
+  for (int j = 0; j < 16; ++j) {
+    uint64_t mj;
+    std::memcpy(&mj, good.data() + head + 8 * j, 8);
+    last += static_cast<size_t>(std::popcount(mj));
+  }
   uint64_t m;
-  std::memcpy(&m, good.data() + head + 8 * 4, 8);
-  m ^= 1;  // one value more or less than the stream holds
-  expect_corrupt(with(head + 8 * 4, &m, 8), cols, rows, "mask");
+  std::memcpy(&m, good.data() + last + 8 * 15, 8);
+  m ^= 1;
+  expect_corrupt(with(last + 8 * 15, &m, 8), cols, rows, "mask");
   const uint64_t s = v.group_start[1] + 1;
   expect_corrupt(with(starts + 8, &s, 8), cols, rows, "group start");
-  // Row 9 of 9 rows is padding in group 1: it must stay empty.
+  // Rows 20..31 are padding in group 1: they must stay empty.
   const size_t group1 = head + v.group_start[1];
   const uint16_t one_h = 0x3c00;
-  expect_corrupt(with(group1 + 64 + 2 * 1, &one_h, 2), cols, rows, "padding row's scale");
+  expect_corrupt(with(group1 + 128 + 2 * 5, &one_h, 2), cols, rows, "padding row's scale");
+  uint64_t m1;
+  std::memcpy(&m1, good.data() + group1, 8);
+  m1 |= uint64_t{1} << (4 * 6);  // row 22, column 0: a value more, and a padding row's
+  expect_corrupt(with(group1, &m1, 8), cols, rows, "padding row's weight");
   const uint8_t one = 1;
   expect_corrupt(with(pad, &one, 1), cols, rows, "padding");
 }

@@ -14,6 +14,7 @@
 #include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/sparse_kernels.h"
 
 namespace tessera::kernels {
 namespace {
@@ -539,7 +540,7 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   MatmulArgs args[kMaxSharedInput];
   MatmulRangeFn range[kMaxSharedInput];
   // Rows are split in whole tiles so a tile never straddles two threads.
-  const int64_t tile = quantized ? kRowTile : 4;
+  const int64_t tile = info.sparse ? kSparseGroupRows : quantized ? kRowTile : 4;
   int64_t unit_end[kMaxSharedInput];  // cumulative row tiles through job j
   int64_t units = 0, work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
@@ -648,7 +649,7 @@ void run_grouped(const MatmulKernels& kernels, std::span<const GroupedMatmul> jo
   std::vector<MatmulArgs> args(n_jobs);
   std::vector<MatmulRangeFn> range(n_jobs);
   std::vector<int64_t> unit_end(n_jobs);
-  const int64_t tile = quantized ? kRowTile : 4;
+  const int64_t tile = info.sparse ? kSparseGroupRows : quantized ? kRowTile : 4;
   int64_t units = 0, work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     const GroupedMatmul& g = jobs[j];

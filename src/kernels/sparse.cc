@@ -33,7 +33,9 @@ size_t sp_align8(size_t n) { return (n + 7) / 8 * 8; }
 DType value_dtype(uint32_t v) { return v == 2 ? DType::kSpQ4_0 : DType::kSpQ8_0; }
 uint32_t value_code(DType t) { return t == DType::kSpQ4_0 ? 2 : 8; }
 
-int64_t groups_of(int64_t rows) { return (rows + kRowTile - 1) / kRowTile; }
+constexpr int kG = static_cast<int>(kSparseGroupRows);
+
+int64_t groups_of(int64_t rows) { return (rows + kG - 1) / kG; }
 
 // Where the streams start, and the end of the tensor.
 size_t streams_at(int64_t rows) { return kSparseHeaderBytes + 8 * (static_cast<size_t>(groups_of(rows)) + 1); }
@@ -100,12 +102,18 @@ SparseView parse_sparse(const uint8_t* data, size_t avail, int64_t cols, int64_t
     for (int64_t b = 0; b < nb; ++b) {
       if (end - at < kSparseBlockHead) bad(fmt::format("group {} ends inside super-block {}", g, b));
       const uint8_t* head = w.streams + at;
-      uint64_t bytes = 0;
-      for (int r = 0; r < kRowTile; ++r) {
-        const uint64_t m = sp_read<uint64_t>(head + 8 * r);
-        const float d = fp16_to_f32(sp_read<uint16_t>(head + 64 + 2 * r));
-        if (g * kRowTile + r >= rows && (m != 0 || d != 0.0f)) bad(fmt::format("padding row {} of group {} is not empty", r, g));
-        if (!std::isfinite(d)) bad(fmt::format("row {} block {}: scale {}", g * kRowTile + r, b, d));
+      uint64_t bytes = 0, padding_bits = 0;
+      for (int r = 0; r < kG; ++r) {
+        const float d = fp16_to_f32(sp_read<uint16_t>(head + 8 * kG + 2 * r));
+        if (g * kG + r >= rows) {
+          padding_bits |= uint64_t{15} << (4 * r);
+          if (d != 0.0f) bad(fmt::format("padding row {} of group {} has a scale", r, g));
+        }
+        if (!std::isfinite(d)) bad(fmt::format("row {} block {}: scale {}", g * kG + r, b, d));
+      }
+      for (int j = 0; j < kG; ++j) {
+        const uint64_t m = sp_read<uint64_t>(head + 8 * j);
+        if (m & padding_bits) bad(fmt::format("group {} keeps weights of rows past the last", g));
         kept += static_cast<uint64_t>(std::popcount(m));
         bytes += sparse_block_value_bytes(w.type, std::popcount(m));
       }
@@ -124,39 +132,49 @@ SparseView parse_sparse(const uint8_t* data, size_t avail, int64_t cols, int64_t
 
 namespace {
 
-// One row's super-block: its mask, its fp16 scale and its value bytes.
-void encode_block(bool q4, const float* x, uint64_t* mask, uint16_t* scale, std::vector<uint8_t>* values) {
-  uint64_t m = 0;
+// One row's 64 weights of a super-block: its fp16 scale and the level of
+// each weight (kept[j]: nonzero), SP_Q8_0's q or SP_Q4_0's q in 0..15.
+void row_levels(bool q4, const float* x, uint16_t* scale, uint8_t* level) {
   float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < kSparseBlock; ++j) {
-    if (x[j] == 0.0f) continue;
-    m |= uint64_t{1} << j;
-    if (std::fabs(x[j]) > amax) {
+    if (x[j] != 0.0f && std::fabs(x[j]) > amax) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
   }
-  *mask = m;
   const float d = q4 ? max / -8.0f : amax / 127.0f;
   *scale = f32_to_fp16(d);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  int n = 0;
-  uint8_t pending = 0;
   for (int j = 0; j < kSparseBlock; ++j) {
-    if (!(m >> j & 1)) continue;
-    if (q4) {
-      const int q = std::min(15, static_cast<int>(x[j] * id + 8.5f));
-      if (n % 2 == 0) {
-        pending = static_cast<uint8_t>(q);
-      } else {
-        values->push_back(static_cast<uint8_t>(pending | q << 4));
-      }
-    } else {
-      values->push_back(static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[j] * id))));
-    }
-    ++n;
+    level[j] = q4 ? static_cast<uint8_t>(std::min(15, static_cast<int>(x[j] * id + 8.5f)))
+                  : static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[j] * id)));
   }
-  if (q4 && n % 2 == 1) values->push_back(pending);
+}
+
+// The 16 rows x 64 columns of a group's super-block at p: levels (SP_Q8_0:
+// q; SP_Q4_0: q - 8; 0 where pruned), kept masks per row (bit c: column c),
+// scales. Returns the end of its bytes.
+const uint8_t* decode_superblock(bool q4, const uint8_t* p, int8_t (*q)[kSparseBlock], uint64_t* row_mask,
+                                 uint16_t* d) {
+  const uint8_t* v = p + kSparseBlockHead;
+  for (int r = 0; r < kG; ++r) {
+    d[r] = sp_read<uint16_t>(p + 8 * kG + 2 * r);
+    row_mask[r] = 0;
+    for (int c = 0; c < kSparseBlock; ++c) q[r][c] = 0;
+  }
+  for (int j = 0; j < kG; ++j) {
+    const uint64_t m = sp_read<uint64_t>(p + 8 * j);
+    int n = 0;
+    for (int pos = 0; pos < 64; ++pos) {
+      if (!(m >> pos & 1)) continue;
+      const int r = pos / 4, c = 4 * j + pos % 4;
+      q[r][c] = q4 ? static_cast<int8_t>(((n % 2 == 0 ? v[n / 2] : v[n / 2] >> 4) & 15) - 8) : static_cast<int8_t>(v[n]);
+      row_mask[r] |= uint64_t{1} << c;
+      ++n;
+    }
+    v += sparse_block_value_bytes(q4 ? DType::kSpQ4_0 : DType::kSpQ8_0, n);
+  }
+  return v;
 }
 
 }  // namespace
@@ -168,22 +186,40 @@ std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int
   const int64_t nb = cols / kSparseBlock, groups = groups_of(rows);
   const bool q4 = type == DType::kSpQ4_0;
   std::vector<uint64_t> group_start(static_cast<size_t>(groups) + 1, 0);
-  std::vector<uint8_t> streams, values;
+  std::vector<uint8_t> streams;
   uint64_t kept = 0;
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
-      uint64_t masks[kRowTile] = {};
-      uint16_t scales[kRowTile] = {};
-      values.clear();
-      for (int r = 0; r < kRowTile && g * kRowTile + r < rows; ++r) {
-        encode_block(q4, w + (g * kRowTile + r) * cols + b * kSparseBlock, &masks[r], &scales[r], &values);
-        kept += static_cast<uint64_t>(std::popcount(masks[r]));
+      uint16_t scales[kG] = {};
+      uint8_t level[kG][kSparseBlock] = {};
+      bool keep[kG][kSparseBlock] = {};
+      for (int r = 0; r < kG && g * kG + r < rows; ++r) {
+        const float* x = w + (g * kG + r) * cols + b * kSparseBlock;
+        row_levels(q4, x, &scales[r], level[r]);
+        for (int c = 0; c < kSparseBlock; ++c) keep[r][c] = x[c] != 0.0f;
       }
-      const size_t at = streams.size();
-      streams.resize(at + kSparseBlockHead);
-      std::memcpy(streams.data() + at, masks, sizeof masks);
-      std::memcpy(streams.data() + at + sizeof masks, scales, sizeof scales);
-      streams.insert(streams.end(), values.begin(), values.end());
+      const size_t head = streams.size();
+      streams.resize(head + kSparseBlockHead, 0);
+      std::memcpy(streams.data() + head + 8 * kG, scales, sizeof scales);
+      for (int j = 0; j < kG; ++j) {
+        uint64_t m = 0;
+        int n = 0;
+        for (int pos = 0; pos < 64; ++pos) {
+          const int r = pos / 4, c = 4 * j + pos % 4;
+          if (!keep[r][c]) continue;
+          m |= uint64_t{1} << pos;
+          if (!q4) {
+            streams.push_back(level[r][c]);
+          } else if (n % 2 == 0) {
+            streams.push_back(level[r][c]);
+          } else {
+            streams.back() = static_cast<uint8_t>(streams.back() | level[r][c] << 4);
+          }
+          ++n;
+        }
+        std::memcpy(streams.data() + head + 8 * j, &m, 8);
+        kept += static_cast<uint64_t>(n);
+      }
     }
     group_start[static_cast<size_t>(g) + 1] = streams.size();
   }
@@ -205,54 +241,37 @@ std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int
 
 namespace {
 
-// Walks row r's group stream to each super-block: its mask, scale and values.
+// Row r's super-blocks in order: f(b, row mask, scale, levels[64]).
 template <class F>
 void for_row_blocks(const SparseView& w, int64_t r, F f) {
-  const int64_t g = r / kRowTile, k = r % kRowTile;
-  const uint8_t* p = w.streams + w.group_start[g];
+  const uint8_t* p = w.streams + w.group_start[r / kG];
+  const int k = static_cast<int>(r % kG);
+  int8_t q[kG][kSparseBlock];
+  uint64_t masks[kG];
+  uint16_t d[kG];
   for (int64_t b = 0; b < sparse_blocks(w); ++b) {
-    const uint8_t* values = p + kSparseBlockHead;
-    const uint8_t* mine = nullptr;
-    uint64_t mask = 0;
-    for (int i = 0; i < kRowTile; ++i) {
-      const uint64_t m = sp_read<uint64_t>(p + 8 * i);
-      if (i == k) {
-        mine = values;
-        mask = m;
-      }
-      values += sparse_block_value_bytes(w.type, std::popcount(m));
-    }
-    f(b, mask, sp_read<uint16_t>(p + 64 + 2 * k), mine);
-    p = values;
+    p = decode_superblock(w.type == DType::kSpQ4_0, p, q, masks, d);
+    f(b, masks[k], d[k], q[k]);
   }
 }
 
 }  // namespace
 
 void sparse_row_levels(const SparseView& w, int64_t r, int8_t* out) {
-  const bool q4 = w.type == DType::kSpQ4_0;
-  for_row_blocks(w, r, [&](int64_t b, uint64_t m, uint16_t, const uint8_t* v) {
-    int n = 0;
-    for (int j = 0; j < kSparseBlock; ++j) {
-      int8_t q = 0;
-      if (m >> j & 1) {
-        q = q4 ? static_cast<int8_t>(((n % 2 == 0 ? v[n / 2] : v[n / 2] >> 4) & 15) - 8) : static_cast<int8_t>(v[n]);
-        ++n;
-      }
-      out[b * kSparseBlock + j] = q;
-    }
+  for_row_blocks(w, r, [&](int64_t b, uint64_t, uint16_t, const int8_t* q) {
+    std::memcpy(out + b * kSparseBlock, q, kSparseBlock);
   });
 }
 
 std::vector<uint64_t> sparse_row_masks(const SparseView& w, int64_t r) {
   std::vector<uint64_t> m(static_cast<size_t>(sparse_blocks(w)));
-  for_row_blocks(w, r, [&](int64_t b, uint64_t mask, uint16_t, const uint8_t*) { m[static_cast<size_t>(b)] = mask; });
+  for_row_blocks(w, r, [&](int64_t b, uint64_t mask, uint16_t, const int8_t*) { m[static_cast<size_t>(b)] = mask; });
   return m;
 }
 
 std::vector<uint16_t> sparse_row_scales(const SparseView& w, int64_t r) {
   std::vector<uint16_t> d(static_cast<size_t>(sparse_blocks(w)));
-  for_row_blocks(w, r, [&](int64_t b, uint64_t, uint16_t s, const uint8_t*) { d[static_cast<size_t>(b)] = s; });
+  for_row_blocks(w, r, [&](int64_t b, uint64_t, uint16_t s, const int8_t*) { d[static_cast<size_t>(b)] = s; });
   return d;
 }
 

@@ -3,30 +3,37 @@
 // bytes. Two custom GGUF tensor types (docs/FORMATS.md "SPRS"):
 //   SP_Q8_0  kept values as int8, one fp16 scale per 64 columns
 //   SP_Q4_0  kept values as 4-bit q (w = d (q - 8)), the same scales
-// Per row and super-block of 64 columns: the fp16 scale d (2 bytes), a
-// 64-bit mask (8 bytes), and popcount(mask) values (SP_Q4_0: two per byte, low nibble
+// Per 64 weights: an fp16 scale (2 bytes), a 64-bit mask (8 bytes), and
+// popcount(mask) values (SP_Q4_0: two per byte, low nibble
 // first, a super-block's values starting on a byte). At 50% sparsity SP_Q8_0
 // is 42 bytes per 64 weights against Q8_0's 68 (0.62x), SP_Q4_0 26 against
 // Q4_0's 36 (0.72x); N:M patterns (2:4, 4:8) are the same bytes as their
 // indices would be (one bit a weight), so one format serves both.
 //
-// The tensor layout (GGUF ne = [cols, rows], cols a multiple of 64), rows
-// in groups of 8 (kRowTile, the decode kernels' tile), each group one
-// stream read front to back, so a decode step reads one sequential stream
-// per 8 rows (the hardware prefetchers follow a few dozen streams per core;
-// a stream per row and per part starved them: 1.03x over dense at half the
-// bytes, against 1.4x this way):
-//   0   char[4] "SPRS", u32 version (2), u64 n_bytes (all of it, header included)
+// The tensor layout (GGUF ne = [cols, rows], cols a multiple of 64). Rows
+// come in groups of 16, each group one stream read front to back (one
+// sequential stream per 16 rows for the prefetchers). A group's 16 x 64
+// super-block is stored as 16 tiles of 16 rows x 4 columns, tile j holding
+// columns 4 j .. 4 j + 3, byte 4 r + i of the tile being row r's column
+// 4 j + i: expanded, a tile is one 64-byte vector whose int32 lane r is row
+// r's four weights, so an integer dot product against the input's four
+// values (broadcast) leaves each row's sum in its own lane, with no
+// horizontal reduction (the layout of the dense packed kernels, 16 rows
+// wide). The layout:
+//   0   char[4] "SPRS", u32 version (3), u64 n_bytes (all of it, header included)
 //   16  u32 value type (8: Q8_0 values, 2: Q4_0 values), u32 block (64)
 //   24  u64 rows, 32 u64 cols, 40 u64 stream_bytes, 48 u64 kept, 56 u64 0
-//   64  group_start: groups + 1 u64 (groups = ceil(rows / 8)), group g's
+//   64  group_start: groups + 1 u64 (groups = ceil(rows / 16)), group g's
 //       stream at streams + group_start[g] (group_start[groups] = stream_bytes)
 //   ..  streams: per group, per super-block b in order:
-//         u64 mask[8]    row 8 g + r's mask (bit j: column 64 b + j kept)
-//         fp16 d[8]      row 8 g + r's scale
-//         values         row 8 g's kept values, then row 8 g + 1's, ... row 8 g + 7's
-//       (rows past the last: mask 0, d 0), then 64 zero bytes (kernels load
-//       64 bytes at a super-block's values), zero bytes to a multiple of 8.
+//         u64 mask[16]   tile j's mask: bit 4 r + i set when row 16 g + r,
+//                        column 64 b + 4 j + i is kept
+//         fp16 d[16]     row 16 g + r's scale for the super-block
+//         values         tile 0's kept values in bit order, then tile 1's, ...
+//       (rows past the last: nothing kept, d 0), then 64 zero bytes (kernels
+//       load 64 bytes at a tile's values), zero bytes to a multiple of 8.
+// Each 64-bit mask still covers 64 weights (16 rows x 4 columns): the bytes
+// are those of a mask per row.
 //
 // Arithmetic: a sparse matrix multiplies exactly as the dense Q8_0 (Q4_0)
 // matrix whose 32-blocks hold its values with zeros where pruned and the
@@ -46,7 +53,7 @@
 
 namespace tessera::kernels {
 
-inline constexpr uint32_t kSparseVersion = 2;
+inline constexpr uint32_t kSparseVersion = 3;
 inline constexpr size_t kSparseHeaderBytes = 64;
 inline constexpr size_t kSparseValuePad = 64;
 

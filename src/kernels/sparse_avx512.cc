@@ -19,73 +19,57 @@ inline __m512i expand64(bool q4, const uint8_t* vp, uint64_t m) {
   return _mm512_maskz_expand_epi8(m, _mm512_sub_epi8(v, _mm512_set1_epi8(8)));
 }
 
-// p[r]: 16 int32 lanes, 0..7 from the super-block's first 32-block, 8..15
-// from its second. Returns the 8 rows' sums of the first (*s0) and second
-// (*s1) halves, lane r = row r.
-inline void reduce8x2(const __m512i* p, __m256i* s0, __m256i* s1) {
-  __m512i a[4], b[2];
-  for (int k = 0; k < 4; ++k) {
-    a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2 * k], p[2 * k + 1]), _mm512_unpackhi_epi32(p[2 * k], p[2 * k + 1]));
-  }
-  for (int k = 0; k < 2; ++k) {
-    b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
-  }
-  // 128-bit lane L of b[k] holds rows 4k..4k+3's sums of int32 lanes 4L..4L+3.
-  const __m512i c = _mm512_shuffle_i32x4(b[0], b[1], 0x88), d = _mm512_shuffle_i32x4(b[0], b[1], 0xdd);
-  const __m512i e = _mm512_add_epi32(c, d);  // [s0 r0-3, s1 r0-3, s0 r4-7, s1 r4-7]
-  const __m512i f = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15), e);
-  *s0 = _mm512_castsi512_si256(f);
-  *s1 = _mm512_extracti64x4_epi64(f, 1);
-}
-
 struct Avx512Sparse {
   static void expand(bool q4, const uint8_t* vp, uint64_t m, int8_t* out) {
     _mm512_store_si512(out, expand64(q4, vp, m));
   }
 
+  // 16 rows x T tokens: each tile expanded once (w + 128 as unsigned bytes,
+  // pruned: 128), then per token one VPDPBUSD against the input's 4 values
+  // broadcast: lane r accumulates row r's 32-block exactly; 128 * sum(x)
+  // comes off after, then the contract's fma per block.
   template <int T>
   static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
     const bool q4 = w.type == DType::kSpQ4_0;
     const int64_t nb = w.cols / kSparseBlock;
-    const uint8_t* p = group_stream(w, g0 / kRowTile);
+    const uint8_t* p = group_stream(w, g0 / kSparseGroupRows);
     StreamPrefetch pf{p};
     const int8_t* xq[T];
     const float* dx[T];
-    __m256 acc[T];
+    const int16_t* xs[T];
+    __m512 acc[T];
     for (int t = 0; t < T; ++t) {
       xq[t] = act_q(a, t0 + t);
       dx[t] = act_d(a, t0 + t);
-      acc[t] = _mm256_setzero_ps();
+      xs[t] = act_sums(a, t0 + t);
+      acc[t] = _mm512_setzero_ps();
     }
-    const int16_t* xs[T];  // the activation's sums over each 32-block
-    for (int t = 0; t < T; ++t) xs[t] = act_sums(a, t0 + t);
-    const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t b = 0; b < nb; ++b) {
       if (T == 1) pf.ahead(p);
-      // w + 128 as unsigned bytes (pruned: 128), so VPDPBUSD multiplies it by
-      // x directly; 128 * sum(x) comes off after the sum.
-      __m512i wu[8];
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * kSparseGroupRows)));
       const uint8_t* vp = p + kSparseBlockHead;
-      for (int r = 0; r < 8; ++r) {
-        const uint64_t m = head_mask(p, r);
-        wu[r] = _mm512_xor_si512(expand64(q4, vp, m), offset);
-        vp += block_value_bytes(q4, m);
+      for (int h = 0; h < 2; ++h) {
+        __m512i is[T];
+        for (int t = 0; t < T; ++t) is[t] = _mm512_setzero_si512();
+        for (int j = 8 * h; j < 8 * h + 8; ++j) {
+          const uint64_t m = head_mask(p, j);
+          const __m512i wu = _mm512_xor_si512(expand64(q4, vp, m), offset);
+          vp += block_value_bytes(q4, m);
+          for (int t = 0; t < T; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, _mm512_set1_epi32(x_dword(xq[t], b, j)));
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i v = _mm512_sub_epi32(is[t], _mm512_set1_epi32(128 * xs[t][2 * b + h]));
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][2 * b + h])), acc[t]);
+        }
       }
-      const __m256 dw = _mm256_cvtph_ps(head_scales(p));
       p = vp;
-      for (int t = 0; t < T; ++t) {
-        const __m512i x = _mm512_loadu_si512(xq[t] + 64 * b);
-        __m512i pr[8];
-        for (int r = 0; r < 8; ++r) pr[r] = _mm512_dpbusd_epi32(zero, wu[r], x);
-        __m256i s0, s1;
-        reduce8x2(pr, &s0, &s1);
-        s0 = _mm256_sub_epi32(s0, _mm256_set1_epi32(128 * xs[t][2 * b]));
-        s1 = _mm256_sub_epi32(s1, _mm256_set1_epi32(128 * xs[t][2 * b + 1]));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][2 * b])), acc[t]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][2 * b + 1])), acc[t]);
-      }
     }
-    for (int t = 0; t < T; ++t) store_rows(acc[t], a.y + (t0 + t) * a.y_stride + g0, r1 - g0);
+    for (int t = 0; t < T; ++t) {
+      float* y = a.y + (t0 + t) * a.y_stride + g0;
+      store_rows(_mm512_castps512_ps256(acc[t]), y, r1 - g0);
+      store_rows(_mm512_extractf32x8_ps(acc[t], 1), y + 8, r1 - g0 - 8);
+    }
   }
 };
 

@@ -63,38 +63,29 @@ inline void unpack_nibbles(const uint8_t* vp, int8_t* out) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32), _mm256_sub_epi8(_mm256_permute2x128_si256(a, b, 0x31), eight));
 }
 
-// Dword j of the 8 rows r[0..7] into out[j] (an 8 x 8 transpose of int32).
-inline void transpose8(const __m256i* r, __m256i* out) {
-  __m256i t[8], u[8];
-  for (int k = 0; k < 4; ++k) {
-    t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  for (int k = 0; k < 2; ++k) {  // rows 4k .. 4k + 3
-    u[4 * k + 0] = _mm256_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 1] = _mm256_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    u[4 * k + 2] = _mm256_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    u[4 * k + 3] = _mm256_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
-    out[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
-  }
-}
-
 inline int block_value_bytes(bool q4, uint64_t m) {
   const int k = std::popcount(m);
   return q4 ? (k + 1) / 2 : k;
 }
 
-inline uint64_t head_mask(const uint8_t* head, int r) {
+// Tile j's mask in the super-block whose head is at `head`.
+inline uint64_t head_mask(const uint8_t* head, int j) {
   uint64_t m;
-  std::memcpy(&m, head + 8 * r, 8);
+  std::memcpy(&m, head + 8 * j, 8);
   return m;
 }
 
-// The 8 rows' fp16 scales of the super-block whose head is at `head`.
-inline __m128i head_scales(const uint8_t* head) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 64)); }
+// The fp16 scales of rows 8 h .. 8 h + 7.
+inline __m128i head_scales(const uint8_t* head, int h) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(head + 8 * kSparseGroupRows + 16 * h));
+}
+
+// Token t's input values 4 j .. 4 j + 3 of super-block b as one int32.
+inline int32_t x_dword(const int8_t* xq, int64_t b, int j) {
+  int32_t v;
+  std::memcpy(&v, xq + kSparseBlock * b + 4 * j, 4);
+  return v;
+}
 
 // Software prefetch of a group's stream: each super-block's address
 // depends on the previous one's masks (a chain of loads), so the hardware
@@ -118,44 +109,45 @@ struct StreamPrefetch {
 // Group g's stream.
 inline const uint8_t* group_stream(const SparseView& w, int64_t g) { return w.streams + w.group_start[g]; }
 
-// The group of rows g0 .. g0 + 7 written as one group of the dense packed
-// Q8_0 / Q4_0 layout (matmul_kernels.h) at out (rows past the last: zeros,
-// which the dense kernels compute but never store).
+// The 16 rows of group g written as two groups of the dense packed Q8_0 /
+// Q4_0 layout (matmul_kernels.h) at out[0] (rows 0..7) and out[1] (rows
+// 8..15): tile j expanded is bytes 4 r + i = row r's column 4 j + i, the
+// dense layout's 32-byte vector j of 8 rows, twice. Rows past the last are
+// zeros, which the dense kernels compute and never store.
 template <class X>
-void densify_group(const SparseView& w, int64_t g0, uint8_t* out) {
+void densify_group(const SparseView& w, int64_t g, uint8_t* const out[2]) {
   const bool q4 = w.type == DType::kSpQ4_0;
   const int64_t nb = w.cols / kSparseBlock;
   const size_t blk = q4 ? kPackedQ4_0Block : kPackedQ8_0Block;
-  const uint8_t* p = group_stream(w, g0 / kRowTile);
-  alignas(64) int8_t e[8][64];
+  const uint8_t* p = group_stream(w, g);
+  alignas(64) int8_t e[16][64];
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* vp = p + kSparseBlockHead;
-    for (int r = 0; r < 8; ++r) {
-      const uint64_t m = head_mask(p, r);
-      X::expand(q4, vp, m, e[r]);
+    for (int j = 0; j < 16; ++j) {
+      const uint64_t m = head_mask(p, j);
+      X::expand(q4, vp, m, e[j]);
       vp += block_value_bytes(q4, m);
     }
-    const __m128i d = head_scales(p);
-    p = vp;
     for (int h = 0; h < 2; ++h) {
-      uint8_t* o = out + static_cast<size_t>(2 * b + h) * blk;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), d);
-      __m256i rows[8], cols[8];
-      if (!q4) {
-        for (int r = 0; r < 8; ++r) rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(e[r] + 32 * h));
-        transpose8(rows, cols);
-        for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * j), cols[j]);
-      } else {
-        const __m128i eight = _mm_set1_epi8(8);
-        for (int r = 0; r < 8; ++r) {
-          const __m128i lo = _mm_add_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(e[r] + 32 * h)), eight);
-          const __m128i hi = _mm_add_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(e[r] + 32 * h + 16)), eight);
-          rows[r] = _mm256_castsi128_si256(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)));
+      for (int half = 0; half < 2; ++half) {
+        uint8_t* o = out[half] + static_cast<size_t>(2 * b + h) * blk;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), head_scales(p, half));
+        if (!q4) {
+          for (int j = 0; j < 8; ++j) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * j),
+                                _mm256_load_si256(reinterpret_cast<const __m256i*>(e[8 * h + j] + 32 * half)));
+          }
+        } else {
+          const __m256i eight = _mm256_set1_epi8(8);
+          for (int k = 0; k < 4; ++k) {
+            const __m256i lo = _mm256_add_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(e[8 * h + k] + 32 * half)), eight);
+            const __m256i hi = _mm256_add_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(e[8 * h + k + 4] + 32 * half)), eight);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * k), _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+          }
         }
-        transpose8(rows, cols);
-        for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16 + 32 * j), cols[j]);
       }
     }
+    p = vp;
   }
 }
 
@@ -170,8 +162,10 @@ void dense_chunks(const SparseView& w, const MatmulArgs& a, int64_t r0, int64_t 
   uint8_t* buf = sparse_scratch(group_bytes * (kSparseChunkRows / kRowTile));
   for (int64_t c0 = r0; c0 < r1; c0 += kSparseChunkRows) {
     const int64_t c1 = c0 + kSparseChunkRows < r1 ? c0 + kSparseChunkRows : r1;
-    for (int64_t g0 = c0; g0 < c1; g0 += kRowTile) {
-      densify_group<X>(w, g0, buf + static_cast<size_t>((g0 - c0) / kRowTile) * group_bytes);
+    for (int64_t g0 = c0; g0 < c1; g0 += kSparseGroupRows) {
+      const size_t at = static_cast<size_t>((g0 - c0) / kRowTile) * group_bytes;
+      uint8_t* const out[2] = {buf + at, buf + at + group_bytes};
+      densify_group<X>(w, g0 / kSparseGroupRows, out);
     }
     MatmulArgs d = a;
     d.w = buf;
@@ -183,7 +177,7 @@ void dense_chunks(const SparseView& w, const MatmulArgs& a, int64_t r0, int64_t 
   }
 }
 
-// The range kernel: decode tiles of 8 rows and up to 4 tokens, or dense
+// The range kernel: decode tiles of 16 rows and up to 4 tokens, or dense
 // chunks for long inputs.
 template <class X>
 void sparse_range_impl(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
@@ -192,7 +186,7 @@ void sparse_range_impl(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, 
     dense_chunks<X>(w, a, r0, r1, t0, t1);
     return;
   }
-  for (int64_t g0 = r0; g0 < r1; g0 += kRowTile) {
+  for (int64_t g0 = r0; g0 < r1; g0 += kSparseGroupRows) {
     for (int64_t t = t0; t < t1; t += 4) {
       switch (t1 - t < 4 ? t1 - t : 4) {
         case 1: X::template decode<1>(w, a, g0, r1, t); break;
@@ -216,10 +210,11 @@ inline const int16_t* act_sums(const MatmulArgs& a, int64_t t) {
   return reinterpret_cast<const int16_t*>(a.act + static_cast<size_t>(t) * a.act_layout.row_bytes + a.act_layout.sum_offset);
 }
 
-inline void store_rows(const __m256 acc, float* y, int64_t valid) {
+// Lanes [0, n) of v (at most 8) to y.
+inline void store_rows(const __m256 acc, float* y, int64_t n) {
   alignas(32) float v[8];
   _mm256_store_ps(v, acc);
-  for (int64_t r = 0; r < valid && r < 8; ++r) y[r] = v[r];
+  for (int64_t r = 0; r < n && r < 8; ++r) y[r] = v[r];
 }
 
 }  // namespace

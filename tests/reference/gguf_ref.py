@@ -208,42 +208,46 @@ def _f16(raw_u16):
 
 def dequantize_sparse(raw, ne):
     """A sparse tensor's bytes -> float64[rows * cols], read from the layout
-    in docs/FORMATS.md: a 64-byte header, the start of each group of 8 rows'
-    stream, then the streams: per super-block of 64 columns the 8 rows' u64
-    masks (bit j: column j kept) and f16 scales, then row 0's kept values,
-    row 1's, ... (int8, or 4-bit q with w = d (q - 8), two a byte, low
-    nibble first, each row's super-block starting on a byte)."""
+    in docs/FORMATS.md: a 64-byte header, the start of each group of 16
+    rows' stream, then the streams: per super-block of 64 columns 16 tile
+    masks (u64; tile j: bit 4 r + i keeps row r's column 4 j + i) and the 16
+    rows' f16 scales, then tile 0's kept values in bit order, tile 1's, ...
+    (int8, or 4-bit q with w = d (q - 8), two a byte, low nibble first, each
+    tile starting on a byte)."""
     hdr = raw[:64]
     value_type, block = (int(v) for v in hdr[16:24].view("<u4"))
     rows, cols, stream_bytes, kept = (int(v) for v in hdr[24:56].view("<u8"))
     if block != 64 or cols != ne[0] or rows * cols != int(np.prod(ne, dtype=np.int64)):
         raise GGUFError(f"sparse header {rows} x {cols} block {block} against shape {ne}")
-    nb, groups = cols // 64, -(-rows // 8)
+    G = 16
+    nb, groups = cols // 64, -(-rows // G)
     starts = raw[64:64 + 8 * (groups + 1)].view("<u8").astype(np.int64)
     streams = raw[64 + 8 * (groups + 1):]
-    out = np.zeros((groups * 8, cols))
+    out = np.zeros((groups * G, cols))
+    pos = np.arange(64, dtype=np.uint64)
     n_kept = 0
     for g in range(groups):
         at = int(starts[g])
         for b in range(nb):
-            masks = streams[at:at + 64].view("<u8")
-            d = _f16(streams[at + 64:at + 80].copy().view("<u2"))
-            at += 80
-            for r in range(8):
-                bits = ((masks[r] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).astype(bool)
+            masks = streams[at:at + 8 * G].view("<u8")
+            d = _f16(streams[at + 8 * G:at + 10 * G].copy().view("<u2"))
+            at += 10 * G
+            q = np.zeros((G, 64))
+            for j in range(G):
+                bits = ((masks[j] >> pos) & np.uint64(1)).astype(bool)
                 k = int(bits.sum())
                 if value_type == 8:
-                    q = streams[at:at + k].view(np.int8).astype(np.float64)
+                    vals = streams[at:at + k].view(np.int8).astype(np.float64)
                     at += k
                 else:
                     nbytes = -(-k // 2)
                     packed = streams[at:at + nbytes]
-                    q = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:k].astype(np.float64) - 8
+                    vals = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:k].astype(np.float64) - 8
                     at += nbytes
-                vals = np.zeros(64)
-                vals[bits] = q
-                out[8 * g + r, 64 * b:64 * b + 64] = d[r] * vals
+                where = np.nonzero(bits)[0]
+                q[where // 4, 4 * j + where % 4] = vals
                 n_kept += k
+            out[G * g:G * g + G, 64 * b:64 * b + 64] = d[:, None] * q
         if at != int(starts[g + 1]):
             raise GGUFError(f"sparse group {g}: stream ends at {at}, the next starts at {int(starts[g + 1])}")
     if n_kept != kept or int(starts[groups]) != stream_bytes:
