@@ -133,7 +133,7 @@ SparseView parse_sparse(const uint8_t* data, size_t avail, int64_t cols, int64_t
 namespace {
 
 // One row's 64 weights of a super-block: its fp16 scale and the level of
-// each weight (kept[j]: nonzero), SP_Q8_0's q or SP_Q4_0's q in 0..15.
+// each weight, SP_Q8_0's q (as a byte) or SP_Q4_0's q in 0..15.
 void row_levels(bool q4, const float* x, uint16_t* scale, uint8_t* level) {
   float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < kSparseBlock; ++j) {
@@ -168,7 +168,7 @@ const uint8_t* decode_superblock(bool q4, const uint8_t* p, int8_t (*q)[kSparseB
     for (int pos = 0; pos < 64; ++pos) {
       if (!(m >> pos & 1)) continue;
       const int r = pos / 4, c = 4 * j + pos % 4;
-      q[r][c] = q4 ? static_cast<int8_t>(((n % 2 == 0 ? v[n / 2] : v[n / 2] >> 4) & 15) - 8) : static_cast<int8_t>(v[n]);
+      q[r][c] = q4 ? static_cast<int8_t>(((n % 2 == 0 ? v[n / 2] : v[n / 2] >> 4) & 15) - 8) : static_cast<int8_t>(v[n] - 128);
       row_mask[r] |= uint64_t{1} << c;
       ++n;
     }
@@ -209,7 +209,7 @@ std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int
           if (!keep[r][c]) continue;
           m |= uint64_t{1} << pos;
           if (!q4) {
-            streams.push_back(level[r][c]);
+            streams.push_back(static_cast<uint8_t>(level[r][c] ^ 0x80));  // q + 128
           } else if (n % 2 == 0) {
             streams.push_back(level[r][c]);
           } else {

@@ -1,7 +1,8 @@
 // Sparse weight matrices (issue 42): pruned rows stored as a bitmask of the
 // weights kept and only their values, so that a decode step reads fewer
 // bytes. Two custom GGUF tensor types (docs/FORMATS.md "SPRS"):
-//   SP_Q8_0  kept values as int8, one fp16 scale per 64 columns
+//   SP_Q8_0  kept values as int8 q, stored as the byte q + 128, one fp16
+//            scale per 64 columns
 //   SP_Q4_0  kept values as 4-bit q (w = d (q - 8)), the same scales
 // Per 64 weights: an fp16 scale (2 bytes), a 64-bit mask (8 bytes), and
 // popcount(mask) values (SP_Q4_0: two per byte, low nibble

@@ -14,9 +14,9 @@ struct Avx2Sparse {
     if (q4) {
       alignas(32) int8_t t[64];
       unpack_nibbles(vp, t);
-      expand_lut(t, m, out);
+      expand_lut(t, m, out, false);
     } else {
-      expand_lut(reinterpret_cast<const int8_t*>(vp), m, out);
+      expand_lut(reinterpret_cast<const int8_t*>(vp), m, out, true);
     }
   }
 

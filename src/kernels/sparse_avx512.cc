@@ -11,21 +11,26 @@
 namespace tessera::kernels {
 namespace {
 
+// A tile's 64 weights as w + 128 (unsigned bytes; pruned: 128, a weight
+// of 0): SP_Q8_0 stores q + 128, expanded over a vector of 128s; SP_Q4_0's
+// nibbles q (w = q - 8) become q + 120 first.
 inline __m512i expand64(bool q4, const uint8_t* vp, uint64_t m) {
-  if (!q4) return _mm512_maskz_expandloadu_epi8(m, vp);
+  const __m512i zero_w = _mm512_set1_epi8(static_cast<char>(0x80));
+  if (!q4) return _mm512_mask_expandloadu_epi8(zero_w, m, vp);
   const __m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp)));
   const __m512i m4 = _mm512_set1_epi16(15);
   const __m512i v = _mm512_or_si512(_mm512_and_si512(x, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4), 8));
-  return _mm512_maskz_expand_epi8(m, _mm512_sub_epi8(v, _mm512_set1_epi8(8)));
+  return _mm512_mask_expand_epi8(zero_w, m, _mm512_add_epi8(v, _mm512_set1_epi8(120)));
 }
 
 struct Avx512Sparse {
+  // Signed weights, 0 where pruned (the dense chunks).
   static void expand(bool q4, const uint8_t* vp, uint64_t m, int8_t* out) {
-    _mm512_store_si512(out, expand64(q4, vp, m));
+    _mm512_store_si512(out, _mm512_xor_si512(expand64(q4, vp, m), _mm512_set1_epi8(static_cast<char>(0x80))));
   }
 
   // 16 rows x T tokens: each tile expanded once (w + 128 as unsigned bytes,
-  // pruned: 128), then per token one VPDPBUSD against the input's 4 values
+  // pruned: 128: expand64), then per token one VPDPBUSD against the input's 4 values
   // broadcast: lane r accumulates row r's 32-block exactly; 128 * sum(x)
   // comes off after, then the contract's fma per block.
   template <int T>
@@ -44,7 +49,6 @@ struct Avx512Sparse {
       xs[t] = act_sums(a, t0 + t);
       acc[t] = _mm512_setzero_ps();
     }
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t b = 0; b < nb; ++b) {
       if (T == 1) pf.ahead(p);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * kSparseGroupRows)));
@@ -54,7 +58,7 @@ struct Avx512Sparse {
         for (int t = 0; t < T; ++t) is[t] = _mm512_setzero_si512();
         for (int j = 8 * h; j < 8 * h + 8; ++j) {
           const uint64_t m = head_mask(p, j);
-          const __m512i wu = _mm512_xor_si512(expand64(q4, vp, m), offset);
+          const __m512i wu = expand64(q4, vp, m);
           vp += block_value_bytes(q4, m);
           for (int t = 0; t < T; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, _mm512_set1_epi32(x_dword(xq[t], b, j)));
         }

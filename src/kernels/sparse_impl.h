@@ -39,13 +39,16 @@ constexpr ExpandLut make_expand_lut() {
 }
 constexpr ExpandLut kExpandLut = make_expand_lut();
 
-// 64 packed signed values at src (at least 64 bytes readable) expanded
-// under mask m into out[64] with 128-bit shuffles.
-inline void expand_lut(const int8_t* src, uint64_t m, int8_t* out) {
+// 64 packed values at src (at least 64 bytes readable) expanded under
+// mask m into out[64] as signed values, 0 where pruned, with 128-bit
+// shuffles.
+// `offset`: the packed bytes are q + 128 (SP_Q8_0), made signed first.
+inline void expand_lut(const int8_t* src, uint64_t m, int8_t* out, bool offset) {
   int off = 0;
+  const __m128i flip = _mm_set1_epi8(offset ? static_cast<char>(0x80) : 0);
   for (int g = 0; g < 8; ++g) {
     const unsigned mb = static_cast<unsigned>(m >> (8 * g)) & 255u;
-    const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + off));
+    const __m128i s = _mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + off)), flip);
     const __m128i c = _mm_cvtsi64_si128(static_cast<long long>(kExpandLut.ctl[mb]));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 8 * g), _mm_shuffle_epi8(s, c));
     off += std::popcount(mb);
@@ -93,7 +96,7 @@ inline int32_t x_dword(const int8_t* xq, int64_t b, int j) {
 // cache (one Xeon core, 5632 x 2048 at 50%). Lines up to kDistance bytes
 // ahead of the read pointer are requested.
 #ifndef TESSERA_SPARSE_PF
-#define TESSERA_SPARSE_PF 2048
+#define TESSERA_SPARSE_PF 4096
 #endif
 struct StreamPrefetch {
   static constexpr ptrdiff_t kDistance = TESSERA_SPARSE_PF;

@@ -12,6 +12,7 @@
 #include "format/gguf.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
+#include "kernels/sparse.h"
 
 namespace {
 
@@ -71,6 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::vector<float> row(static_cast<size_t>(t.ne[0]));
           if (t.ne[0] <= 4096) tessera::kernels::qmoe_dequantize_row(v, t.ne[2] - 1, t.ne[1] - 1, row.data());
           g_sink = g_sink + v.n_codes + (row.empty() ? 0 : static_cast<uint64_t>(row[0] != 0.0f));
+        } catch (const tessera::Error&) {
+        }
+      }
+      // Sparse matrices: the same, every group's stream walked; a view they
+      // accept decodes its last row inside the tensor.
+      if (tessera::kernels::is_sparse(t.type) && t.n_dims == 2) {
+        try {
+          const tessera::kernels::SparseView v =
+              tessera::kernels::parse_sparse(t.data, t.n_bytes, t.ne[0], t.ne[1], t.name.c_str());
+          std::vector<float> row(static_cast<size_t>(t.ne[0]));
+          if (t.ne[0] <= 4096) tessera::kernels::sparse_dequantize_row(v, t.ne[1] - 1, row.data());
+          g_sink = g_sink + v.kept + (row.empty() ? 0 : static_cast<uint64_t>(row[0] != 0.0f));
         } catch (const tessera::Error&) {
         }
       }

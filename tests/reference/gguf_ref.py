@@ -212,8 +212,8 @@ def dequantize_sparse(raw, ne):
     rows' stream, then the streams: per super-block of 64 columns 16 tile
     masks (u64; tile j: bit 4 r + i keeps row r's column 4 j + i) and the 16
     rows' f16 scales, then tile 0's kept values in bit order, tile 1's, ...
-    (int8, or 4-bit q with w = d (q - 8), two a byte, low nibble first, each
-    tile starting on a byte)."""
+    (int8 q stored as the byte q + 128, or 4-bit q with w = d (q - 8), two a
+    byte, low nibble first, each tile starting on a byte)."""
     hdr = raw[:64]
     value_type, block = (int(v) for v in hdr[16:24].view("<u4"))
     rows, cols, stream_bytes, kept = (int(v) for v in hdr[24:56].view("<u8"))
@@ -237,7 +237,7 @@ def dequantize_sparse(raw, ne):
                 bits = ((masks[j] >> pos) & np.uint64(1)).astype(bool)
                 k = int(bits.sum())
                 if value_type == 8:
-                    vals = streams[at:at + k].view(np.int8).astype(np.float64)
+                    vals = streams[at:at + k].astype(np.float64) - 128  # stored as q + 128
                     at += k
                 else:
                     nbytes = -(-k // 2)
