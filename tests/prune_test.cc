@@ -156,6 +156,9 @@ TEST(PruneOptions, BadValuesAreErrors) {
   EXPECT_FALSE(prunable("token_embd.weight"));
   EXPECT_FALSE(prunable("blk.0.ffn_gate_exps.weight"));
   EXPECT_FALSE(prunable("blk.0.attn_norm.weight"));
+  EXPECT_FALSE(prunable("blk..attn_q.weight"));
+  EXPECT_FALSE(prunable("blk.1.attn_q.weight.x"));
+  EXPECT_FALSE(prunable("xblk.1.attn_q.weight"));
 }
 
 const Calibration& stories_calibration() {

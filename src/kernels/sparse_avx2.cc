@@ -24,6 +24,9 @@ struct Avx2Sparse {
   // once, then per token and half maddubs on |w| and x with w's sign
   // against the input's 4 values broadcast (lane r: row r's products),
   // summed exactly in int32 over the block, then the contract's fma.
+  static constexpr bool kPairs = false;
+  static void decode_pair(const SparseView&, const MatmulArgs&, int64_t, int64_t, int64_t) {}
+
   template <int T>
   static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
     const bool q4 = w.type == DType::kSpQ4_0;

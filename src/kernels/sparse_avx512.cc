@@ -29,51 +29,71 @@ struct Avx512Sparse {
     _mm512_store_si512(out, _mm512_xor_si512(expand64(q4, vp, m), _mm512_set1_epi8(static_cast<char>(0x80))));
   }
 
-  // 16 rows x T tokens: each tile expanded once (w + 128 as unsigned bytes,
-  // pruned: 128: expand64), then per token one VPDPBUSD against the input's 4 values
-  // broadcast: lane r accumulates row r's 32-block exactly; 128 * sum(x)
-  // comes off after, then the contract's fma per block.
-  template <int T>
-  static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
+  // G groups of 16 rows x T tokens: each tile expanded once (w + 128 as
+  // unsigned bytes, pruned: 128: expand64), then per token one VPDPBUSD
+  // against the input's 4 values broadcast: lane r accumulates row r's
+  // 32-block exactly; 128 * sum(x) comes off after, then the contract's fma
+  // per block. Two groups side by side (decode_pair) interleave two
+  // streams and two chains of tile addresses.
+  template <int T, int G>
+  static void decode_groups(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
     const bool q4 = w.type == DType::kSpQ4_0;
     const int64_t nb = w.cols / kSparseBlock;
-    const uint8_t* p = group_stream(w, g0 / kSparseGroupRows);
-    StreamPrefetch pf{p};
+    const uint8_t* p[G];
+    StreamPrefetch pf[G];
+    for (int g = 0; g < G; ++g) {
+      p[g] = group_stream(w, g0 / kSparseGroupRows + g);
+      pf[g].next = p[g];
+    }
     const int8_t* xq[T];
     const float* dx[T];
     const int16_t* xs[T];
-    __m512 acc[T];
+    __m512 acc[G][T];
     for (int t = 0; t < T; ++t) {
       xq[t] = act_q(a, t0 + t);
       dx[t] = act_d(a, t0 + t);
       xs[t] = act_sums(a, t0 + t);
-      acc[t] = _mm512_setzero_ps();
+      for (int g = 0; g < G; ++g) acc[g][t] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      if (T == 1) pf.ahead(p);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * kSparseGroupRows)));
-      const uint8_t* vp = p + kSparseBlockHead;
-      for (int h = 0; h < 2; ++h) {
-        __m512i is[T];
-        for (int t = 0; t < T; ++t) is[t] = _mm512_setzero_si512();
-        for (int j = 8 * h; j < 8 * h + 8; ++j) {
-          const uint64_t m = head_mask(p, j);
-          const __m512i wu = expand64(q4, vp, m);
-          vp += block_value_bytes(q4, m);
-          for (int t = 0; t < T; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, _mm512_set1_epi32(x_dword(xq[t], b, j)));
+      for (int g = 0; g < G; ++g) {
+        if (T == 1) pf[g].ahead(p[g]);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[g] + 8 * kSparseGroupRows)));
+        const uint8_t* vp = p[g] + kSparseBlockHead;
+        for (int h = 0; h < 2; ++h) {
+          __m512i is[T];
+          for (int t = 0; t < T; ++t) is[t] = _mm512_setzero_si512();
+          for (int j = 8 * h; j < 8 * h + 8; ++j) {
+            const uint64_t m = head_mask(p[g], j);
+            const __m512i wu = expand64(q4, vp, m);
+            vp += block_value_bytes(q4, m);
+            for (int t = 0; t < T; ++t) is[t] = _mm512_dpbusd_epi32(is[t], wu, _mm512_set1_epi32(x_dword(xq[t], b, j)));
+          }
+          for (int t = 0; t < T; ++t) {
+            const __m512i v = _mm512_sub_epi32(is[t], _mm512_set1_epi32(128 * xs[t][2 * b + h]));
+            acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][2 * b + h])), acc[g][t]);
+          }
         }
-        for (int t = 0; t < T; ++t) {
-          const __m512i v = _mm512_sub_epi32(is[t], _mm512_set1_epi32(128 * xs[t][2 * b + h]));
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][2 * b + h])), acc[t]);
-        }
+        p[g] = vp;
       }
-      p = vp;
     }
-    for (int t = 0; t < T; ++t) {
-      float* y = a.y + (t0 + t) * a.y_stride + g0;
-      store_rows(_mm512_castps512_ps256(acc[t]), y, r1 - g0);
-      store_rows(_mm512_extractf32x8_ps(acc[t], 1), y + 8, r1 - g0 - 8);
+    for (int g = 0; g < G; ++g) {
+      const int64_t first = g0 + g * kSparseGroupRows;
+      for (int t = 0; t < T; ++t) {
+        float* y = a.y + (t0 + t) * a.y_stride + first;
+        store_rows(_mm512_castps512_ps256(acc[g][t]), y, r1 - first);
+        store_rows(_mm512_extractf32x8_ps(acc[g][t], 1), y + 8, r1 - first - 8);
+      }
     }
+  }
+
+  template <int T>
+  static void decode(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
+    decode_groups<T, 1>(w, a, g0, r1, t0);
+  }
+  static constexpr bool kPairs = true;
+  static void decode_pair(const SparseView& w, const MatmulArgs& a, int64_t g0, int64_t r1, int64_t t0) {
+    decode_groups<1, 2>(w, a, g0, r1, t0);
   }
 };
 

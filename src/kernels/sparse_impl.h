@@ -100,7 +100,7 @@ inline int32_t x_dword(const int8_t* xq, int64_t b, int j) {
 #endif
 struct StreamPrefetch {
   static constexpr ptrdiff_t kDistance = TESSERA_SPARSE_PF;
-  const uint8_t* next;
+  const uint8_t* next = nullptr;
   void ahead(const uint8_t* p) {
     while (next < p + kDistance) {
       _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
@@ -190,6 +190,11 @@ void sparse_range_impl(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, 
     return;
   }
   for (int64_t g0 = r0; g0 < r1; g0 += kSparseGroupRows) {
+    if (X::kPairs && t1 - t0 == 1 && g0 + kSparseGroupRows < r1) {  // one token: two groups side by side
+      X::decode_pair(w, a, g0, r1, t0);
+      g0 += kSparseGroupRows;
+      continue;
+    }
     for (int64_t t = t0; t < t1; t += 4) {
       switch (t1 - t < 4 ? t1 - t : 4) {
         case 1: X::template decode<1>(w, a, g0, r1, t); break;

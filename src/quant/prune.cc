@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <regex>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -34,8 +34,21 @@ void parse_nm(const std::string& s, PruneOptions* opt) {
 }
 
 bool prunable(const std::string& name) {
-  static const std::regex re(R"(blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight)");
-  return std::regex_match(name, re);
+  // blk.<N>.<linear>.weight
+  constexpr std::string_view kPrefix = "blk.", kSuffix = ".weight";
+  if (name.size() < kPrefix.size() + kSuffix.size() + 2 || name.compare(0, kPrefix.size(), kPrefix) != 0 ||
+      name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    return false;
+  }
+  size_t i = kPrefix.size();
+  const size_t digits = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == digits || i >= name.size() || name[i] != '.') return false;
+  const std::string_view linear = std::string_view(name).substr(i + 1, name.size() - kSuffix.size() - i - 1);
+  for (std::string_view l : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+    if (linear == l) return true;
+  }
+  return false;
 }
 
 std::vector<float> input_norms(const InputStats& s) {
