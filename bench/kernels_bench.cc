@@ -26,6 +26,7 @@
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
 #include "kernels/sparse.h"
+#include "kernels/sparse_input.h"
 #include "quant/qmoe.h"
 
 namespace tessera::kernels {
@@ -135,6 +136,64 @@ void sparse_bench(benchmark::State& st, DType type, Isa isa, int64_t rows, int64
   const double dense = static_cast<double>(row_bytes(sparse_dense_type(type), cols) * static_cast<size_t>(rows));
   st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(one.size()) / 1e9, benchmark::Counter::kIsRate);
   st.counters["dense_GB/s"] = benchmark::Counter(iters * dense / 1e9, benchmark::Counter::kIsRate);
+}
+
+// Contextual sparsity's products on a Q8_0 matrix (streamed copies): `down`
+// multiplies the transposed [rows, cols] matrix by inputs with half of the
+// columns zero (kernels/sparse_input.h); `up` gathers half of the rows
+// (matmul_rows). GB/s of the bytes they need (kept rows or columns, and
+// every scale of the transposed layout), and `dense_GB/s`, the whole
+// matrix's Q8_0 bytes per time (the speedup over a dense product at equal
+// time is dense_GB/s over the dense kernel's GB/s).
+void contextual_bench(benchmark::State& st, bool down, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens,
+                      int threads) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& v : w) v = g(rng);
+  const size_t rb = row_bytes(DType::kQ8_0, cols);
+  std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::kQ8_0, w.data() + r * cols, q.data() + r * rb, cols);
+  const WeightView view{DType::kQ8_0, q.data(), rows, cols, rb};
+  const size_t dense = q.size();
+  const int copies = std::getenv("CS_CACHED") ? 1 : static_cast<int>((kStreamBytes + dense - 1) / dense);
+  std::vector<TransposedQ8_0> ts;
+  std::vector<std::vector<uint8_t>> qs;
+  for (int c = 0; c < copies; ++c) {
+    if (down) ts.push_back(transpose_q8_0(view)); else qs.push_back(q);
+  }
+  std::bernoulli_distribution keep(0.5);
+  const int64_t in = down ? cols : rows;  // the kept units: input columns (down) or rows (up)
+  std::vector<int32_t> kept;
+  for (int64_t i = 0; i < in; ++i) if (keep(rng)) kept.push_back(static_cast<int32_t>(i));
+  AlignedBuffer<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * (rows + cols)));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < cols; ++i) x[static_cast<size_t>(t * cols + i)] = down ? 0.0f : g(rng) * 50.0f;
+    for (const int32_t i : kept) if (down) x[static_cast<size_t>(t * cols + i)] = g(rng) * 50.0f;
+  }
+  Workspace ws;
+  KernelContext ctx{&pool_of(threads), isa, &ws};
+  int c = 0;
+  for (auto _ : st) {
+    if (down) {
+      sparse_input_matmul(ts[static_cast<size_t>(c)], x.data(), cols, n_tokens, y.data(), rows, ctx);
+    } else {
+      const WeightView v{DType::kQ8_0, qs[static_cast<size_t>(c)].data(), rows, cols, rb};
+      matmul_rows(v, kept, x.data(), cols, n_tokens, y.data(), static_cast<int64_t>(kept.size()), ctx);
+    }
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % copies;
+  }
+  const double iters = static_cast<double>(st.iterations());
+  const double frac = static_cast<double>(kept.size()) / static_cast<double>(in);
+  const double read = down ? frac * static_cast<double>(rows * cols) + 2.0 * static_cast<double>(rows * cols / 32)
+                           : frac * static_cast<double>(dense);
+  st.counters["GB/s"] = benchmark::Counter(iters * read / 1e9, benchmark::Counter::kIsRate);
+  st.counters["dense_GB/s"] = benchmark::Counter(iters * static_cast<double>(dense) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Reads kStreamBytes with 256-bit loads, split over the pool's threads:
@@ -281,6 +340,21 @@ void register_all() {
   const Shape gemv_shapes[] = {{768, 768},   {2048, 768},  {768, 2048}, {32000, 768},
                                {2048, 2048}, {8192, 2048}, {2048, 8192}};
   const Shape gemm_shapes[] = {{768, 768}, {2048, 768}, {768, 2048}, {2048, 2048}, {8192, 2048}, {2048, 8192}};
+  for (bool down : {true, false}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      for (int threads : {1, 2}) {
+        for (int64_t n : {int64_t{1}, int64_t{4}}) {
+          const Shape s = down ? Shape{2048, 5632} : Shape{5632, 2048};
+          const std::string name = std::string(down ? "contextual/down/" : "contextual/up/") + std::string(isa_name(isa)) + "/" +
+                                   std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" + std::to_string(n) +
+                                   "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), contextual_bench, down, isa, s.rows, s.cols, n, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
   for (DType type : {DType::kSpQ8_0, DType::kSpQ4_0}) {
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       for (int threads : {1, 2}) {

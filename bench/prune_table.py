@@ -7,14 +7,19 @@ and, at 50% and 2:4, also as SP_Q8_0 (the sparse storage the decode kernels
 read; its rounding adds to the pruning). Judged by `tessera perplexity --kl`
 against the dense F32 model's saved base: ppl ratio and mean KLD.
 The mixture (models/stories-moe) prunes its attention only: experts stay
-dense (quant/prune.h).
+dense (quant/prune.h). Contextual sparsity (`prune --sparsity 0
+--ffn-sparsity S`: no weight pruned, S of each token's FFN neurons skipped,
+thresholds calibrated on the same calibration text) at 30% and 50%, in F32,
+with the recall the calibration measured (dense FFNs only: not the mixture).
 
 usage: python3 bench/prune_table.py [BUILD_DIR] [--models 260K,1M,moe] [--json OUT]
+           [--parts weights,contextual]
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +45,7 @@ def main():
     ap.add_argument("--models", default="260K,1M,moe")
     ap.add_argument("--json")
     ap.add_argument("--threads", default="2")
+    ap.add_argument("--parts", default="weights,contextual")
     a = ap.parse_args()
     tessera = os.path.join(ROOT, a.build, "tessera")
     tmp = tempfile.mkdtemp(prefix="prune_table_")
@@ -60,7 +66,7 @@ def main():
         results.append({"model": key, "method": "dense", "sparsity": "0%", "type": "F32", "ppl": dense["ppl"],
                         "ppl_ratio": 1.0, "kld": 0.0, "same_top": 1.0, "bytes": os.path.getsize(model)})
         points = [("30%", ["--sparsity", "0.3"]), ("50%", ["--sparsity", "0.5"]), ("60%", ["--sparsity", "0.6"]),
-                  ("2:4", ["--nm", "2:4"])]
+                  ("2:4", ["--nm", "2:4"])] if "weights" in a.parts else []
         for label, opt in points:
             types = ["f32"] + (["sp_q8_0"] if label in ("50%", "2:4") else [])
             for ty in types:
@@ -74,13 +80,25 @@ def main():
                            "bytes": os.path.getsize(out)}
                     results.append(row)
                     print(json.dumps(row), file=sys.stderr)
+        for label in (("30%", "50%") if "contextual" in a.parts and key != "moe" else ()):
+            out = os.path.join(tmp, f"{key}-contextual-{label[:2]}.gguf")
+            said = run([tessera, "prune", "-m", model, "-o", out, "--sparsity", "0", "--type", "f32", "--ffn-sparsity",
+                        str(int(label[:2]) / 100), "--calib", calibf, "--calib-tokens", "50000", "-t", a.threads])
+            recall = float(re.search(r"recall ([0-9.]+)", said).group(1))
+            k = ppl(out, ["--kl", base])
+            row = {"model": key, "method": "contextual", "sparsity": label, "type": "F32", "ppl": k["ppl"],
+                   "ppl_ratio": k["ppl_ratio"], "kld": k["kld_mean"], "same_top": k["same_top"],
+                   "bytes": os.path.getsize(out), "recall": recall}
+            results.append(row)
+            print(json.dumps(row), file=sys.stderr)
     if a.json:
         json.dump(results, open(a.json, "w"), indent=1)
-    print("| model | sparsity | storage | method | ppl | ppl ratio | mean KLD | same top | file |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | sparsity | storage | method | ppl | ppl ratio | mean KLD | same top | file | recall |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        recall = f"{r['recall']:.3f}" if "recall" in r else ""
         print(f"| {r['model']} | {r['sparsity']} | {r['type']} | {r['method']} | {r['ppl']:.4f} | {r['ppl_ratio']:.4f} "
-              f"| {r['kld']:.4f} | {100 * r['same_top']:.1f}% | {r['bytes'] / 1e6:.3f} MB |")
+              f"| {r['kld']:.4f} | {100 * r['same_top']:.1f}% | {r['bytes'] / 1e6:.3f} MB | {recall} |")
 
 
 if __name__ == "__main__":

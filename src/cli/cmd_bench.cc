@@ -138,6 +138,24 @@ void sparse_summary(const LoadedModel& lm, nlohmann::json& j) {
   j["weight_sparsity"] = 1.0 - static_cast<double>(kept) / static_cast<double>(weights);
 }
 
+// Contextual sparsity during tg (model/ffn_sparsity.h): the fraction of
+// FFN neurons kept, and the bytes a token read, with the skipped up rows
+// and down columns of the steps taken off (their share of ffn_up / ffn_down;
+// the transposed down's scales are read in full). Nothing without it.
+void contextual_summary(const LoadedModel& lm, const engine::BenchResult& r, size_t bpt, nlohmann::json& j) {
+  if (r.ffn_neurons == 0) return;
+  double skippable = 0.0;  // an up row whole; a down column's values, not its scales
+  for (const auto& t : lm.file->tensors()) {
+    if (t.name.ends_with(".ffn_up.weight")) skippable += static_cast<double>(t.n_bytes);
+    if (t.name.ends_with(".ffn_down.weight")) skippable += static_cast<double>(t.n_bytes) * 32.0 / 34.0;
+  }
+  const double kept = static_cast<double>(r.ffn_kept) / static_cast<double>(r.ffn_neurons);
+  const double in_union = static_cast<double>(r.ffn_union_rows) / static_cast<double>(r.ffn_neurons);  // tg: 1 token a step
+  j["ffn_kept_fraction"] = kept;
+  j["ffn_sparsity"] = 1.0 - kept;
+  j["bytes_per_token_read"] = static_cast<double>(bpt) - (1.0 - in_union) * skippable;
+}
+
 // Decode against the bandwidth roofline. The machine is shared: its
 // bandwidth drifts by 10-30% from minute to minute, so each tg repetition's
 // fraction is taken against a short measurement made right before it.
@@ -261,6 +279,7 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   j["model_bytes"] = std::filesystem::file_size(a.model);
   j["bytes_per_token"] = bpt;
   sparse_summary(lm, j);
+  contextual_summary(lm, r, bpt, j);
   j["pp_tokens"] = a.n_prompt;
   j["pp_tps"] = r.pp_tps;
   j["pp_samples"] = r.pp_samples;

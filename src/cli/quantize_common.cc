@@ -25,17 +25,22 @@ void CalibrationOptions::add_to(CLI::App& app) {
       ->capture_default_str();
 }
 
+std::vector<int32_t> calibration_tokens(const LoadedModel& lm, const CalibrationOptions& o,
+                                        quant::CalibrationOptions* co) {
+  const auto tok = load_tokenizer(lm);
+  const std::string text = o.calib.empty() ? std::string(quant::default_calibration_text()) : read_text_file(o.calib);
+  co->n_ctx = o.ctx;
+  co->max_tokens = o.tokens;
+  co->bos = tok->add_bos() ? tok->bos_id() : -1;
+  return tok->encode(text, /*add_special=*/false);
+}
+
 std::unique_ptr<quant::LayerWindows> calibration_windows(const LoadedModel& lm, const CalibrationOptions& o,
                                                          bool expert_inputs, ThreadPool& pool) {
   TESSERA_CHECK(o.memory_mb > 0, kInvalidArgument, "--calib-memory must be positive");
   const std::string path = o.calib.empty() ? std::string("(built-in text)") : o.calib;
-  const auto tok = load_tokenizer(lm);
-  const std::string text = o.calib.empty() ? std::string(quant::default_calibration_text()) : read_text_file(o.calib);
-  auto tokens = std::make_shared<const std::vector<int32_t>>(tok->encode(text, /*add_special=*/false));
   quant::CalibrationOptions co;
-  co.n_ctx = o.ctx;
-  co.max_tokens = o.tokens;
-  co.bos = tok->add_bos() ? tok->bos_id() : -1;
+  auto tokens = std::make_shared<const std::vector<int32_t>>(calibration_tokens(lm, o, &co));
   // One layer's statistics: the widths of the inputs of layer 0's linears.
   std::map<std::string, int64_t> widths;
   for (const gguf::TensorInfo& t : lm.file->tensors()) {

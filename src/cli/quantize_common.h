@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -22,6 +23,11 @@ struct CalibrationOptions {
   int64_t tokens = 16384, ctx = 128, memory_mb = 1024;
   void add_to(CLI::App& app);
 };
+
+// The calibration text's tokens (--calib, or the built-in text), and the
+// chunking options (context, token budget, BOS) in `co`.
+std::vector<int32_t> calibration_tokens(const LoadedModel& lm, const CalibrationOptions& o,
+                                        quant::CalibrationOptions* co);
 
 // Statistics of `lm`'s linears over the calibration text, gathered a window
 // of layers at a time as the quantizer asks for them (a progress bar per

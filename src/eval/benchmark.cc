@@ -26,6 +26,9 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
   // One untimed warm-up of each, so page faults on the mapped weights are not counted.
   if (opt.n_prompt > 0) runner.append(prompt);
   runner.reset();
+  ForwardState& st = runner.state();
+  st.ffn_neurons = st.ffn_kept = st.ffn_union_rows = st.ffn_layer_steps = 0;
+  int64_t neurons = 0, kept = 0, union_rows = 0;
   for (int r = 0; r < opt.reps; ++r) {
     if (opt.n_prompt > 0) {
       runner.reset();
@@ -37,6 +40,7 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
       runner.reset();
       if (opt.before_tg) opt.before_tg();
       int32_t tok = 1;
+      st.ffn_neurons = st.ffn_kept = st.ffn_union_rows = 0;
       const auto t0 = now();
       for (int64_t i = 0; i < opt.n_gen; ++i) {
         const int32_t ids[1] = {tok};
@@ -47,11 +51,17 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
         tok = static_cast<int32_t>(kernels::argmax(logits.data(), static_cast<int64_t>(logits.size()), active_isa()));
       }
       res.tg_samples.push_back(static_cast<double>(opt.n_gen) / std::chrono::duration<double>(now() - t0).count());
+      neurons += st.ffn_neurons;
+      kept += st.ffn_kept;
+      union_rows += st.ffn_union_rows;
     }
   }
   res.pp_tps = median(res.pp_samples);
   res.tg_tps = median(res.tg_samples);
   res.expert_tokens = runner.state().expert_tokens;
+  res.ffn_neurons = neurons;
+  res.ffn_kept = kept;
+  res.ffn_union_rows = union_rows;
   return res;
 }
 

@@ -32,6 +32,9 @@ struct BenchResult {
   std::vector<double> tg_samples;
   // A mixture's load over every pass: tokens per (layer, expert), [n_layer * n_expert].
   std::vector<int64_t> expert_tokens;
+  // Contextual sparsity over the tg repetitions (model/ffn_sparsity.h):
+  // neurons considered, kept, and in the steps' unions (ForwardState).
+  int64_t ffn_neurons = 0, ffn_kept = 0, ffn_union_rows = 0;
 };
 
 // Median of v (mean of the middle two for an even count; 0 if empty).

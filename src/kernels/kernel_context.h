@@ -26,6 +26,10 @@ struct Workspace {
   // the (job, row group) work units.
   std::vector<size_t> qmoe_x_at;
   std::vector<std::pair<size_t, int64_t>> qmoe_units;
+  // Sparse-input products (kernels/sparse_input.cc): the nonzero inputs,
+  // their quantized values and each thread's sums; the padded outputs.
+  AlignedBuffer<int32_t> sparse_index;
+  AlignedBuffer<float> sparse_y;
 };
 
 struct KernelContext {

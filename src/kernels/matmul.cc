@@ -70,6 +70,9 @@ struct Job {
   const uint8_t* packed;
   float* y;
   int64_t y_stride;
+  const int32_t* row_index = nullptr;  // matmul_rows: the rows computed (y's columns)
+  int64_t n_rows = 0;
+  int64_t out_rows() const { return row_index != nullptr ? n_rows : w->rows; }
 };
 
 void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, const float* x, int64_t x_stride,
@@ -408,6 +411,29 @@ void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const fl
   run_matmul(kernels, &job, 1, x, x_stride, n_tokens, ctx);
 }
 
+void matmul_rows(const WeightView& w, std::span<const int32_t> rows, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  matmul_rows_with(matmul_kernels(ctx.isa), w, rows, x, x_stride, n_tokens, y, y_stride, ctx);
+}
+
+void matmul_rows_with(const MatmulKernels& kernels, const WeightView& w, std::span<const int32_t> rows,
+                      const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                      const KernelContext& ctx) {
+  TypeInfo info{};
+  TESSERA_CHECK(type_info(w.type, &info) && !info.sparse, kInvalidArgument, "matmul_rows: {} rows cannot be gathered",
+                dtype_name(w.type));
+  for (const int32_t r : rows) {
+    TESSERA_CHECK(r >= 0 && r < w.rows, kInvalidArgument, "matmul_rows: row {} of a {}-row weight", r, w.rows);
+  }
+  if (rows.empty()) return;
+  Job job{&w, nullptr, y, y_stride};
+  job.row_index = rows.data();
+  job.n_rows = static_cast<int64_t>(rows.size());
+  run_matmul(kernels, &job, 1, x, x_stride, n_tokens, ctx);
+}
+
 void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int64_t x_stride, int64_t n_tokens,
                          const KernelContext& ctx) {
   TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
@@ -449,7 +475,7 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const KernelContext& ct
 
 namespace {
 
-void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64_t y_stride) {
+void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64_t y_stride, int64_t out_rows) {
   TypeInfo info;
   TESSERA_CHECK(type_info(w.type, &info), kInvalidArgument, "matmul: unsupported weight type {}",
                 dtype_name(w.type));
@@ -463,9 +489,9 @@ void check_weight(const WeightView& w, int64_t x_stride, int64_t n_tokens, int64
   TESSERA_CHECK(w.x_cols >= 0 && w.x_cols <= w.cols && w.cols - w.input_cols() < bs, kInvalidArgument,
                 "matmul: {} inputs padded to {} columns (more than one {} block)", w.x_cols, w.cols,
                 dtype_name(w.type));
-  TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.input_cols() && y_stride >= w.rows)),
+  TESSERA_CHECK(n_tokens >= 0 && (n_tokens <= 1 || (x_stride >= w.input_cols() && y_stride >= out_rows)),
                 kInvalidArgument, "matmul: {} tokens with x stride {} (< {} columns) or y stride {} (< {} rows)",
-                n_tokens, x_stride, w.input_cols(), y_stride, w.rows);
+                n_tokens, x_stride, w.input_cols(), y_stride, out_rows);
 }
 
 // A job's kernel arguments over input x (quantized into act), and the
@@ -485,6 +511,11 @@ MatmulRangeFn job_args(const MatmulKernels& kernels, const TypeInfo& info, const
   a.act = act;
   a.act_layout = layout;
   MatmulRangeFn range = kernels.range[static_cast<int>(info.wtype)];
+  if (job.row_index != nullptr) {  // gathered rows: the kernels on the original rows
+    a.row_index = job.row_index;
+    a.rows = job.n_rows;
+    return range;
+  }
   if (info.sparse) {
     a.dense = kernels.packed_range[static_cast<int>(info.wtype == WType::kQ4_0 ? Packed::kQ4_0 : Packed::kQ8_0)];
     return kernels.sparse_range;
@@ -508,7 +539,7 @@ MatmulRangeFn job_args(const MatmulKernels& kernels, const TypeInfo& info, const
 void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, const float* x, int64_t x_stride,
                 int64_t n_tokens, const KernelContext& ctx) {
   const WeightView& w0 = *jobs[0].w;
-  for (size_t j = 0; j < n_jobs; ++j) check_weight(*jobs[j].w, x_stride, n_tokens, jobs[j].y_stride);
+  for (size_t j = 0; j < n_jobs; ++j) check_weight(*jobs[j].w, x_stride, n_tokens, jobs[j].y_stride, jobs[j].out_rows());
   if (n_tokens == 0) return;
   TypeInfo info{};
   type_info(w0.type, &info);
@@ -546,10 +577,10 @@ void run_matmul(const MatmulKernels& kernels, const Job* jobs, size_t n_jobs, co
   for (size_t j = 0; j < n_jobs; ++j) {
     const WeightView& w = *jobs[j].w;
     range[j] = job_args(kernels, info, jobs[j], x, x_stride, act, layout, &args[j]);
-    const int64_t u = (w.rows + tile - 1) / tile;
+    const int64_t u = (jobs[j].out_rows() + tile - 1) / tile;
     units += u;
     unit_end[j] = units;
-    work += w.rows * w.cols * n_tokens;
+    work += jobs[j].out_rows() * w.cols * n_tokens;
   }
   const QuantizeActFn quantize = kernels.quantize_act;
 
@@ -631,7 +662,7 @@ void run_grouped(const MatmulKernels& kernels, std::span<const GroupedMatmul> jo
   int64_t act_rows = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     const GroupedMatmul& g = jobs[j];
-    check_weight(g.w->view, g.x_stride, g.n_tokens, g.y_stride);
+    check_weight(g.w->view, g.x_stride, g.n_tokens, g.y_stride, g.w->view.rows);
     if (inputs.empty() || inputs.back().x != g.x || inputs.back().x_stride != g.x_stride ||
         inputs.back().n_tokens != g.n_tokens) {
       inputs.push_back({g.x, g.x_stride, g.n_tokens, act_rows});

@@ -64,6 +64,12 @@ PreparedWeight prepare_weight(const WeightView& w);
 void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);
 
+// The product of gathered rows of w (contextual sparsity, model/ffn_sparsity.h):
+// y[t, k] = sum_c x[t, c] * W[rows[k], c] for k < rows.size(), bit-identical
+// to column rows[k] of matmul(w, ...) (on the same ISA). Not for sparse types.
+void matmul_rows(const WeightView& w, std::span<const int32_t> rows, const float* x, int64_t x_stride,
+                 int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
+
 // Several products of one input (Q, K and V of a layer; gate and up): the
 // activation is quantized once and one thread-pool dispatch covers the rows
 // of every weight. Each output is bit-identical to matmul() of its weight
@@ -102,6 +108,9 @@ const MatmulKernels& matmul_kernels(Isa isa);
 const char* matmul_kernels_name(Isa isa);
 void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
+void matmul_rows_with(const MatmulKernels& kernels, const WeightView& w, std::span<const int32_t> rows,
+                      const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                      const KernelContext& ctx);
 void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx);
 

@@ -384,7 +384,21 @@ static void qrange(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   const int group = a.act_layout.group;
   sweep_tiles<Cfg>(a, r0, r1, t0, t1, [&](int64_t rt, int nvalid, const ActPtrs* x, float* const* y, int n) {
     const uint8_t* rows[8];
-    for (int i = 0; i < 8; ++i) rows[i] = a.w + static_cast<size_t>(imin(rt + i, r1 - 1)) * a.row_bytes;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t r = imin(rt + i, r1 - 1);
+      rows[i] = a.w + static_cast<size_t>(a.row_index != nullptr ? a.row_index[r] : r) * a.row_bytes;
+    }
+    if constexpr (Cfg::kPrefetch > 0) {
+      // Gathered rows: the next tile's rows start where no stream runs, so
+      // their first kPrefetch bytes are fetched now (the kernel then runs
+      // kPrefetch ahead in each).
+      if (a.row_index != nullptr && rt + 8 < r1) {
+        for (int i = 0; i < 8; ++i) {
+          const char* p = reinterpret_cast<const char*>(a.w + static_cast<size_t>(a.row_index[imin(rt + 8 + i, r1 - 1)]) * a.row_bytes);
+          for (int off = 0; off < Cfg::kPrefetch; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+        }
+      }
+    }
     switch (n) {
       case 1: qtile8<Fmt, 1, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
       case 2: qtile8<Fmt, 2, Cfg::kPrefetch>(rows, nb, x, group, y, nvalid); break;
@@ -1104,7 +1118,16 @@ static inline void ftile_rows(const MatmulArgs& a, int64_t r, int64_t t, int n, 
   const uint8_t* w = a.w + static_cast<size_t>(r) * a.row_bytes;
   const float* x = a.x + t * a.x_stride;
   float* y = a.y + t * a.y_stride + r;
-  if (rows == R) {
+  if (a.row_index != nullptr) {  // gathered rows: one at a time
+    for (int64_t i = 0; i < rows; ++i) {
+      const uint8_t* wi = a.w + static_cast<size_t>(a.row_index[r + i]) * a.row_bytes;
+      switch (n) {
+        case 1: ftile<F, L, 1, 1>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+        case 2: ftile<F, L, 1, 2>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+        default: ftile<F, L, 1, 3>(wi, a.row_bytes, x, a.x_stride, a.cols, y + i, a.y_stride); break;
+      }
+    }
+  } else if (rows == R) {
     switch (n) {
       case 1: ftile<F, L, R, 1>(w, a.row_bytes, x, a.x_stride, a.cols, y, a.y_stride); break;
       case 2: ftile<F, L, R, 2>(w, a.row_bytes, x, a.x_stride, a.cols, y, a.y_stride); break;

@@ -70,6 +70,10 @@ struct MatmulArgs {
   // none; it then multiplies them itself).
   using RangeFn = void (*)(const MatmulArgs&, int64_t, int64_t, int64_t, int64_t);
   RangeFn dense = nullptr;
+  // Gathered rows (matmul_rows, contextual sparsity): output row r of the
+  // kernel reads weight row row_index[r] (null: row r). Only the kernels on
+  // the original rows (MatmulKernels::range) read it.
+  const int32_t* row_index = nullptr;
 };
 
 // Computes y for rows [r0, r1) and tokens [t0, t1). r0 is a multiple of

@@ -111,7 +111,7 @@ template <class Block, int kBlock, float (*block_step)(const Block&, const int8_
 void range_blocks(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = a.cols / kBlock;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = a.w + static_cast<size_t>(r) * a.row_bytes;
+    const uint8_t* row = a.w + static_cast<size_t>(a.row_index != nullptr ? a.row_index[r] : r) * a.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       const ActRow x = act_row(a, t);
       float acc = 0.0f;
@@ -266,7 +266,7 @@ float load_bf16(const uint8_t* p) {
 template <int kBytes, float (*load)(const uint8_t*)>
 void range_float(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = a.w + static_cast<size_t>(r) * a.row_bytes;
+    const uint8_t* w = a.w + static_cast<size_t>(a.row_index != nullptr ? a.row_index[r] : r) * a.row_bytes;
     for (int64_t t = t0; t < t1; ++t) {
       const float* x = a.x + t * a.x_stride;
       float acc = 0.0f;

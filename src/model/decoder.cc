@@ -49,8 +49,9 @@ void add_bias(float* x, int64_t stride, int64_t n_tokens, const std::vector<floa
   add_bias(x, stride, n_tokens, b.data(), static_cast<int64_t>(b.size()));
 }
 
-// gate = act(gate) * up over n values.
-void activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa) {
+}  // namespace
+
+void ffn_activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa) {
   switch (act) {
     case FfnAct::kGeluTanh: return kernels::gelu_tanh_mul(gate, up, n, isa);
     case FfnAct::kSwigluOai: return kernels::swiglu_oai_mul(gate, up, n, isa);
@@ -58,8 +59,6 @@ void activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa) {
   }
   kernels::silu_mul(gate, up, n, isa);
 }
-
-}  // namespace
 
 float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b) {
   const int64_t d = c.n_layer == n_layer_27b ? c.n_embd / c.n_head : c.head_dim;
@@ -71,6 +70,10 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
   cfg_.rope_neox = neox;
   const char* per_token = std::getenv("TESSERA_MOE_PER_TOKEN");
   moe_per_token_ = per_token != nullptr && std::string_view(per_token) == "1";
+  for (const char* key : {kFfnSparsityKey, kFfnThresholdKey, kFfnRecallKey}) {
+    if (ld.file().has(key)) ld.use_key(key);
+  }
+  ffn_thresholds_ = read_ffn_thresholds(ld.file(), cfg_.n_layer);
 }
 
 void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
@@ -176,6 +179,7 @@ void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const 
   L.ffn.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
   L.ffn.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up.weight"), E, F));
   L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
 void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
@@ -185,6 +189,7 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   L.ffn.gate = kernels::prepare_weight(row_range(gate_up, 0, F));
   L.ffn.up = kernels::prepare_weight(row_range(gate_up, F, F));
   L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
 void DecoderModel::decide_expert_layout(const gguf::File& f) {
@@ -463,18 +468,30 @@ void DecoderModel::attention(const DecoderLayer& L, int64_t il, const ForwardBat
 
 void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch,
                              ForwardState& s) const {
+  if (L.ffn_sparsity.on) return sparse_gated_ffn(L, act, il, batch, s);
   const FfnWeights& w = L.ffn;
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, F = cfg_.n_ff;
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.xb.data(), E, T, s.ctx);
   apply_lora(batch, il, LoraTarget::kGate, s.xb.data(), E, s.ff_gate.data(), F, s.ctx);
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
-  activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  if (s.tap) tap_gate_activation(act, il, T, s);
+  ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
   add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);
+}
+
+void DecoderModel::tap_gate_activation(FfnAct act, int64_t il, int64_t T, ForwardState& s) const {
+  if (act == FfnAct::kSwigluOai) return;
+  const int64_t F = cfg_.n_ff;
+  std::vector<float> a(static_cast<size_t>(T * F));
+  for (int64_t i = 0; i < T * F; ++i) {
+    a[static_cast<size_t>(i)] = static_cast<float>(activation_value(act == FfnAct::kGeluTanh, s.ff_gate[i]));
+  }
+  s.tap("ffn_gate_act", il, a.data(), T, F, F);
 }
 
 void DecoderModel::route(const MoeWeights& m, MoeWeighting weighting, int64_t il, int64_t T, ForwardState& s) const {
@@ -514,7 +531,7 @@ void DecoderModel::dense_expert_ffn(const FfnWeights& w, int64_t F, int64_t n, F
   const int64_t E = cfg_.n_embd;
   const kernels::MatmulOutput gate_up[] = {{&w.gate, s.ff_gate.data(), F}, {&w.up, s.ff_up.data(), F}};
   kernels::matmul_shared_input(gate_up, s.moe_in.data(), E, n, s.ctx);
-  activate(act, s.ff_gate.data(), s.ff_up.data(), n * F, s.ctx.isa);
+  ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), n * F, s.ctx.isa);
   kernels::matmul(w.down, s.ff_gate.data(), F, n, s.moe_out.data(), E, s.ctx);
 }
 
@@ -542,7 +559,7 @@ void DecoderModel::expert_ffn(const MoeWeights& m, int64_t e, FfnAct act, Forwar
   }
   add_expert_bias(m.gate_bias, e, F, s.ff_gate.data(), F, 1);
   add_expert_bias(m.up_bias, e, F, s.ff_up.data(), F, 1);
-  activate(act, s.ff_gate.data(), s.ff_up.data(), F, s.ctx.isa);
+  ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), F, s.ctx.isa);
   if (m.qmoe) {
     kernels::qmoe_matmul(m.q_down, e, s.ff_gate.data(), F, 1, s.moe_out.data(), E, s.ctx);
   } else {
@@ -586,7 +603,7 @@ void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, 
     add_expert_bias(m.gate_bias, e, F, s.ff_gate.data() + begin * F, F, n);
     add_expert_bias(m.up_bias, e, F, s.ff_up.data() + begin * F, F, n);
   }
-  activate(act, s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
+  ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), rows * F, s.ctx.isa);
   if (s.tap) tap_experts(il, s);
   jobs.clear();
   qjobs.clear();

@@ -14,6 +14,7 @@
 #include "kernels/matmul.h"
 #include "kernels/qmoe.h"
 #include "kernels/ops.h"
+#include "model/ffn_sparsity.h"
 #include "model/loader.h"
 #include "model/model.h"
 
@@ -68,6 +69,7 @@ struct DecoderLayer {
   std::vector<float> attn_post_norm;  // [n_embd] on the attention output before the residual (Gemma); empty without
   std::vector<float> ffn_norm;        // [n_embd]
   FfnWeights ffn;
+  FfnSparsity ffn_sparsity;           // contextual sparsity of ffn (model/ffn_sparsity.h); off by default
   MoeWeights moe;                     // instead of ffn in a mixture of experts
   std::vector<float> ffn_post_norm;   // [n_embd] on the FFN output before the residual (Gemma); empty without
   int32_t window = 0;                 // this layer's sliding window (0: none)
@@ -152,6 +154,10 @@ class DecoderModel : public Model {
   // ffn_post_norm first when the layer has one; taps ffn_act (the input of
   // W_down) and layer_out.
   void gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch, ForwardState& s) const;
+  // gated_ffn with contextual sparsity (model/ffn_sparsity.cc): the same
+  // bits as gated_ffn on the masked products.
+  void sparse_gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, const ForwardBatch& batch,
+                        ForwardState& s) const;
   // The mixture in place of gated_ffn (experts gated by `act`): s.x += the
   // chosen experts' outputs, weighted, (+ the shared expert's, gated). The
   // step's tokens are grouped by expert, so each chosen expert's weights are
@@ -166,6 +172,9 @@ class DecoderModel : public Model {
   std::vector<DecoderLayer> layers_;
 
  private:
+  // Taps ffn_gate_act: act(gate) of the step's rows (s.ff_gate, before the
+  // product), which contextual sparsity's calibration thresholds.
+  void tap_gate_activation(FfnAct act, int64_t il, int64_t n_tokens, ForwardState& s) const;
   // Rotates the keys of batch.key_shifts in every layer (bounded caches).
   void shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& kv, ForwardState& s) const;
   // Each token's experts and weights (s.moe_choice, s.moe_weight) from the
@@ -203,8 +212,13 @@ class DecoderModel : public Model {
   // cache holds what fits; otherwise they are repacked like every matrix.
   // TESSERA_EXPERTS_IN_PLACE=1 / 0 decides instead. Set by load_common.
   bool experts_in_place_ = false;
+  // Each layer's contextual-sparsity threshold from the file (empty: dense).
+  std::vector<float> ffn_thresholds_;
   void decide_expert_layout(const gguf::File& f);
 };
+
+// gate = act(gate) * up over n values.
+void ffn_activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa);
 
 // Gemma's query scale, as llama.cpp sets it (GGUF has no
 // query_pre_attn_scalar): 1/sqrt(n_embd / n_head) on the 27B model (which

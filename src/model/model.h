@@ -58,6 +58,15 @@ struct ForwardState {
   // (one per step in which it has tokens: each selected expert's weights
   // are read once per step, whatever the number of its tokens).
   std::vector<int64_t> expert_tokens, expert_passes;
+  // Contextual sparsity (model/ffn_sparsity.h): the step's kept neurons
+  // [n_tokens, n_ff], their union, and the gathered up rows [n_tokens,
+  // union]. Counters since the caller last cleared them, summed over the
+  // layers of every step: neurons considered (tokens x n_ff), kept, and in
+  // the steps' unions (rows of up and down read).
+  std::vector<uint8_t> ffn_keep;
+  std::vector<int32_t> ffn_union;
+  AlignedBuffer<float> ffn_up_rows;
+  int64_t ffn_neurons = 0, ffn_kept = 0, ffn_union_rows = 0, ffn_layer_steps = 0;
 };
 
 class Model {

@@ -348,6 +348,7 @@ void copy_header(gguf::Writer& w, const gguf::File& in, const QuantizeOptions& o
   }
   const DType file_type = kernels::is_sparse(opt.type) ? kernels::sparse_dense_type(opt.type) : opt.type;
   w.set_u32("general.file_type", gguf::llama_file_type(file_type));
+  if (opt.metadata) opt.metadata(w);
   if (opt.prune) {
     const PruneOptions& pr = *opt.prune;
     w.set_string("general.quantized_by",

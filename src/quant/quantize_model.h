@@ -34,6 +34,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
 #include "quant/gptq.h"
@@ -60,6 +61,9 @@ struct QuantizeOptions {
   // them in `type`: a dense type keeps the zeros, SP_Q8_0 / SP_Q4_0 only the
   // kept weights (the other matrices then take Q8_0 / Q4_0).
   std::optional<PruneOptions> prune;
+  // More metadata for the output, written after the input's (a key written
+  // here replaces the input's): contextual sparsity's thresholds.
+  std::function<void(gguf::Writer&)> metadata;
 };
 
 // What happened to one tensor (progress and the report).
