@@ -58,9 +58,10 @@ void DecoderModel::sparse_gated_ffn(const DecoderLayer& L, FfnAct act, int64_t i
   }
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
   ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
-  for (int64_t i = 0; i < T * F; ++i) {
-    if (s.ffn_keep[i] == 0) s.ff_gate[i] = 0.0f;
-  }
+  // Branch-free (half the neurons go each way): the bits and-ed with 0 or ~0.
+  uint32_t* h = reinterpret_cast<uint32_t*>(s.ff_gate.data());
+  const uint8_t* keep = s.ffn_keep.data();
+  for (int64_t i = 0; i < T * F; ++i) h[i] &= 0u - static_cast<uint32_t>(keep[i]);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   if (!sp.down_t.empty() && few && static_cast<double>(U) <= kSparseDownMax * static_cast<double>(F)) {
     kernels::sparse_input_matmul(sp.down_t, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);

@@ -82,17 +82,22 @@ int64_t select_neurons(const KeepInterval& k, const float* gate, int64_t T, int6
   for (int64_t t = 0; t < T; ++t) {
     const float* g = gate + t * F;
     uint8_t* m = keep + t * F;
+    int32_t row_kept = 0;
     for (int64_t i = 0; i < F; ++i) {  // branch-free, so it vectorizes
       const uint8_t on = static_cast<uint8_t>((g[i] > k.above) | ((g[i] > k.lo) & (g[i] < k.hi)));
       m[i] = on;
       any[i] |= on;
-      kept += on;
+      row_kept += on;
     }
+    kept += row_kept;
   }
-  union_rows.clear();
-  for (int64_t i = 0; i < F; ++i) {
-    if (any[i]) union_rows.push_back(static_cast<int32_t>(i));
+  union_rows.resize(static_cast<size_t>(F));
+  int64_t n = 0;
+  for (int64_t i = 0; i < F; ++i) {  // branch-free: half the neurons go each way
+    union_rows[static_cast<size_t>(n)] = static_cast<int32_t>(i);
+    n += any[i];
   }
+  union_rows.resize(static_cast<size_t>(n));
   return kept;
 }
 
