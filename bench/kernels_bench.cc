@@ -160,7 +160,7 @@ void contextual_bench(benchmark::State& st, bool down, Isa isa, int64_t rows, in
   for (int64_t r = 0; r < rows; ++r) quantize_row(DType::kQ8_0, w.data() + r * cols, q.data() + r * rb, cols);
   const WeightView view{DType::kQ8_0, q.data(), rows, cols, rb};
   const size_t dense = q.size();
-  const int copies = std::getenv("CS_CACHED") ? 1 : static_cast<int>((kStreamBytes + dense - 1) / dense);
+  const int copies = static_cast<int>((kStreamBytes + dense - 1) / dense);
   std::vector<TransposedQ8_0> ts;
   std::vector<std::vector<uint8_t>> qs;
   for (int c = 0; c < copies; ++c) {
