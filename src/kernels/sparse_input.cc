@@ -80,29 +80,31 @@ void sparse_input_matmul(const TransposedQ8_0& w, const float* x, int64_t x_stri
   sparse_input_matmul_with(table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
 }
 
-void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0& w, const float* x,
-                              int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                              const KernelContext& ctx) {
-  TESSERA_CHECK(!w.empty() && n_tokens >= 1 && n_tokens <= kSparseInputMaxTokens &&
-                    (n_tokens == 1 || (x_stride >= w.in && y_stride >= w.out)),
-                kInvalidArgument, "sparse_input_matmul: {} tokens (1..{}), x stride {}, y stride {} for {} x {}",
-                n_tokens, kSparseInputMaxTokens, x_stride, y_stride, w.out, w.in);
-  const int64_t T = n_tokens, nb = w.in / kQK;
-  Workspace local;
-  Workspace& ws = ctx.ws != nullptr ? *ctx.ws : local;
-  // The input quantized as matmul quantizes it for Q8_0 (the scalar
-  // reference's quantize_act: every table's gives the same bits).
+namespace {
+
+// The input quantized as matmul quantizes it for Q8_0 (the scalar
+// reference's quantize_act: every table's gives the same bits) into ws.act.
+ActLayout quantize_input(const float* x, int64_t x_stride, int64_t T, int64_t in, Workspace& ws) {
+  const int64_t nb = in / kQK;
   ActLayout lay;
-  lay.k = w.in;
-  lay.d_offset = static_cast<size_t>(w.in);
+  lay.k = in;
+  lay.d_offset = static_cast<size_t>(in);
   lay.sum_offset = lay.d_offset + 4 * static_cast<size_t>(nb);
   lay.row_bytes = (lay.sum_offset + 2 * static_cast<size_t>(nb) + 63) / 64 * 64;
   ws.act.ensure(static_cast<size_t>(T) * lay.row_bytes);
   matmul_kernels_ref().quantize_act(x, x_stride, 0, T, ws.act.data(), lay);
-  // The inputs with a nonzero value in any token, by block, in groups of 4.
+  return lay;
+}
+
+// The inputs with a nonzero value in any token, by block, in groups of 4
+// (the last of a block padded with its first input and hq = 0), and each
+// token's packed values and sums (sparse_input_kernels.h), in
+// ws.sparse_index. Fills a's list fields.
+void list_inputs(const ActLayout& lay, int64_t T, int64_t in, Workspace& ws, SparseInputArgs& a) {
+  const int64_t nb = in / kQK;
   const size_t gstart_at = static_cast<size_t>(nb + 1), rows_at = gstart_at + static_cast<size_t>(nb + 1);
-  const size_t hq4_at = rows_at + static_cast<size_t>(w.in + 4 * nb);
-  const size_t hsum_at = hq4_at + static_cast<size_t>(T * (w.in / 4 + nb));
+  const size_t hq4_at = rows_at + static_cast<size_t>(in + 4 * nb);
+  const size_t hsum_at = hq4_at + static_cast<size_t>(T * (in / 4 + nb));
   ws.sparse_index.ensure(hsum_at + static_cast<size_t>(T * nb));
   int32_t* blocks = ws.sparse_index.data();
   int32_t* gstart = blocks + gstart_at;
@@ -119,7 +121,7 @@ void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0&
       if (any) rows[n_rows++] = static_cast<int32_t>(i);
     }
     if (n_rows == first) continue;
-    while ((n_rows - first) % 4 != 0) rows[n_rows++] = -1 - rows[first];  // padding: the first input, hq 0
+    while ((n_rows - first) % 4 != 0) rows[n_rows++] = -1 - rows[first];  // padding: marked until its hq is 0
     blocks[n_blocks] = static_cast<int32_t>(g);
     gstart[n_blocks++] = static_cast<int32_t>(first / 4);
   }
@@ -146,12 +148,6 @@ void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0&
   for (int64_t k = 0; k < n_rows; ++k) {
     if (rows[k] < 0) rows[k] = -1 - rows[k];
   }
-  // Outputs in chunks of whole 64 columns into a buffer as wide as the stride.
-  ws.sparse_y.ensure(static_cast<size_t>(T * w.stride));
-  SparseInputArgs a;
-  a.u = w.u.get();
-  a.d = w.d.data();
-  a.stride = w.stride;
   a.blocks = blocks;
   a.gstart = gstart;
   a.rows = rows;
@@ -159,6 +155,28 @@ void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0&
   a.n_groups = n_groups;
   a.hq4 = hq4;
   a.hsum = hsum;
+}
+
+}  // namespace
+
+void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0& w, const float* x,
+                              int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                              const KernelContext& ctx) {
+  TESSERA_CHECK(!w.empty() && n_tokens >= 1 && n_tokens <= kSparseInputMaxTokens &&
+                    (n_tokens == 1 || (x_stride >= w.in && y_stride >= w.out)),
+                kInvalidArgument, "sparse_input_matmul: {} tokens (1..{}), x stride {}, y stride {} for {} x {}",
+                n_tokens, kSparseInputMaxTokens, x_stride, y_stride, w.out, w.in);
+  const int64_t T = n_tokens;
+  Workspace local;
+  Workspace& ws = ctx.ws != nullptr ? *ctx.ws : local;
+  const ActLayout lay = quantize_input(x, x_stride, T, w.in, ws);
+  SparseInputArgs a;
+  list_inputs(lay, T, w.in, ws, a);
+  // Outputs in chunks of whole 64 columns into a buffer as wide as the stride.
+  ws.sparse_y.ensure(static_cast<size_t>(T * w.stride));
+  a.u = w.u.get();
+  a.d = w.d.data();
+  a.stride = w.stride;
   a.dx = reinterpret_cast<const float*>(ws.act.data() + lay.d_offset);
   a.dx_stride = static_cast<int64_t>(lay.row_bytes / sizeof(float));
   a.n_tokens = T;
@@ -171,7 +189,7 @@ void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0&
       k.run(a, j0, j0 + kSparseInputChunk < w.stride ? j0 + kSparseInputChunk : w.stride);
     }
   };
-  ThreadPool* pool = parallel_pool(ctx, n_rows * w.out * T, kMinParallelQuantMatmulMacs);
+  ThreadPool* pool = parallel_pool(ctx, 4 * a.n_groups * w.out * T, kMinParallelQuantMatmulMacs);
   if (pool == nullptr || units == 1) {
     run_chunks(0, units);
   } else {
