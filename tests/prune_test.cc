@@ -161,36 +161,10 @@ TEST(PruneOptions, BadValuesAreErrors) {
   EXPECT_FALSE(prunable("xblk.1.attn_q.weight"));
 }
 
-const Calibration& stories_calibration() {
-  static const Calibration cal = [] {
-    const auto& m = testing::stories260k();
-    ThreadPool pool(2);
-    const std::vector<int32_t> tokens = m.tok->encode(std::string(default_calibration_text()), false);
-    CalibrationOptions o;
-    o.bos = m.tok->bos_id();
-    return calibrate(*m.lm.model, tokens, o, pool);
-  }();
-  return cal;
-}
-
-void expect_logits_match_numpy(const LoadedModel& q, const std::string& path, const std::string& label, ThreadPool& pool) {
-  const auto& m = testing::stories260k();
-  const std::vector<int32_t> tokens = m.tok->encode("Once upon a time, there was a little girl named Lily. She loved to play", true);
-  engine::SequenceRunner runner(*q.model, {.kv_type = DType::kF32}, pool);
-  const std::span<const float> logits = runner.append(tokens, /*all_logits=*/true);
-  const std::string lf = testing::temp_path(label + ".logits");
-  testing::write_file(lf, std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
-  std::string ids;
-  for (int32_t t : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-  const std::string cmd = std::string("cd ") + TESSERA_SOURCE_DIR + "/tests/reference && /usr/bin/python3 compare_logits.py " +
-                          path + " --tokens " + ids + " --label " + label + " engine=" + lf;
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
-
 TEST(PruneModel, Stories260KSparseFilesKeepThePrunedPatternAndMatchNumpy) {
   const auto& m = testing::stories260k();
   ThreadPool pool(2);
-  WholeCalibration stats(stories_calibration());
+  WholeCalibration stats(testing::stories260k_calibration());
   QuantizeOptions f32;
   f32.type = DType::kF32;
   f32.prune = PruneOptions{};  // Wanda, 50%
@@ -232,7 +206,7 @@ TEST(PruneModel, Stories260KSparseFilesKeepThePrunedPatternAndMatchNumpy) {
       EXPECT_EQ(zeros, std::llround(0.5 * static_cast<double>(cols)) * t.ne[1]) << t.name;
     }
     EXPECT_EQ(sparse, 5 * 7);
-    expect_logits_match_numpy(q, path, std::string("pruned-") + std::string(dtype_name(type)), pool);
+    testing::expect_logits_match_numpy(q, path, std::string("pruned-") + std::string(dtype_name(type)), pool);
   }
 }
 
@@ -247,7 +221,7 @@ TEST(PruneModel, BadRequestsAreErrors) {
   EXPECT_THROW(quantize_model(*m.lm.file, path, o, nullptr, pool), Error);
   o.prune->method = PruneMethod::kMagnitude;
   o.method = Method::kGptq;  // pruning rounds to nearest only
-  WholeCalibration stats(stories_calibration());
+  WholeCalibration stats(testing::stories260k_calibration());
   EXPECT_THROW(quantize_model(*m.lm.file, path, o, &stats, pool), Error);
 }
 

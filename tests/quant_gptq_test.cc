@@ -32,18 +32,6 @@
 namespace tessera::quant {
 namespace {
 
-const Calibration& stories_calibration() {
-  static const Calibration cal = [] {
-    const auto& m = testing::stories260k();
-    ThreadPool pool(2);
-    const std::vector<int32_t> tokens = m.tok->encode(std::string(default_calibration_text()), false);
-    CalibrationOptions o;
-    o.bos = m.tok->bos_id();
-    return calibrate(*m.lm.model, tokens, o, pool);
-  }();
-  return cal;
-}
-
 // A stories260K matrix in f32, padded with zero columns to cols_p.
 std::vector<float> matrix(const std::string& name, int64_t* rows, int64_t* cols, int64_t cols_p = 0) {
   const gguf::TensorInfo& t = testing::stories260k().lm.file->tensor(name);
@@ -96,7 +84,7 @@ void put(std::string& s, const T& v) {
 }
 
 void expect_gptq_matches_numpy(const std::string& name, bool act_order, int scale_steps = GptqOptions{}.scale_steps) {
-  const InputStats* st = stats_for_tensor(stories_calibration(), name);
+  const InputStats* st = stats_for_tensor(testing::stories260k_calibration(), name);
   ASSERT_NE(st, nullptr) << name;
   int64_t rows = 0, cols = 0;
   const int64_t cols_p = (st->dim + 31) / 32 * 32;
@@ -139,7 +127,7 @@ void expect_gptq_matches_numpy(const std::string& name, bool act_order, int scal
 // with dead channels), in storage order and act-order: Q4_K's affine blocks
 // of 32 and Q3_K's symmetric blocks of 16.
 void expect_super_gptq_beats_rounding(DType type) {
-  const Calibration& cal = stories_calibration();
+  const Calibration& cal = testing::stories260k_calibration();
   const Grid g = make_grid(type, 0);
   ThreadPool pool(2);
   const std::vector<Linear> linears = stories_linears(cal, 256);
@@ -193,7 +181,7 @@ TEST(Gptq, MatchesNumpyInActOrder) {
 // Output error of RTN, GPTQ and AWQ (scale search, then clipping search) on
 // every linear of every layer.
 TEST(Gptq, AndAwqBeatRoundingOnEveryLinear) {
-  const Calibration& cal = stories_calibration();
+  const Calibration& cal = testing::stories260k_calibration();
   const Grid g = make_grid(DType::kQ4_0, 0);
   ThreadPool pool(2);
   double total_rtn = 0, total_gptq = 0;
@@ -228,7 +216,7 @@ TEST(Gptq, AndAwqBeatRoundingOnEveryLinear) {
 }
 
 TEST(Awq, ScaleSearchBeatsRoundingOnEveryGroup) {
-  const Calibration& cal = stories_calibration();
+  const Calibration& cal = testing::stories260k_calibration();
   const Grid g = make_grid(DType::kQ4_0, 0);
   double total = 0, total_rtn = 0;
   for (int il = 0; il < 5; ++il) {
@@ -291,7 +279,7 @@ TEST(Quantize, GptqAndAwqModelsDivergeLessThanRtn) {
     o.type = DType::kQ4_0;
     o.method = methods[i];
     const std::string path = testing::temp_path(std::string("s260k_") + method_name(methods[i]) + ".gguf");
-    WholeCalibration stats(stories_calibration());
+    WholeCalibration stats(testing::stories260k_calibration());
     quantize_model(*m.lm.file, path, o, &stats, pool);
     const LoadedModel q = load_model(path);
     kl[i] = engine::kl_divergence(*q.model, *m.tok, e.tokens, e.opt, pool, base).kld_mean;

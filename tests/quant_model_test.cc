@@ -123,25 +123,6 @@ void expect_file_is_in_memory_quantization(const gguf::File& in, const gguf::Fil
   }
 }
 
-// The loaded model's logits of a real text against the numpy reference
-// model reading the same file (tests/reference/compare_logits.py).
-void expect_logits_match_numpy(const LoadedModel& q, const std::string& path, const std::string& label,
-                               ThreadPool& pool) {
-  const auto& m = testing::stories260k();
-  const std::vector<int32_t> tokens = m.tok->encode("Once upon a time, there was a little girl named Lily. She loved to play", true);
-  engine::SequenceRunner runner(*q.model, {.kv_type = DType::kF32}, pool);
-  const std::span<const float> logits = runner.append(tokens, /*all_logits=*/true);
-  const std::string lf = testing::temp_path(label + ".logits");
-  testing::write_file(lf, std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
-  std::string ids;
-  for (int32_t t : tokens) {
-    if (!ids.empty()) ids += ',';
-    ids += std::to_string(t);
-  }
-  const std::string cmd = std::string("cd ") + TESSERA_SOURCE_DIR + "/tests/reference && /usr/bin/python3 compare_logits.py " +
-                          path + " --tokens " + ids + " --label " + label + " engine=" + lf;
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
 
 TEST(Quantize, Stories260KQ4_0RoundTripsAndMatchesNumpy) {
   const auto& m = testing::stories260k();
@@ -163,7 +144,7 @@ TEST(Quantize, Stories260KQ4_0RoundTripsAndMatchesNumpy) {
   const LoadedModel q = load_model(path);
   expect_file_is_in_memory_quantization(*m.lm.file, *q.file, DType::kQ4_0);
 
-  expect_logits_match_numpy(q, path, "q4_0-padded", pool);
+  testing::expect_logits_match_numpy(q, path, "q4_0-padded", pool);
 }
 
 // Rounds w to grid g's nearest levels, checks they are on the grid (and
@@ -284,7 +265,7 @@ TEST(Quantize, Stories260KSuperBlockTypesRoundTripAndMatchNumpy) {
     EXPECT_EQ(q.file->tensor("token_embd.weight").type, DType::kF16);
     EXPECT_EQ(q.file->tensor("blk.0.attn_q.weight").type, type);
     expect_file_is_in_memory_quantization(*m.lm.file, *q.file, type);
-    expect_logits_match_numpy(q, path, label, pool);
+    testing::expect_logits_match_numpy(q, path, label, pool);
   }
 }
 

@@ -11,11 +11,8 @@
 
 #include "cli/quantize_common.h"
 #include "cli/command.h"
-#include "cli/progress.h"
-#include "cli/text_file.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "tokenizer/tokenizer.h"
 #include "quant/qmoe.h"
 #include "quant/quantize_model.h"
 

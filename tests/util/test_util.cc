@@ -6,10 +6,45 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "engine/sequence_runner.h"
 
 namespace tessera::testing {
+
+const quant::Calibration& stories260k_calibration() {
+  static const quant::Calibration cal = [] {
+    const auto& m = stories260k();
+    ThreadPool pool(2);
+    const std::vector<int32_t> tokens = m.tok->encode(std::string(quant::default_calibration_text()), false);
+    quant::CalibrationOptions o;
+    o.bos = m.tok->bos_id();
+    return quant::calibrate(*m.lm.model, tokens, o, pool);
+  }();
+  return cal;
+}
+
+void expect_logits_match_numpy(const LoadedModel& q, const std::string& path, const std::string& label,
+                               ThreadPool& pool) {
+  const auto& m = stories260k();
+  const std::vector<int32_t> tokens = m.tok->encode("Once upon a time, there was a little girl named Lily. She loved to play", true);
+  engine::SequenceRunner runner(*q.model, {.kv_type = DType::kF32}, pool);
+  const std::span<const float> logits = runner.append(tokens, /*all_logits=*/true);
+  const std::string lf = temp_path(label + ".logits");
+  write_file(lf, std::string(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
+  std::string ids;
+  for (int32_t t : tokens) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(t);
+  }
+  std::string cmd = "cd " TESSERA_SOURCE_DIR "/tests/reference && /usr/bin/python3 compare_logits.py ";  // (literal: see shared_dir)
+  cmd += path;
+  cmd += " --tokens " + ids;
+  cmd += " --label " + label;
+  cmd += " engine=" + lf;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
 
 engine::SamplingParams greedy(int32_t n) {
   engine::SamplingParams p;

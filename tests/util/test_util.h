@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/sampling_params.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
+#include "quant/calibration.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera::testing {
@@ -28,6 +30,15 @@ struct LoadedWithTokenizer {
   std::unique_ptr<Tokenizer> tok;
 };
 const LoadedWithTokenizer& stories260k();
+
+// The input statistics of stories260K's linears over the built-in
+// calibration text (quant/calibration.h), gathered once per process.
+const quant::Calibration& stories260k_calibration();
+
+// A stories260K-shaped model's logits of a real text against the numpy
+// reference reading the same file (tests/reference/compare_logits.py).
+void expect_logits_match_numpy(const LoadedModel& q, const std::string& path, const std::string& label,
+                               ThreadPool& pool);
 
 // Greedy decoding of n tokens that does not stop at EOS.
 engine::SamplingParams greedy(int32_t n);
