@@ -178,7 +178,7 @@ const std::string& sparse_stories1m(const std::string& name, double sparsity, bo
   if (thresholds) {
     quant::CalibrationOptions co;
     co.n_ctx = 128;
-    co.max_tokens = 4096;
+    co.max_tokens = 2048;
     co.bos = tok->bos_id();
     const quant::FfnSparsityCalibration cal = quant::calibrate_ffn_sparsity(*src.model, tokens, sparsity, co, pool);
     o.metadata = [cal](gguf::Writer& w) {
