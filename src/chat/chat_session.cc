@@ -6,14 +6,6 @@
 namespace tessera::chat {
 namespace {
 
-// Templates usually write the BOS token themselves: then the tokenizer must
-// not add a second one (as the server does).
-std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer& tok) {
-  const int32_t bos = tok.bos_id();
-  const bool has_bos = bos >= 0 && !tok.token_text(bos).empty() && text.starts_with(tok.token_text(bos));
-  return tok.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
-}
-
 std::string token_or_empty(const Tokenizer& tok, int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); }
 
 }  // namespace
@@ -45,7 +37,7 @@ std::vector<int32_t> ChatSession::prompt_tokens(int64_t& new_tokens) const {
     new_tokens = static_cast<int64_t>(delta.size());
     return tokens;
   }
-  std::vector<int32_t> tokens = tokenize_rendered(text, tok_);
+  std::vector<int32_t> tokens = server::tokenize_rendered(text, tok_);
   new_tokens = static_cast<int64_t>(tokens.size());
   return tokens;
 }

@@ -321,15 +321,6 @@ json normalise_messages(const json& body) {
   return out;
 }
 
-// The rendered conversation, tokenized. Templates usually write the BOS
-// token themselves ("<s>[INST]..."): then the tokenizer must not add a
-// second one (llama.cpp and vLLM avoid the double BOS the same way).
-std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer& tok) {
-  const int32_t bos = tok.bos_id();
-  const bool has_bos = bos >= 0 && !tok.token_text(bos).empty() && text.starts_with(tok.token_text(bos));
-  return tok.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
-}
-
 // The request's schema as its client wrote it: nlohmann::json sorts object
 // keys, and a schema's property order is the order outputs follow.
 nlohmann::ordered_json ordered_schema(std::string_view raw, const json& fallback,

@@ -274,4 +274,10 @@ std::string ChatTemplate::apply_impl(const Json& messages, bool add_generation_p
   }
 }
 
+std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer& tok) {
+  const int32_t bos = tok.bos_id();
+  const bool has_bos = bos >= 0 && !tok.token_text(bos).empty() && text.starts_with(tok.token_text(bos));
+  return tok.encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
+}
+
 }  // namespace tessera::server

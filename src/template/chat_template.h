@@ -7,13 +7,16 @@
 // (none unless given), plus any extra variables (e.g. enable_thinking).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "template/jinja.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera::server {
 
@@ -60,5 +63,11 @@ class ChatTemplate {
   jinja::Template template_;
   jinja::RenderLimits limits_;
 };
+
+// A rendered conversation, tokenized. Templates usually write the BOS token
+// themselves ("<s>[INST]..."): then the tokenizer must not add a second one
+// (llama.cpp and vLLM avoid the double BOS the same way). Special tokens in
+// the text are parsed.
+std::vector<int32_t> tokenize_rendered(const std::string& text, const Tokenizer& tok);
 
 }  // namespace tessera::server
