@@ -92,6 +92,29 @@ TEST(ConversationStore, ReplaceNamesTheVersionItRead) {
   EXPECT_EQ(status_of_call([&] { db.replace("u", id, {{"messages", json::array()}}); }), 400);
 }
 
+// An import is one transaction: a bad conversation (checked before any
+// write) or a write that fails midway (a trigger makes SQLite refuse the
+// second row) leaves no conversation behind.
+TEST(ConversationStore, ImportIsAllOrNothing) {
+  const std::string path = testing::temp_path("import.db");
+  ConversationStore db(path);
+  const json one = {{"title", "one"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const json boom = {{"title", "boom"}};
+  EXPECT_EQ(status_of_call([&] { db.import_all("u", {{"conversations", {one, {{"title", 7}}}}}); }), 400);
+  EXPECT_EQ(db.list("u", "").size(), 0u);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "CREATE TRIGGER refuse BEFORE INSERT ON conversations WHEN NEW.title = 'boom' "
+                                "BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_EQ(status_of_call([&] { db.import_all("u", {{"conversations", {one, boom, one}}}); }), 503);
+  EXPECT_EQ(db.list("u", "").size(), 0u) << "the first conversation of a failed import stayed";
+  EXPECT_EQ(db.import_all("u", {{"conversations", {one, one}}}), 2);
+  EXPECT_EQ(db.list("u", "").size(), 2u);
+}
+
 TEST(ConversationStore, LockedAndCorruptFilesGiveClearErrors) {
   const std::string path = testing::temp_path("locked.db");
   ConversationStore db(path, /*busy_timeout_ms=*/200);

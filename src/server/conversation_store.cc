@@ -157,19 +157,27 @@ json ConversationStore::get(const std::string& owner, const std::string& id) {
           {"settings", json::parse(st.col_text(5))}};
 }
 
-json ConversationStore::create(const std::string& owner, const json& body) {
+// A new conversation's row from a request body (validated first: nothing
+// is written for a bad one). The caller holds mu_.
+std::string ConversationStore::insert_locked(const std::string& owner, const json& body) {
   const json messages = checked_messages(field_or(body, "messages", json::array()), "messages");
   const json title = field_or(body, "title", "New conversation");
   if (!title.is_string()) throw ApiError(400, "'title' must be a string", "title");
   const json settings = field_or(body, "settings", json::object());
   const std::string id = new_id();
+  Stmt st(db_, "INSERT INTO conversations VALUES (?1, ?2, ?3, ?4, ?4, 1, ?5, ?6)");
+  if (st.prepared() != SQLITE_OK) fail("create");
+  st.text(1, id).text(2, owner).text(3, title.get<std::string>()).real(4, now_s()).text(5, messages.dump())
+      .text(6, settings.dump());
+  if (st.step() != SQLITE_DONE) fail("create");
+  return id;
+}
+
+json ConversationStore::create(const std::string& owner, const json& body) {
+  std::string id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt st(db_, "INSERT INTO conversations VALUES (?1, ?2, ?3, ?4, ?4, 1, ?5, ?6)");
-    if (st.prepared() != SQLITE_OK) fail("create");
-    st.text(1, id).text(2, owner).text(3, title.get<std::string>()).real(4, now_s()).text(5, messages.dump())
-        .text(6, settings.dump());
-    if (st.step() != SQLITE_DONE) fail("create");
+    id = insert_locked(owner, body);
   }
   return get(owner, id);
 }
@@ -249,16 +257,25 @@ json ConversationStore::export_all(const std::string& owner) {
   return {{"object", "conversations"}, {"conversations", all}};
 }
 
+// One transaction: every conversation is imported, or (a bad one, a full
+// disk, a locked file) none is.
 int64_t ConversationStore::import_all(const std::string& owner, const json& body) {
   const json convs = field_or(body, "conversations", json());
   if (!convs.is_array()) throw ApiError(400, "'conversations' must be an array", "conversations");
-  for (const json& c : convs) checked_messages(field_or(c, "messages", json::array()), "conversations[].messages");
-  int64_t n = 0;
   for (const json& c : convs) {
-    create(owner, c);
-    ++n;
+    checked_messages(field_or(c, "messages", json::array()), "conversations[].messages");
+    if (!field_or(c, "title", "").is_string()) throw ApiError(400, "'title' must be a string", "conversations[].title");
   }
-  return n;
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    for (const json& c : convs) insert_locked(owner, c);
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  return static_cast<int64_t>(convs.size());
 }
 
 }  // namespace tessera::server

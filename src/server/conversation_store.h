@@ -47,12 +47,14 @@ class ConversationStore {
   // the stored one (another tab wrote since).
   nlohmann::json replace(const std::string& owner, const std::string& id, const nlohmann::json& body);
   void remove(const std::string& owner, const std::string& id);
-  // {conversations: [get()...]} and back (new ids; returns how many).
+  // {conversations: [get()...]} and back (new ids; returns how many; the
+  // import is one transaction: all or nothing).
   nlohmann::json export_all(const std::string& owner);
   int64_t import_all(const std::string& owner, const nlohmann::json& body);
 
  private:
   void exec(const char* sql);
+  std::string insert_locked(const std::string& owner, const nlohmann::json& body);
   [[noreturn]] void fail(const char* what);
 
   std::string path_;
