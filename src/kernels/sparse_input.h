@@ -31,7 +31,6 @@ struct TransposedQ8_0 {
   std::shared_ptr<uint8_t> u;
   AlignedBuffer<uint16_t> d;   // [in / 32][stride] fp16
   bool empty() const { return in == 0; }
-  size_t bytes() const { return static_cast<size_t>(in * stride) + 2 * d.size(); }
 };
 
 // W must be Q8_0 (rows contiguous, no padding columns).
@@ -43,7 +42,6 @@ TransposedQ8_0 transpose_q8_0(const WeightView& w);
 void sparse_input_matmul(const TransposedQ8_0& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
                          int64_t y_stride, const KernelContext& ctx);
 
-struct SparseInputKernels;
 void sparse_input_matmul_with(const SparseInputKernels& k, const TransposedQ8_0& w, const float* x,
                               int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
                               const KernelContext& ctx);

@@ -67,7 +67,6 @@ std::vector<float> read_ffn_thresholds(const gguf::File& f, int64_t n_layer) {
 FfnSparsity make_ffn_sparsity(float threshold, const kernels::WeightView& down) {
   FfnSparsity s;
   s.on = true;
-  s.threshold = threshold;
   s.silu = silu_keep_interval(threshold);
   s.gelu = gelu_keep_interval(threshold);
   if (down.type == DType::kQ8_0 && down.input_cols() == down.cols) s.down_t = kernels::transpose_q8_0(down);

@@ -44,7 +44,6 @@ KeepInterval gelu_keep_interval(float threshold);
 
 struct FfnSparsity {
   bool on = false;
-  float threshold = 0.0f;
   KeepInterval silu, gelu;
   kernels::TransposedQ8_0 down_t;  // empty: the down projection runs dense
 };
