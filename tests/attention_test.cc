@@ -15,8 +15,10 @@
 #include <random>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/quant.h"
 
 namespace tessera::kernels {
 namespace {
@@ -28,6 +30,7 @@ struct Case {
   int window = 0;  // sliding window; 0: full causal attention
   float softcap = 0.0f;  // logit soft-capping; 0: none
   std::vector<float> sinks = {};  // attention sinks, one per query head; empty: none
+  bool hadamard = false;  // Q8_0 / Q4_0: K and V stored Hadamard-rotated
 };
 
 struct KvSetup {
@@ -49,6 +52,7 @@ KvSetup make(const Case& c, std::mt19937& rng) {
   s.kv.block_size = c.block_size;
   s.kv.n_kv_heads = c.n_kv_heads;
   s.kv.head_dim = c.head_dim;
+  s.kv.hadamard = c.hadamard;
   s.k.resize(s.kv.block_bytes() * total_blocks);
   s.v.resize(s.kv.block_bytes() * total_blocks);
   s.kv.k = s.k.data();
@@ -71,6 +75,16 @@ KvSetup make(const Case& c, std::mt19937& rng) {
     std::vector<int64_t> slots;
     for (int p = 0; p < kl; ++p) slots.push_back(static_cast<int64_t>(t[p / c.block_size]) * c.block_size + p % c.block_size);
     store_kv(s.kv, kr.data(), vr.data(), kvw, slots.data(), kl, Isa::kScalar);
+    if (c.type == DType::kQ8_0 || c.type == DType::kQ4_0) {
+      // The reference reads the stored values: bound those (a quantized
+      // value can exceed its input by the scale's fp16 rounding; a rotated
+      // one, as the kernel reads it, by up to sqrt(run) times).
+      std::vector<float> k2(kr.size()), v2(vr.size());
+      gather_kv(s.kv, slots.data(), kl, k2.data(), v2.data(), kvw);
+      const double grow = c.hadamard ? std::sqrt(static_cast<double>(c.head_dim & -c.head_dim)) : 1.0;
+      for (float x : k2) s.max_k = std::max<double>(s.max_k, std::fabs(x) * grow);
+      for (float x : v2) s.max_v = std::max<double>(s.max_v, std::fabs(x) * grow);
+    }
   }
   s.stride = static_cast<int64_t>(c.n_heads) * c.head_dim + 3;  // padded rows
   for (size_t i = 0; i < c.seqs.size(); ++i) {
@@ -110,7 +124,14 @@ void check_case(const Case& c, uint32_t seed) {
   // (cap - 2 cap / (exp + 1) cancels near 0: a few eps of cap, plus the
   // vector exp's 2e-7) comes on top.
   const double ds = c.head_dim * eps * max_qk * shape.scale + c.softcap * (4 * eps + 2e-7);
-  const double tol = max_v * (std::exp(2.0 * ds) - 1.0 + 4e-7 + 2.0 * max_ctx * eps) + 1e-6;
+  double tol = max_v * (std::exp(2.0 * ds) - 1.0 + 4e-7 + 2.0 * max_ctx * eps) + 1e-6;
+  if (c.hadamard) {
+    // The kernel works on rotated queries (|q'|_1 <= sqrt(run) |q|_1, covered
+    // by max_k's growth above) and rotates each output back: log2(run)
+    // roundings of sums of |out'| <= max_v.
+    const int run = c.head_dim & -c.head_dim;
+    tol += 2.0 * std::log2(static_cast<double>(run)) * eps * max_v * std::sqrt(static_cast<double>(run));
+  }
   for (Isa isa : supported_isas()) {
     ThreadPool pool(2);
     Workspace ws;
@@ -127,7 +148,7 @@ void check_case(const Case& c, uint32_t seed) {
     }
     EXPECT_LE(worst, tol) << isa_name(isa) << " heads " << c.n_heads << "/" << c.n_kv_heads << " hd "
                           << c.head_dim << " bs " << c.block_size << " type " << dtype_name(c.type) << " window "
-                          << c.window << " softcap " << c.softcap;
+                          << c.window << " softcap " << c.softcap << " hadamard " << c.hadamard;
   }
 }
 
@@ -290,9 +311,9 @@ TEST(Attention, ChunkBoundariesDoNotChangeResultsBitwise) {
   // tiles; that path must give the same bits too, for every KV type.
   std::mt19937 rng(77);
   for (int n_kv : {8, 4, 2}) {  // GQA groups 1, 2, 4
-    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16}) {
+    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
       for (int window : {0, 9, 33}) {  // and with sliding windows
-        KvSetup s = make({8, n_kv, 64, 16, {{40, 90}}, kv_type}, rng);
+        KvSetup s = make({8, n_kv, 64, 16, {{40, 90}}, kv_type, 0, 0.0f, {}, kv_type == DType::kQ4_0}, rng);
         const AttentionShape shape{8, 0.125f, window};
         for (Isa isa : supported_isas()) {
           ThreadPool pool(2);
@@ -333,7 +354,7 @@ TEST(Attention, NewRowsStoredInTheCallEqualStoreThenAttend) {
       {{16, 16}, {3, 50}, {1, 2}},           // chunks of one query tile
       {{1, 20}, {40, 90}, {2, 33}}};         // one chunk longer than a tile
   for (const auto& batch : batches) {
-    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16}) {
+    for (DType kv_type : {DType::kF16, DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
       const Case c{8, 4, 64, 16, batch, kv_type};
       KvSetup s = make(c, rng);
       const int64_t kvw = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
@@ -378,7 +399,8 @@ TEST(Attention, NewRowsStoredInTheCallEqualStoreThenAttend) {
 // (core/fp16.h) for values that round up, down and to even, overflow to
 // inf, fall into fp16's subnormals or under them, infinities, signed zeros
 // and NaNs with payloads; head dims with a vector tail (72) and longer than
-// the kernel's K buffer (160), slots in scattered blocks.
+// the kernel's K buffer (160), slots in scattered blocks; the quantized
+// types (one scalar codec, kv_codec.h) likewise.
 TEST(Attention, StoredBytesEqualTheScalarConversionOnEveryIsa) {
   std::mt19937 rng(31);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
@@ -400,7 +422,7 @@ TEST(Attention, StoredBytesEqualTheScalarConversionOnEveryIsa) {
     }
     std::vector<int64_t> slots(n);
     for (int t = 0; t < n; ++t) slots[t] = (t * 7 + 3) % (blocks * bs);  // distinct, scattered
-    for (DType type : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (DType type : {DType::kF16, DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
       KvLayerView kv;
       kv.type = type;
       kv.block_size = bs;
@@ -422,7 +444,7 @@ TEST(Attention, StoredBytesEqualTheScalarConversionOnEveryIsa) {
       if (type == DType::kF16) {  // the scalar path is the reference's own conversion
         const int64_t slot = slots[5];
         const fp16_t* vt = reinterpret_cast<const fp16_t*>(want_v.data() + (slot / bs) * kv.block_bytes() +
-                                                           size_t{1} * kv.tile_elems() * 2);
+                                                           kv.tile_bytes());
         EXPECT_EQ(vt[(slot % bs) * hd + 4], f32_to_fp16(v[5 * kvw + hd + 4]));
       }
     }
@@ -487,6 +509,214 @@ TEST(Attention, KeyMassMatchesNaiveAndLeavesOutputsAlone) {
       }
     }
   }
+}
+
+// Quantized caches (q8_0, q4_0; with and without the Hadamard rotation)
+// against the naive reference reading the same stored values: head dims
+// whose quantization block is 32 (64, 128) or the whole head (8, 24: and a
+// Hadamard run of 8), block sizes 2 to 32, GQA, decode and prefill chunks,
+// windows, soft-capping and sinks, on every ISA.
+TEST(Attention, QuantizedCachesMatchNaiveReference) {
+  uint32_t seed = 2000;
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (bool hadamard : {false, true}) {
+      for (int hd : {8, 24, 64, 128}) {
+        for (int bs : {16, 2, 32}) {
+          check_case({8, 2, hd, bs, {{1, 1}, {1, 37}, {5, 5}, {16, 100}, {17, 40}}, t, 0, 0.0f, {}, hadamard}, seed++);
+        }
+      }
+      check_case({8, 4, 64, 16, {{1, 50}, {40, 90}}, t, 17, 0.0f, {}, hadamard}, seed++);
+      check_case({8, 4, 64, 16, {{1, 50}, {40, 90}}, t, 0, 4.0f, {}, hadamard}, seed++);
+      check_case({4, 4, 64, 16, {{1, 50}, {9, 33}}, t, 0, 0.0f, {-2.0f, 0.0f, 1.5f, 8.0f}, hadamard}, seed++);
+    }
+  }
+}
+
+// A head vector written to a q8_0 / q4_0 cache reads back as ggml's Q8_0 /
+// Q4_0 quantizer (kernels/quant.h, tested against llama.cpp's files) rounds
+// it, block of 32 by block of 32; a head of 8 (one block) within half a
+// step of its input; non-finite inputs
+// read back finite with no undefined behaviour (a NaN as 0, a block holding
+// an infinity as zeros).
+TEST(Attention, QuantizedCacheValuesAreGgmlsRounding) {
+  std::mt19937 rng(55);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int hd : {64, 128, 8}) {
+      const int n_kv_heads = 2, bs = 16, n = 21, blocks = 3;
+      const int64_t kvw = int64_t{n_kv_heads} * hd;
+      std::vector<float> k(static_cast<size_t>(n * kvw)), v(k.size());
+      for (size_t i = 0; i < k.size(); ++i) {
+        k[i] = n01(rng) * (i % 7 == 0 ? 20.0f : 1.0f);  // outlier features
+        v[i] = n01(rng);
+      }
+      k[3] = std::numeric_limits<float>::quiet_NaN();
+      v[kvw + 1] = std::numeric_limits<float>::infinity();
+      std::vector<int64_t> slots(n);
+      for (int t = 0; t < n; ++t) slots[t] = (t * 5 + 2) % (blocks * bs);
+      KvLayerView kv;
+      kv.type = type;
+      kv.block_size = bs;
+      kv.n_kv_heads = n_kv_heads;
+      kv.head_dim = hd;
+      std::vector<uint8_t> kb(kv.block_bytes() * blocks, 0xcd), vb(kb);
+      kv.k = kb.data();
+      kv.v = vb.data();
+      store_kv(kv, k.data(), v.data(), kvw, slots.data(), n, Isa::kScalar);  // the same bytes on every ISA (above)
+      std::vector<float> gk(k.size()), gv(v.size());
+      gather_kv(kv, slots.data(), n, gk.data(), gv.data(), kvw);
+      for (int t = 0; t < n; ++t) {
+        for (int h = 0; h < n_kv_heads; ++h) {
+          for (const auto& [src, got] : {std::pair{&k, &gk}, std::pair{&v, &gv}}) {
+            const float* x = src->data() + t * kvw + h * hd;
+            const float* y = got->data() + t * kvw + h * hd;
+            bool finite = true;
+            for (int d = 0; d < hd; ++d) finite = finite && std::isfinite(x[d]);
+            if (!finite) {  // NaN values read back as 0, a block with an infinity as zeros
+              for (int d = 0; d < hd; ++d) {
+                ASSERT_TRUE(std::isfinite(y[d])) << d;
+                if (std::isnan(x[d])) {
+                  ASSERT_EQ(y[d], 0.0f) << d;
+                }
+              }
+              continue;
+            }
+            if (hd % 32 == 0) {
+              std::vector<uint8_t> blk(row_bytes(type, hd));
+              std::vector<float> want(static_cast<size_t>(hd));
+              quantize_row(type, x, blk.data(), hd);
+              dequantize_row(type, blk.data(), want.data(), hd);
+              for (int d = 0; d < hd; ++d) ASSERT_EQ(y[d], want[d]) << dtype_name(type) << " t " << t << " d " << d;
+            } else {
+              float amax = 0.0f;
+              for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[d]));
+              // Half a step, plus the codes (at most 127 or 8) times the
+              // scale's fp16 rounding (2^-11 relative).
+              const float codes = type == DType::kQ8_0 ? 127.0f : 8.0f;
+              const float step = amax / codes;
+              for (int d = 0; d < hd; ++d) ASSERT_LE(std::fabs(y[d] - x[d]), step * (0.5f + codes / 2048.0f) * 1.001f) << d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The Hadamard rotation: equal to the dense matrix D H / sqrt(p) (H[a][b] =
+// (-1)^popcount(a & b), D the signs read off the rotation of unit vectors'
+// first entry), orthogonal (norms kept) and undone by its inverse, for head
+// dims that are powers of two and that are not (24 = 3 runs of 8, 96, 80).
+TEST(Attention, HadamardRotationIsTheDenseOrthogonalMatrix) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  for (int hd : {8, 16, 64, 128, 24, 96, 80}) {
+    const int p = hd & -hd;
+    // Column j of the rotation is the rotation of unit vector e_j.
+    std::vector<std::vector<float>> cols(static_cast<size_t>(hd));
+    for (int j = 0; j < hd; ++j) {
+      cols[j].assign(static_cast<size_t>(hd), 0.0f);
+      cols[j][j] = 1.0f;
+      kv_hadamard_rotate(cols[j].data(), hd);
+    }
+    for (int j = 0; j < hd; ++j) {
+      const float sign = cols[j][j - j % p] > 0 ? 1.0f : -1.0f;  // D_j, from H's first row of the run
+      for (int i = 0; i < hd; ++i) {
+        const bool same_run = i / p == j / p;
+        const float h = same_run ? ((std::popcount(static_cast<unsigned>((i % p) & (j % p))) % 2) ? -1.0f : 1.0f) : 0.0f;
+        ASSERT_NEAR(cols[j][i], sign * h / std::sqrt(static_cast<float>(p)), 1e-6f) << "hd " << hd << " (" << i << ", " << j << ")";
+      }
+    }
+    std::vector<float> x(static_cast<size_t>(hd));
+    for (float& e : x) e = n01(rng);
+    std::vector<float> y = x;
+    kv_hadamard_rotate(y.data(), hd);
+    double nx = 0, ny = 0;
+    for (int i = 0; i < hd; ++i) {
+      nx += double{x[i]} * x[i];
+      ny += double{y[i]} * y[i];
+    }
+    EXPECT_NEAR(ny, nx, 1e-5 * nx) << hd;
+    kv_hadamard_rotate_inverse(y.data(), hd);
+    for (int i = 0; i < hd; ++i) EXPECT_NEAR(y[i], x[i], 1e-5f) << hd << " " << i;
+  }
+}
+
+// A quantized cache's keys turned by rotate_keys (a bounded cache moving
+// kept keys) read back as the keys turned in f32 and stored again, and
+// within the quantization's error of the exact rotation.
+TEST(Attention, RotateKeysOnAQuantizedCache) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const int hd = 64, bs = 16, n = 20, half = 32;
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (bool hadamard : {false, true}) {
+      KvLayerView kv;
+      kv.type = type;
+      kv.block_size = bs;
+      kv.n_kv_heads = 1;
+      kv.head_dim = hd;
+      kv.hadamard = hadamard;
+      std::vector<uint8_t> kb(kv.block_bytes() * 2), vb(kb.size()), kb2(kb.size()), vb2(kb.size());
+      kv.k = kb.data();
+      kv.v = vb.data();
+      std::vector<float> k(static_cast<size_t>(n * hd)), v(k.size()), c(static_cast<size_t>(n * half)), sn(c.size());
+      for (float& x : k) x = n01(rng);
+      for (float& x : v) x = n01(rng);
+      for (size_t i = 0; i < c.size(); ++i) {
+        const float a = n01(rng);
+        c[i] = std::cos(a);
+        sn[i] = std::sin(a);
+      }
+      std::vector<int64_t> slots(n);
+      std::iota(slots.begin(), slots.end(), int64_t{0});
+      store_kv(kv, k.data(), v.data(), hd, slots.data(), n, Isa::kScalar);
+      std::vector<float> before(k.size()), vbefore(k.size());
+      gather_kv(kv, slots.data(), n, before.data(), vbefore.data(), hd);
+      rotate_keys(kv, slots.data(), n, c.data(), sn.data(), half, true);
+      // The same through f32: rotate the read keys, store them in a second cache.
+      std::vector<float> turned = before;
+      for (int t = 0; t < n; ++t) {
+        for (int i = 0; i < half; ++i) {
+          const float x0 = before[t * hd + i], x1 = before[t * hd + i + half];
+          turned[t * hd + i] = x0 * c[t * half + i] - x1 * sn[t * half + i];
+          turned[t * hd + i + half] = x0 * sn[t * half + i] + x1 * c[t * half + i];
+        }
+      }
+      KvLayerView kv2 = kv;
+      kv2.k = kb2.data();
+      kv2.v = vb2.data();
+      store_kv(kv2, turned.data(), vbefore.data(), hd, slots.data(), n, Isa::kScalar);
+      if (!hadamard) {
+        EXPECT_TRUE(kb == kb2) << dtype_name(type);
+      }
+      std::vector<float> after(k.size()), vafter(k.size()), want(k.size()), wv(k.size());
+      gather_kv(kv, slots.data(), n, after.data(), vafter.data(), hd);
+      gather_kv(kv2, slots.data(), n, want.data(), wv.data(), hd);
+      EXPECT_TRUE(vafter == vbefore) << "V is not touched";
+      const float tol = type == DType::kQ8_0 ? 0.05f : 0.8f;  // a few steps of the codes (|k| < 5)
+      for (size_t i = 0; i < k.size(); ++i) {
+        if (!hadamard) {
+          ASSERT_EQ(after[i], want[i]) << i;
+        }
+        ASSERT_NEAR(after[i], turned[i], tol) << dtype_name(type) << " hadamard " << hadamard << " " << i;
+      }
+    }
+  }
+}
+
+// Layouts a quantized cache cannot hold are refused with a clear error.
+TEST(Attention, QuantizedCacheLayoutChecks) {
+  EXPECT_NO_THROW(check_kv_layout(DType::kQ8_0, 16, 64));
+  EXPECT_NO_THROW(check_kv_layout(DType::kQ4_0, 16, 8, true));
+  EXPECT_THROW(check_kv_layout(DType::kQ4_0, 15, 64), Error);
+  EXPECT_THROW(check_kv_layout(DType::kQ8_0, 16, 63), Error);
+  EXPECT_THROW(check_kv_layout(DType::kQ8_0, 512, 64), Error);
+  EXPECT_THROW(check_kv_layout(DType::kF16, 16, 64, true), Error);
+  EXPECT_THROW(check_kv_layout(DType::kQ4_K, 16, 64), Error);
+  EXPECT_EQ(kv_tile_bytes(DType::kQ8_0, 16, 64), 16u * 64 + 2 * 16 * 2);
+  EXPECT_EQ(kv_tile_bytes(DType::kQ4_0, 16, 128), 16u * 64 + 2 * 16 * 4);
+  EXPECT_EQ(kv_tile_bytes(DType::kQ4_0, 16, 8), 16u * 4 + 2 * 16);
 }
 
 }  // namespace

@@ -73,7 +73,8 @@ TEST(Engine, GreedyContinuationMatchesLlamaCpp) {
 // The target request's tokens and logprobs alone, and among `others` random
 // requests of mixed lengths started at different times. `vocab`: prompt ids
 // are drawn from [3, vocab).
-void check_batch_invariance(const Model& model, const Tokenizer* tok, int32_t vocab, int out_len, int max_prompt) {
+void check_batch_invariance(const Model& model, const Tokenizer* tok, int32_t vocab, int out_len, int max_prompt,
+                            const EngineConfig& base = small_config()) {
   std::mt19937 rng(7);
   auto random_prompt = [&](int n) {
     std::uniform_int_distribution<int32_t> t(3, vocab - 1);
@@ -92,12 +93,12 @@ void check_batch_invariance(const Model& model, const Tokenizer* tok, int32_t vo
       tp.ignore_eos = true;
     }
     tp.logprobs = true;
-    Engine alone(model, tok, small_config());
+    Engine alone(model, tok, base);
     const RequestId a = alone.add_request(target_prompt, tp);
     const Collected ref = run_all(alone)[a];
     ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(out_len));
 
-    EngineConfig cfg = small_config();
+    EngineConfig cfg = base;
     cfg.max_num_batched_tokens = 97;  // odd budget: chunks cut prompts at varied points
     Engine busy(model, tok, cfg);
     std::uniform_int_distribution<int> len(1, max_prompt), out(1, 2 * out_len);
@@ -307,7 +308,19 @@ TEST(Engine, SlidingWindowFreesOutOfWindowBlocksAndKeepsOutputs) {
   }
 }
 
-TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
+// Quantized caches: each token's K and V are quantized on their own, so a
+// request's output still does not depend on its batch or chunking.
+TEST(Engine, BatchInvarianceWithQuantizedKv) {
+  const auto& s = stories();
+  for (auto [type, hadamard] : {std::pair{DType::kQ8_0, false}, std::pair{DType::kQ4_0, true}}) {
+    EngineConfig c = small_config();
+    c.kv_type = type;
+    c.kv_hadamard = hadamard;
+    check_batch_invariance(*s.lm.model, s.tok.get(), 512, 30, 120, c);
+  }
+}
+
+void check_prefix_caching(const EngineConfig& base) {
   const auto& s = stories();
   std::vector<int32_t> prefix{1};
   for (int i = 0; i < 70; ++i) prefix.push_back(3 + (i * 37) % 500);
@@ -318,7 +331,7 @@ TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
     prompts.push_back(p);
   }
   auto run = [&](bool cache) {
-    EngineConfig cfg = small_config();
+    EngineConfig cfg = base;
     cfg.enable_prefix_caching = cache;
     Engine e(*s.lm.model, s.tok.get(), cfg);
     std::vector<Collected> outs;
@@ -337,6 +350,17 @@ TEST(Engine, PrefixCachingGivesIdenticalOutputs) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(warm[i].tokens, cold[i].tokens);
     EXPECT_EQ(warm[i].logprobs, cold[i].logprobs) << "bit-identical with cached prefix";
+  }
+}
+
+TEST(Engine, PrefixCachingGivesIdenticalOutputs) { check_prefix_caching(small_config()); }
+
+TEST(Engine, PrefixCachingWithQuantizedKv) {
+  for (auto [type, hadamard] : {std::pair{DType::kQ8_0, false}, std::pair{DType::kQ4_0, true}}) {
+    EngineConfig c = small_config();
+    c.kv_type = type;
+    c.kv_hadamard = hadamard;
+    check_prefix_caching(c);
   }
 }
 

@@ -30,6 +30,7 @@ struct BenchArgs {
   int reps = 5;
   bool json = false, membw = false, no_membw = false, peak = false;
   std::string kv_type = "f16";
+  bool kv_hadamard = false;
   std::vector<int32_t> batched;
 };
 
@@ -44,6 +45,7 @@ int run_batched(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, nlo
   RunOptions ro;
   ro.kv_type = a.kv_type;
   opt.kv_type = ro.kv_dtype();
+  opt.kv_hadamard = a.kv_hadamard;
   TESSERA_CHECK(opt.n_prompt > 0 && opt.n_gen > 0, kInvalidArgument, "--batched needs -p > 0 and -n > 0");
   for (int32_t b : opt.batch_sizes) TESSERA_CHECK(b > 0 && b <= 1024, kInvalidArgument, "--batched {}: 1..1024", b);
   const std::vector<engine::BatchedBenchRow> rows = engine::run_batched_bench(*lm.model, opt);
@@ -267,6 +269,7 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   RunOptions ro;
   ro.kv_type = a.kv_type;
   opt.kv_type = ro.kv_dtype();
+  opt.kv_hadamard = a.kv_hadamard;
   std::vector<double> tg_bw;
   if (!a.no_membw && opt.n_gen > 0) {
     opt.before_tg = [&] { tg_bw.push_back(kernels::measure_read_bandwidth(pool, size_t{256} << 20, 3).gbps_median); };
@@ -309,7 +312,8 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
   sub.add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (ppN)")->capture_default_str();
   sub.add_option("-n,--n-gen", a->n_gen, "Generated tokens (tgN)")->capture_default_str();
   sub.add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str();
-  sub.add_option("--kv-type", a->kv_type, "KV cache type")->capture_default_str();
+  sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+  sub.add_flag("--kv-hadamard", a->kv_hadamard, "Hadamard-rotated q8_0 / q4_0 K and V");
   sub.add_flag("--json", a->json, "Print one JSON object");
   sub.add_flag("--membw", a->membw, "Measure memory read bandwidth only");
   sub.add_flag("--no-membw", a->no_membw, "Skip the bandwidth measurement (no roofline)");

@@ -48,7 +48,7 @@ TESSERA_COMMAND("logits", "Evaluate token ids; write every position's logits (f3
   sub.add_option("-o,--out", a->out, "Raw little-endian f32 [n_tokens, n_vocab]; without it, argmax per row as JSON");
   sub.add_option("-t,--threads", a->threads, kThreadsHelp);
   sub.add_option("-b,--batch", a->batch, "Tokens per forward pass")->capture_default_str();
-  sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
+  sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
   sub.add_option("-c,--ctx", a->ctx, "Context length (default: the number of tokens)");
   sub.add_option("--decode-from", a->decode_from,
                  "Append the tokens from this index on one at a time (a decode), the ones before in -b chunks");

@@ -86,6 +86,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
     opt.n_batch = a->batch;
     opt.max_chunks = a->chunks;
     opt.kv_type = a->run.kv_dtype();
+    opt.kv_hadamard = a->run.kv_hadamard;
     opt.long_rope = a->run.long_rope_mode();
     const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
     opt.lora = lora.get();

@@ -7,6 +7,7 @@
 #include "cli/text_file.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
+#include "kernels/attention.h"
 #include "core/log.h"
 #include "model/fingerprint.h"
 #include "template/chat_template.h"
@@ -41,7 +42,10 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
   if (!model_optional) m->required();
   app.add_option("-t,--threads", threads, kThreadsHelp);
   app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
-  app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16")->capture_default_str();
+  app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16, q8_0, q4_0 (quantized: int8 / 4-bit codes, an fp16 scale per 32 values of a head)")->capture_default_str();
+  app.add_flag("--kv-hadamard", kv_hadamard,
+               "Store a q8_0 / q4_0 cache's K and V rotated by a randomized Hadamard matrix per head (outliers "
+               "spread over each block: much less error at 4 bits)");
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
   add_long_rope_option(app, long_rope);
   app.add_option("--kv-store", kv_store,
@@ -215,8 +219,8 @@ kv::KvPolicy KvPolicyOptions::get() const {
 
 DType RunOptions::kv_dtype() const {
   auto t = parse_dtype(kv_type);
-  TESSERA_CHECK(t && (*t == DType::kF32 || *t == DType::kF16 || *t == DType::kBF16), kInvalidArgument,
-                "--kv-type '{}' must be f32, f16 or bf16", kv_type);
+  TESSERA_CHECK(t && kernels::kv_type_supported(*t), kInvalidArgument,
+                "--kv-type '{}' must be f32, f16, bf16, q8_0 or q4_0", kv_type);
   return *t;
 }
 
@@ -241,6 +245,7 @@ engine::EngineConfig RunOptions::engine_config() const {
   c.threads = threads;
   c.max_model_len = ctx;
   c.kv_type = kv_dtype();
+  c.kv_hadamard = kv_hadamard;
   c.block_size = block_size;
   c.kv_memory_bytes = static_cast<size_t>(kv_memory);
   c.num_kv_blocks = kv_blocks;

@@ -39,6 +39,7 @@ struct RunOptions {
   int threads = 0;  // 0: adaptive, all cores
   int64_t ctx = 0;           // 0: the model's training context
   std::string kv_type = "f16";
+  bool kv_hadamard = false;
   int32_t block_size = 16;
   int64_t kv_memory = 0;     // bytes; 0: sized for the sequences and context
   int32_t kv_blocks = 0;

@@ -40,7 +40,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
                 "block size {} must be in 1..1024", config_.block_size);
   pool_ = std::make_unique<ThreadPool>(config_.threads);
   const int32_t n_blocks = choose_num_blocks(model, config_, config_.max_model_len);
-  kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type});
+  kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type, config_.kv_hadamard});
   open_kv_store();
   make_scheduler();
   if (scheduler_->config().max_model_len < config_.max_model_len) {
@@ -107,6 +107,7 @@ std::shared_ptr<spec::Drafter> Engine::make_model_drafter() {
   o.capacity_tokens = static_cast<int64_t>(kv_manager_->pool().num_blocks() - 1) * config_.block_size;
   o.block_size = config_.block_size;
   o.kv_type = config_.kv_type;
+  o.kv_hadamard = config_.kv_hadamard;
   o.max_batch_tokens = config_.max_num_batched_tokens;
   if (config_.spec_method == spec::Method::kDraft) {
     const Model* d = config_.spec_draft_model;
@@ -789,6 +790,7 @@ void Engine::open_kv_store() {
   h.update_value(model_.long_rope_after());
   h.update_value(static_cast<int32_t>(config_.long_rope));
   h.update_value(static_cast<int32_t>(config_.kv_type));
+  h.update_value(static_cast<int32_t>(config_.kv_hadamard));
   h.update_value(config_.block_size);
   h.update_value(static_cast<uint64_t>(kv_cache_->export_bytes()));
   store_identity_ = h.digest();

@@ -67,6 +67,7 @@ struct EngineConfig {
   int32_t num_kv_blocks = 0;      // 0: from kv_memory_bytes
   size_t kv_memory_bytes = 0;     // 0: enough for max_num_seqs full contexts, at most 1 GiB
   DType kv_type = DType::kF16;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
   bool enable_prefix_caching = true;
   kv::BlockHashFn prefix_block_hash;  // empty: XXH3 keyed per process (kv/prefix_hash.h); tests inject collisions
   int threads = 0;                // 0: all cores

@@ -20,6 +20,7 @@ struct SequenceRunnerOptions {
   int64_t n_ctx = 0;           // 0: the model's training context
   int32_t block_size = 16;
   DType kv_type = DType::kF32;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
   int64_t max_batch_tokens = 512;  // tokens per forward pass when appending many
   const LoraAdapter* lora = nullptr;  // an adapter every token runs with (adapters/lora.h)
   // A bounded cache (kv/kv_policy.h): the sequence may then run past n_ctx

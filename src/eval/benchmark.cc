@@ -16,7 +16,7 @@ double median(std::vector<double> v) {
 
 BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& pool) {
   const int64_t n_ctx = std::max<int64_t>(opt.n_prompt, opt.n_gen) + 1;
-  SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch}, pool);
+  SequenceRunner runner(model, {.n_ctx = n_ctx, .kv_type = opt.kv_type, .kv_hadamard = opt.kv_hadamard, .max_batch_tokens = opt.n_batch}, pool);
   const int32_t V = static_cast<int32_t>(model.config().n_vocab);
   // Token ids do not change the cost; use a fixed, varied sequence.
   std::vector<int32_t> prompt;
@@ -78,6 +78,7 @@ std::vector<BatchedBenchRow> run_batched_bench(const Model& model, const Batched
     cfg.max_model_len = opt.n_prompt + opt.n_gen + 2;
     cfg.kv_memory_bytes = 0;
     cfg.kv_type = opt.kv_type;
+    cfg.kv_hadamard = opt.kv_hadamard;
     cfg.enable_prefix_caching = false;
     cfg.threads = opt.threads;
     cfg.seed = 1;

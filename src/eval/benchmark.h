@@ -18,6 +18,7 @@ struct BenchOptions {
   int64_t n_gen = 64;
   int reps = 5;
   DType kv_type = DType::kF16;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
   int64_t n_batch = 512;  // tokens per forward pass for pp
   // Called right before each timed tg repetition (e.g. to measure the
   // machine's bandwidth at that moment, for a roofline fraction per
@@ -49,6 +50,7 @@ struct BatchedBenchOptions {
   int reps = 1;
   int threads = 0;
   DType kv_type = DType::kF16;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
 };
 
 struct BatchedBenchRow {

@@ -60,7 +60,7 @@ void run_chunks(const Model& model, const Tokenizer& tok, std::span<const int32_
                 const std::function<void(int64_t, int64_t)>& progress, RowFn&& row) {
   const int64_t V = model.config().n_vocab;
   SequenceRunner runner(model,
-                        {.n_ctx = ch.n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
+                        {.n_ctx = ch.n_ctx, .kv_type = opt.kv_type, .kv_hadamard = opt.kv_hadamard, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
                          .long_rope = opt.long_rope},
                         pool);
   std::vector<int32_t> chunk(static_cast<size_t>(ch.n_ctx));

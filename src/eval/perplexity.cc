@@ -41,7 +41,7 @@ PerplexityResult perplexity(const Model& model, const Tokenizer& tok, std::span<
   const int64_t V = model.config().n_vocab;
   const int64_t first = n_ctx / 2;
   SequenceRunner runner(model,
-                        {.n_ctx = n_ctx, .kv_type = opt.kv_type, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
+                        {.n_ctx = n_ctx, .kv_type = opt.kv_type, .kv_hadamard = opt.kv_hadamard, .max_batch_tokens = opt.n_batch, .lora = opt.lora,
                          .long_rope = opt.long_rope},
                         pool);
   std::vector<int32_t> chunk(static_cast<size_t>(n_ctx));
@@ -75,7 +75,7 @@ PerplexityResult perplexity_stream(const Model& model, std::span<const int32_t> 
   const auto t0 = std::chrono::steady_clock::now();
   const bool bounded = opt.kv_policy.bounded();
   SequenceRunner runner(model,
-                        {.n_ctx = bounded ? opt.kv_policy.budget : n, .kv_type = opt.kv_type,
+                        {.n_ctx = bounded ? opt.kv_policy.budget : n, .kv_type = opt.kv_type, .kv_hadamard = opt.kv_hadamard,
                          .max_batch_tokens = opt.n_batch, .lora = opt.lora, .kv_policy = opt.kv_policy,
                          .long_rope = opt.long_rope},
                         pool);

@@ -26,6 +26,7 @@ struct PerplexityOptions {
   int64_t n_batch = 512;     // tokens per forward pass
   int64_t max_chunks = -1;   // -1: all
   DType kv_type = DType::kF16;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
   const LoraAdapter* lora = nullptr;  // an adapter to evaluate with (adapters/lora.h)
   // perplexity_stream(): the KV policy (docs/KV_POLICIES.md).
   kv::KvPolicy kv_policy{};

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,13 +12,22 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/attention_kernels.h"
+#include "kernels/kv_codec.h"
 
 namespace tessera::kernels {
 namespace {
 
 KvElem elem_of(DType t) {
-  return t == DType::kF32 ? KvElem::kF32 : t == DType::kF16 ? KvElem::kF16 : KvElem::kBF16;
+  switch (t) {
+    case DType::kF32: return KvElem::kF32;
+    case DType::kF16: return KvElem::kF16;
+    case DType::kQ8_0: return KvElem::kQ8_0;
+    case DType::kQ4_0: return KvElem::kQ4_0;
+    default: return KvElem::kBF16;
+  }
 }
+
+size_t float_elem_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 void store_elem(DType t, uint8_t* base, size_t index, float v) {
   switch (t) {
@@ -33,6 +43,13 @@ float load_elem(DType t, const uint8_t* base, size_t index) {
     case DType::kF16: return fp16_to_f32(reinterpret_cast<const fp16_t*>(base)[index]);
     default: return bf16_to_f32(reinterpret_cast<const bf16_t*>(base)[index]);
   }
+}
+
+// Feature d of key j of a K tile, or of row j of a V tile, as f32.
+float tile_value(const KvLayerView& kv, bool is_k, const uint8_t* tile, int32_t d, int32_t j) {
+  const KvElem e = elem_of(kv.type);
+  if (kv_quantized(e)) return kv_value(e, is_k, tile, kv.block_size, kv.head_dim, d, j);
+  return load_elem(kv.type, tile, is_k ? static_cast<size_t>(d) * kv.block_size + j : static_cast<size_t>(j) * kv.head_dim + d);
 }
 
 const AttentionKernels& kernels_for(Isa isa) {
@@ -51,7 +68,7 @@ struct WorkUnit {
   int32_t nq;
 };
 
-size_t head_bytes(const KvLayerView& kv) { return kv.tile_elems() * kv.elem_bytes(); }
+size_t head_bytes(const KvLayerView& kv) { return kv.tile_bytes(); }
 
 // Row stride of a unit's captured scores: every slot of every block read.
 int32_t scores_ld(const AttentionSeq& s, int32_t block_size) {
@@ -82,8 +99,69 @@ void unit_mass(const AttnUnitArgs& a, int64_t* mass) {
 
 }  // namespace
 
+size_t kv_tile_bytes(DType type, int32_t block_size, int32_t head_dim) {
+  return kv_tile_bytes_of(elem_of(type), block_size, head_dim);
+}
+
 bool kv_type_supported(DType type) {
-  return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
+  return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16 || type == DType::kQ8_0 ||
+         type == DType::kQ4_0;
+}
+
+namespace {
+
+int32_t hadamard_run(int32_t head_dim) { return head_dim & -head_dim; }
+
+// D's signs: a fixed hash of the feature index (the same in every run, so
+// cache blocks written to a --kv-store read back in another process).
+float hadamard_sign(int32_t i) {
+  return (static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ull) >> 63 ? -1.0f : 1.0f;
+}
+
+// The unnormalised Walsh-Hadamard transform of n (a power of two) values.
+void fwht(float* x, int32_t n) {
+  for (int32_t len = 1; len < n; len *= 2) {
+    for (int32_t i = 0; i < n; i += 2 * len) {
+      for (int32_t j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void kv_hadamard_rotate(float* x, int32_t head_dim) {
+  const int32_t p = hadamard_run(head_dim);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(p));
+  for (int32_t i = 0; i < head_dim; ++i) x[i] *= hadamard_sign(i);
+  for (int32_t r = 0; r < head_dim; r += p) fwht(x + r, p);
+  for (int32_t i = 0; i < head_dim; ++i) x[i] *= norm;
+}
+
+void kv_hadamard_rotate_inverse(float* x, int32_t head_dim) {
+  const int32_t p = hadamard_run(head_dim);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(p));
+  for (int32_t r = 0; r < head_dim; r += p) fwht(x + r, p);
+  for (int32_t i = 0; i < head_dim; ++i) x[i] *= norm * hadamard_sign(i);
+}
+
+void check_kv_layout(DType type, int32_t block_size, int32_t head_dim, bool hadamard) {
+  TESSERA_CHECK(kv_type_supported(type), kInvalidArgument, "KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)",
+                dtype_name(type));
+  TESSERA_CHECK(block_size > 0 && head_dim > 0, kInvalidArgument, "KV cache: block size {} and head dim {} must be positive",
+                block_size, head_dim);
+  TESSERA_CHECK(!hadamard || kv_quantized(elem_of(type)), kInvalidArgument,
+                "a Hadamard-rotated KV cache must be q8_0 or q4_0 (not {})", dtype_name(type));
+  if (!kv_quantized(elem_of(type))) return;
+  TESSERA_CHECK(block_size % 2 == 0 && block_size <= kMaxKvQuantBlockSize, kInvalidArgument,
+                "a {} KV cache needs an even block size of at most {} (got {})", dtype_name(type),
+                kMaxKvQuantBlockSize, block_size);
+  TESSERA_CHECK(head_dim % 2 == 0 && head_dim <= kMaxKvQuantHead, kInvalidArgument,
+                "a {} KV cache needs an even head dim of at most {} (got {})", dtype_name(type), kMaxKvQuantHead,
+                head_dim);
 }
 
 namespace {
@@ -93,12 +171,27 @@ namespace {
 // through a small buffer.
 void store_head(ToKvFn to_kv, const KvLayerView& kv, const float* kr, const float* vr, int64_t slot, int32_t h) {
   const int32_t bs = kv.block_size, hd = kv.head_dim;
-  const size_t eb = kv.elem_bytes();
   const int64_t block = slot / bs;
   const int32_t off = static_cast<int32_t>(slot % bs);
   uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
   uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
   const KvElem e = elem_of(kv.type);
+  if (kv_quantized(e)) {  // the same scalar code on every ISA (kv_codec.h)
+    if (kv.hadamard) {
+      float rk[kMaxKvQuantHead], rv[kMaxKvQuantHead];
+      std::copy(kr, kr + hd, rk);
+      std::copy(vr, vr + hd, rv);
+      kv_hadamard_rotate(rk, hd);
+      kv_hadamard_rotate(rv, hd);
+      kv_store_token(e, true, rk, bs, hd, off, kb);
+      kv_store_token(e, false, rv, bs, hd, off, vb);
+      return;
+    }
+    kv_store_token(e, true, kr, bs, hd, off, kb);
+    kv_store_token(e, false, vr, bs, hd, off, vb);
+    return;
+  }
+  const size_t eb = float_elem_bytes(kv.type);
   to_kv(e, vr, hd, vb + static_cast<size_t>(off) * hd * eb);  // V: [block_size][head_dim]
   constexpr int32_t kChunk = 128;
   alignas(64) uint8_t buf[kChunk * 4];
@@ -140,12 +233,39 @@ void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, fl
       float* kr = k + t * stride + static_cast<int64_t>(h) * hd;
       float* vr = v + t * stride + static_cast<int64_t>(h) * hd;
       for (int32_t d = 0; d < hd; ++d) {
-        kr[d] = load_elem(kv.type, kb, static_cast<size_t>(d) * bs + off);
-        vr[d] = load_elem(kv.type, vb, static_cast<size_t>(off) * hd + d);
+        kr[d] = tile_value(kv, true, kb, d, off);
+        vr[d] = tile_value(kv, false, vb, d, off);
+      }
+      if (kv.hadamard) {
+        kv_hadamard_rotate_inverse(kr, hd);
+        kv_hadamard_rotate_inverse(vr, hd);
       }
     }
   }
 }
+
+namespace {
+
+// A quantized key is read whole, rotated in f32 and quantized again (its
+// blocks' scales follow the new values).
+void rotate_quantized_key(const KvLayerView& kv, uint8_t* kb, int32_t off, const float* c, const float* sn,
+                          int64_t half, bool neox) {
+  float x[kMaxKvQuantHead];
+  const int32_t hd = kv.head_dim;
+  for (int32_t d = 0; d < hd; ++d) x[d] = tile_value(kv, true, kb, d, off);
+  if (kv.hadamard) kv_hadamard_rotate_inverse(x, hd);
+  for (int64_t i = 0; i < half; ++i) {
+    const size_t a = neox ? static_cast<size_t>(i) : 2 * static_cast<size_t>(i);
+    const size_t b = neox ? static_cast<size_t>(i + half) : 2 * static_cast<size_t>(i) + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c[i] - x1 * sn[i];
+    x[b] = x0 * sn[i] + x1 * c[i];
+  }
+  if (kv.hadamard) kv_hadamard_rotate(x, hd);
+  kv_store_token(elem_of(kv.type), true, x, kv.block_size, hd, off, kb);
+}
+
+}  // namespace
 
 void rotate_keys(const KvLayerView& kv, const int64_t* slots, int64_t n, const float* cos, const float* sin,
                  int64_t half, bool neox) {
@@ -159,6 +279,10 @@ void rotate_keys(const KvLayerView& kv, const int64_t* slots, int64_t n, const f
     const float* sn = sin + t * half;
     for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
       uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
+      if (kv_quantized(elem_of(kv.type))) {
+        rotate_quantized_key(kv, kb, static_cast<int32_t>(off), c, sn, half, neox);
+        continue;
+      }
       for (int64_t i = 0; i < half; ++i) {
         // K is feature-major: feature d of this key at d * bs + off.
         const size_t a = (neox ? static_cast<size_t>(i) : 2 * static_cast<size_t>(i)) * bs + off;
@@ -308,10 +432,46 @@ void capture_regions(AttnUnitArgs& a, const AttentionSeq& s, size_t rows, int32_
 
 }  // namespace
 
+namespace {
+
+// A --kv-hadamard cache holds rotated K and V: the queries are rotated the
+// same way (into the workspace) and each output row, a weighted sum of
+// rotated V rows, is rotated back afterwards.
+const float* rotate_queries(const KvLayerView& kv, const float* q, int64_t& q_stride, std::span<const AttentionSeq> seqs,
+                            int32_t n_heads, const KernelContext& ctx) {
+  const int64_t width = static_cast<int64_t>(n_heads) * kv.head_dim;
+  int64_t rows = 0;
+  for (const AttentionSeq& s : seqs) rows = std::max<int64_t>(rows, s.q_begin + s.q_len);
+  ctx.ws->attn_q.ensure(static_cast<size_t>(rows * width));
+  float* rq = ctx.ws->attn_q.data();
+  for (const AttentionSeq& s : seqs) {
+    for (int64_t r = s.q_begin; r < s.q_begin + s.q_len; ++r) {
+      std::copy(q + r * q_stride, q + r * q_stride + width, rq + r * width);
+      for (int32_t h = 0; h < n_heads; ++h) kv_hadamard_rotate(rq + r * width + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+    }
+  }
+  q_stride = width;
+  return rq;
+}
+
+void rotate_outputs_back(const KvLayerView& kv, float* out, int64_t out_stride, std::span<const AttentionSeq> seqs,
+                         int32_t n_heads) {
+  for (const AttentionSeq& s : seqs) {
+    for (int64_t r = s.q_begin; r < s.q_begin + s.q_len; ++r) {
+      for (int32_t h = 0; h < n_heads; ++h) {
+        kv_hadamard_rotate_inverse(out + r * out_stride + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
                      std::span<const AttentionSeq> seqs, const AttentionShape& shape, const KernelContext& ctx,
                      const NewKv* fresh) {
   check_shape(kv, shape);
+  if (kv.hadamard) q = rotate_queries(kv, q, q_stride, seqs, shape.n_heads, ctx);
   const bool in_units = store_in_units(seqs, fresh);
   const int32_t group = shape.n_heads / kv.n_kv_heads;
   const std::vector<WorkUnit> units = make_units(seqs, kv.n_kv_heads);
@@ -363,15 +523,51 @@ void paged_attention(const KvLayerView& kv, const float* q, int64_t q_stride, fl
     const int64_t* m = ctx.ws->attn_mass_sum.data() + mass.sum_at[i];
     for (int32_t j = 0; j < s.kv_len; ++j) s.key_mass[j] += m[j];
   }
+  if (kv.hadamard) rotate_outputs_back(kv, out, out_stride, seqs, shape.n_heads);
 }
+
+namespace {
+
+// Key (or V row) j of a tile as the model wrote it: a --kv-hadamard cache's
+// stored vector rotated back by the dense matrix D H / sqrt(p), H[a][b] =
+// (-1)^popcount(a & b) (an independent check of the fast transform).
+std::vector<double> naive_head_vector(const KvLayerView& kv, bool is_k, const uint8_t* tile, int32_t j) {
+  const int32_t hd = kv.head_dim;
+  std::vector<double> y(static_cast<size_t>(hd));
+  for (int32_t d = 0; d < hd; ++d) y[d] = tile_value(kv, is_k, tile, d, j);
+  if (!kv.hadamard) return y;
+  const int32_t p = hadamard_run(hd);
+  std::vector<double> x(y.size(), 0.0);
+  for (int32_t i = 0; i < hd; ++i) {
+    const int32_t run = i - i % p;
+    for (int32_t k = run; k < run + p; ++k) x[i] += (std::popcount(static_cast<uint32_t>((i % p) & (k % p))) % 2 ? -1.0 : 1.0) * y[k];
+    x[i] *= hadamard_sign(i) / std::sqrt(static_cast<double>(p));
+  }
+  return x;
+}
+
+}  // namespace
 
 void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stride, float* out, int64_t out_stride,
                            std::span<const AttentionSeq> seqs, const AttentionShape& shape) {
   const int32_t group = shape.n_heads / kv.n_kv_heads;
   const int32_t bs = kv.block_size, hd = kv.head_dim;
   std::vector<double> scores;
+  // Each (kv head, slot)'s K and V vectors, read once per sequence.
+  std::vector<std::vector<double>> keys, values;
+  auto head_vectors = [&](const AttentionSeq& s, int32_t kh, int32_t j) -> std::pair<const double*, const double*> {
+    const size_t at = static_cast<size_t>(kh) * s.kv_len + j;
+    if (keys[at].empty()) {
+      const size_t tile = static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
+      keys[at] = naive_head_vector(kv, true, kv.k + tile, j % bs);
+      values[at] = naive_head_vector(kv, false, kv.v + tile, j % bs);
+    }
+    return {keys[at].data(), values[at].data()};
+  };
   std::vector<double> o(static_cast<size_t>(hd));
   for (const AttentionSeq& s : seqs) {
+    keys.assign(static_cast<size_t>(kv.n_kv_heads) * s.kv_len, {});
+    values.assign(keys.size(), {});
     for (int32_t i = 0; i < s.q_len; ++i) {
       const int32_t pos = (s.key_pos != nullptr ? s.q_pos : s.kv_len - s.q_len) + i;
       // Slot j of the table holds the key at position key_of(j) (-1: none).
@@ -388,9 +584,9 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
         double mx = -INFINITY;
         for (int32_t j = 0; j < n_slots; ++j) {
           if (!seen(j)) continue;
-          const uint8_t* kb = kv.k + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
+          const double* key = head_vectors(s, kh, j).first;
           double dot = 0.0;
-          for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * load_elem(kv.type, kb, static_cast<size_t>(d) * bs + j % bs);
+          for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(qr[d]) * key[d];
           scores[j] = dot * shape.scale;
           if (shape.softcap > 0.0f) scores[j] = shape.softcap * std::tanh(scores[j] / shape.softcap);
           mx = std::max(mx, scores[j]);
@@ -402,8 +598,8 @@ void paged_attention_naive(const KvLayerView& kv, const float* q, int64_t q_stri
         std::fill(o.begin(), o.end(), 0.0);
         for (int32_t j = 0; j < n_slots; ++j) {
           if (!seen(j)) continue;
-          const uint8_t* vb = kv.v + static_cast<size_t>(s.block_table[j / bs]) * kv.block_bytes() + kh * head_bytes(kv);
-          for (int32_t d = 0; d < hd; ++d) o[d] += scores[j] * load_elem(kv.type, vb, static_cast<size_t>(j % bs) * hd + d);
+          const double* value = head_vectors(s, kh, j).second;
+          for (int32_t d = 0; d < hd; ++d) o[d] += scores[j] * value[d];
         }
         float* orow = out + static_cast<int64_t>(s.q_begin + i) * out_stride + static_cast<int64_t>(h) * hd;
         for (int32_t d = 0; d < hd; ++d) orow[d] = static_cast<float>(o[d] / sum);

@@ -24,20 +24,43 @@
 
 namespace tessera::kernels {
 
+// Bytes of one (block, kv head) tile of K (or of V) of a cache of this type:
+// block_size * head_dim values, and for Q8_0 / Q4_0 their fp16 scales
+// (layout in kernels/kv_codec.h).
+size_t kv_tile_bytes(DType type, int32_t block_size, int32_t head_dim);
+
 struct KvLayerView {
-  DType type = DType::kF32;  // F32, F16 or BF16
+  DType type = DType::kF32;  // F32, F16, BF16, Q8_0 or Q4_0
   uint8_t* k = nullptr;      // [num_blocks][n_kv_heads][head_dim][block_size]
   uint8_t* v = nullptr;      // [num_blocks][n_kv_heads][block_size][head_dim]
   int32_t block_size = 16;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  // Q8_0 / Q4_0 only: each token's K and V head vectors are stored rotated
+  // by a randomized Hadamard matrix (kv_hadamard_rotate), which spreads
+  // outlier features over the whole quantization block. Attention rotates
+  // the queries the same way and rotates its output back; store_kv,
+  // gather_kv and rotate_keys take and give unrotated values.
+  bool hadamard = false;
 
-  size_t elem_bytes() const { return type == DType::kF32 ? 4 : 2; }
-  size_t tile_elems() const { return static_cast<size_t>(block_size) * head_dim; }
-  size_t block_bytes() const { return tile_elems() * n_kv_heads * elem_bytes(); }
+  size_t tile_bytes() const { return kv_tile_bytes(type, block_size, head_dim); }
+  size_t block_bytes() const { return tile_bytes() * n_kv_heads; }
 };
 
+// F32, F16, BF16, Q8_0 and Q4_0.
 bool kv_type_supported(DType type);
+// The rotation of a --kv-hadamard cache, in place on one head vector:
+// x <- H D x / sqrt(p) on each run of p features, p the largest power of two
+// that divides head_dim, D fixed pseudo-random signs, H the Sylvester
+// Hadamard matrix (by the fast Walsh-Hadamard transform). Orthogonal, so
+// q.k and the weighted sums of V are unchanged; _inverse undoes it.
+void kv_hadamard_rotate(float* x, int32_t head_dim);
+void kv_hadamard_rotate_inverse(float* x, int32_t head_dim);
+
+// Throws kInvalidArgument when a cache of this type cannot hold heads of
+// head_dim in blocks of block_size (the quantized types need an even
+// head_dim and block_size, head_dim <= 1024, block_size <= 256).
+void check_kv_layout(DType type, int32_t block_size, int32_t head_dim, bool hadamard = false);
 
 // One sequence's share of a step. Its query rows are q[q_begin, q_begin +
 // q_len); query i sits at position kv_len - q_len + i and attends causally to

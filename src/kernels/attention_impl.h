@@ -23,6 +23,7 @@
 
 #include "core/fp16.h"
 #include "kernels/attention_kernels.h"
+#include "kernels/kv_codec.h"
 
 namespace tessera::kernels {
 namespace {
@@ -280,6 +281,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
   const int bs = a.block_size, hd = a.head_dim;
   const int bs_pad = (bs + 15) / 16 * 16;  // a multiple of W (8 or 16)
   const int rows = a.group * a.nq;         // row r: head g = r / nq, token i = r % nq
+  const bool quantized = kv_quantized(a.elem);  // read through the f32 scratch tiles
   const size_t eb = a.elem == KvElem::kF32 ? 4 : 2;
   float* kt = align64(a.scratch);                       // [hd][bs_pad]
   float* vt = kt + static_cast<size_t>(hd) * bs_pad;    // [bs_pad][hd]
@@ -296,7 +298,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
   // Read K/V in place when one or two rows use them and a block's tile
   // needs no padding (keys past j_end are then storage, whose scores the
   // softmax below gives weight 0 like the padding's).
-  const bool direct = rows <= 2 && bs == bs_pad;
+  const bool direct = !quantized && rows <= 2 && bs == bs_pad;
   const bool mapped = a.key_pos != nullptr;
   const int last_key = mapped ? a.n_keys - 1 : a.first_pos + a.nq - 1;
   const int n_blocks = last_key / bs + 1;
@@ -322,6 +324,13 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
     const ScratchTiles<F> scratch{kt, vt, bs_pad, hd};
     if (direct) {
       score_block<F>(stored, bs_pad, rows, hd, qp, a.scale, sc);
+    } else if (quantized) {
+      kv_dequant_k(a.elem, a.k + base, bs, hd, j_end, kt, static_cast<size_t>(bs_pad));
+      for (int d = 0; d < hd; ++d) {
+        for (int j = j_end; j < bs_pad; ++j) kt[static_cast<size_t>(d) * bs_pad + j] = 0.0f;
+      }
+      kv_dequant_v(a.elem, a.v + base, bs, hd, j_end, vt);
+      score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     } else {
       // K tile: feature d of keys [0, j_end) is contiguous in storage.
       for (int d = 0; d < hd; ++d) {

@@ -9,8 +9,9 @@
 
 namespace tessera::kernels {
 
-// KV element storage: 0 = f32, 1 = f16, 2 = bf16.
-enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// KV element storage: 0 = f32, 1 = f16, 2 = bf16; 3 = q8_0, 4 = q4_0 (blocks
+// of int8 / 4-bit codes with fp16 scales, kernels/kv_codec.h).
+enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8_0 = 3, kQ4_0 = 4 };
 
 // One work unit: query tokens [q0, q0 + nq) of one sequence against one KV
 // head, i.e. rows (g, i) for g < group query heads and i < nq tokens.

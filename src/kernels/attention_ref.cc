@@ -8,6 +8,7 @@
 
 #include "core/fp16.h"
 #include "kernels/attention_kernels.h"
+#include "kernels/kv_codec.h"
 
 namespace tessera::kernels {
 namespace {
@@ -17,6 +18,7 @@ float load_elem(KvElem e, const uint8_t* base, size_t index) {
     case KvElem::kF32: return reinterpret_cast<const float*>(base)[index];
     case KvElem::kF16: return fp16_to_f32(reinterpret_cast<const fp16_t*>(base)[index]);
     case KvElem::kBF16: return bf16_to_f32(reinterpret_cast<const bf16_t*>(base)[index]);
+    case KvElem::kQ8_0: case KvElem::kQ4_0: break;  // read through kv_value
   }
   return 0.0f;
 }
@@ -31,6 +33,13 @@ void attend_ref(const AttnUnitArgs& a) {
   std::fill(acc, acc + static_cast<size_t>(rows) * hd, 0.0f);
   std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
   std::fill(l, l + rows, 0.0f);
+  const bool quantized = kv_quantized(a.elem);
+  auto k_at = [&](const uint8_t* kb, int d, int j) {
+    return quantized ? kv_value(a.elem, true, kb, bs, hd, d, j) : load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
+  };
+  auto v_at = [&](const uint8_t* vb, int j, int d) {
+    return quantized ? kv_value(a.elem, false, vb, bs, hd, d, j) : load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);
+  };
   const bool mapped = a.key_pos != nullptr;
   const int last_key = mapped ? a.n_keys - 1 : a.first_pos + a.nq - 1;
   // Blocks wholly before the first row's window hold no key any row sees
@@ -54,7 +63,7 @@ void attend_ref(const AttnUnitArgs& a) {
       for (int j = j0; j < n_valid; ++j) {
         if (!seen(j)) continue;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += q[d] * load_elem(a.elem, kb, static_cast<size_t>(d) * bs + j);
+        for (int d = 0; d < hd; ++d) dot += q[d] * k_at(kb, d, j);
         s[j] = dot * a.scale;
         if (a.softcap > 0.0f) s[j] = softcap_score(s[j], a.softcap);
         tile_max = std::max(tile_max, s[j]);
@@ -77,7 +86,7 @@ void attend_ref(const AttnUnitArgs& a) {
         const float p = std::exp(s[j] - m_new);
         if (cap != nullptr) cap[j] = p;
         sum += p;
-        for (int d = 0; d < hd; ++d) ar[d] += p * load_elem(a.elem, vb, static_cast<size_t>(j) * hd + d);
+        for (int d = 0; d < hd; ++d) ar[d] += p * v_at(vb, j, d);
       }
       l[r] = l[r] * corr + sum;
       m[r] = m_new;

@@ -22,6 +22,7 @@ struct Workspace {
   AlignedBuffer<float> padded_x;  // [n_tokens, cols]: x widened for weights stored with padding
   AlignedBuffer<float> attn_mass;        // attention mass capture (kernels/attention.cc)
   AlignedBuffer<int64_t> attn_mass_sum;  // its per-unit sums
+  AlignedBuffer<float> attn_q;           // queries rotated for a --kv-hadamard cache
   // QMoE products (kernels/qmoe.cc): each job's padded input offset and
   // the (job, row group) work units.
   std::vector<size_t> qmoe_x_at;

@@ -8,8 +8,8 @@
 namespace tessera {
 
 size_t KvCache::bytes_per_block(const ModelConfig& c, int32_t block_size, DType type) {
-  const size_t eb = type == DType::kF32 ? 4 : 2;
-  return 2 * static_cast<size_t>(c.n_layer) * static_cast<size_t>(c.kv_dim()) * block_size * eb;
+  const size_t tile = kernels::kv_tile_bytes(type, block_size, static_cast<int32_t>(c.head_dim));
+  return 2 * static_cast<size_t>(c.n_layer) * static_cast<size_t>(c.n_head_kv) * tile;
 }
 
 int32_t KvCache::blocks_for_memory(const ModelConfig& c, int32_t block_size, DType type, size_t bytes) {
@@ -19,11 +19,11 @@ int32_t KvCache::blocks_for_memory(const ModelConfig& c, int32_t block_size, DTy
 }
 
 KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape) {
-  TESSERA_CHECK(kernels::kv_type_supported(shape.type), kInvalidArgument,
-                "KV cache type {} is not supported (f32, f16, bf16)", dtype_name(shape.type));
+  kernels::check_kv_layout(shape.type, shape.block_size, static_cast<int32_t>(c.head_dim), shape.hadamard);
   TESSERA_CHECK(shape.num_blocks >= 2, kInvalidArgument, "KV cache needs at least 2 blocks");
   kernels::KvLayerView proto;
   proto.type = shape.type;
+  proto.hadamard = shape.hadamard;
   proto.block_size = shape.block_size;
   proto.n_kv_heads = static_cast<int32_t>(c.n_head_kv);
   proto.head_dim = static_cast<int32_t>(c.head_dim);

@@ -36,6 +36,7 @@ struct KvCacheShape {
   int32_t num_blocks = 0;  // including the null block
   int32_t block_size = 16;
   DType type = DType::kF16;
+  bool hadamard = false;  // Q8_0 / Q4_0 K and V stored Hadamard-rotated (kernels/attention.h)
 };
 
 class KvCache {

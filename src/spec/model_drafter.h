@@ -38,6 +38,7 @@ struct ModelDrafterOptions {
   int64_t capacity_tokens = 0;     // KV slots over all sequences (rounded up to blocks)
   int32_t block_size = 16;
   DType kv_type = DType::kF16;
+  bool kv_hadamard = false;  // Hadamard-rotated q8_0 / q4_0 K and V (kernels/attention.h)
   int64_t max_batch_tokens = 512;  // tokens per catch-up forward pass
   std::vector<uint8_t> skip_layers;  // [n_layer] 0/1: layers left out (empty: none)
 };
