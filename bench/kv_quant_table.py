@@ -5,7 +5,7 @@ stories260K and stories1M: f16, q8_0 and q4_0, each with and without the
 Hadamard rotation (--kv-hadamard). With --peer BIN (a llama.cpp or
 ik_llama.cpp bin folder), the peer's llama-perplexity on the same file and
 text with -ctk/-ctv of the same types (flash attention on, as a quantized V
-cache needs; ik_llama.cpp's -khad where it has it) goes beside.
+cache needs; ik_llama.cpp's -khad, which rotates K only) goes beside.
 
 usage: python3 bench/kv_quant_table.py [BUILD_DIR] [--models 260K,1M] [--json OUT] [--peer BIN]
 """
@@ -23,6 +23,16 @@ ROOT = os.path.dirname(HERE)
 SHARED = os.path.join(ROOT, "..", "shared")
 MODELS = {"260K": os.path.join(SHARED, "models/stories260K/stories260K.gguf"),
           "1M": os.path.join(SHARED, "models/stories1M/stories1M.gguf")}
+HEAD_DIM = {"260K": 8, "1M": 16}
+
+
+def bytes_per_value(kv, head_dim):
+    """A cache's bytes per K or V value: codes, plus an fp16 scale per block
+    of 32 features (or per head when head_dim is not a multiple of 32)."""
+    if kv == "f16":
+        return 2.0
+    block = 32 if head_dim % 32 == 0 else head_dim
+    return (1.0 if kv == "q8_0" else 0.5) + 2.0 / block
 CONFIGS = [("f16", False), ("q8_0", False), ("q8_0", True), ("q4_0", False), ("q4_0", True)]
 
 
@@ -34,16 +44,17 @@ def run(cmd):
 
 
 def peer_ppl(bin_dir, model, text, kv, hadamard, threads):
-    """The peer's final estimate, or None where it refuses the configuration."""
+    """The peer's final estimate, or why it has none."""
     cmd = [os.path.join(bin_dir, "llama-perplexity"), "-m", model, "-f", text, "-c", "128", "-b", "128", "-t", threads,
-           "-ctk", kv, "-ctv", kv, "-fa", "on" if "ik_llama" not in bin_dir else "1"]
-    if "ik_llama" in bin_dir:
-        cmd[-2:] = ["-fa"]
+           "-ctk", kv, "-ctv", kv, "-fa", "on"]
     if hadamard:
         cmd.append("-khad")
     r = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(r"Final estimate: PPL = ([0-9.]+)", r.stdout + r.stderr)
-    return float(m.group(1)) if r.returncode == 0 and m else None
+    m = re.search(r"Final estimate: PPL[^=]*= ([0-9.]+)", r.stdout + r.stderr)
+    if r.returncode == 0 and m:
+        return float(m.group(1))
+    failed = re.search(r"GGML_ASSERT\((.*)\) failed", r.stdout + r.stderr)
+    return "aborts: " + (failed.group(1) if failed else f"exit {r.returncode}")
 
 
 def main():
@@ -70,7 +81,8 @@ def main():
             r = json.loads(run(cmd + (["--kl-base", base] if first else ["--kl", base])))
             if first:
                 f16 = r["ppl"]
-            row = {"model": key, "kv": kv + (" + Hadamard" if hadamard else ""), "ppl": r["ppl"],
+            row = {"model": key, "kv": kv + (" + Hadamard" if hadamard else ""),
+                   "bytes_per_value": bytes_per_value(kv, HEAD_DIM[key]), "ppl": r["ppl"],
                    "ppl_ratio": r["ppl"] / f16,
                    "kld": 0.0 if first else r["kld_mean"], "same_top": 1.0 if first else r["same_top"]}
             if a.peer:

@@ -512,7 +512,9 @@ TEST(Attention, KeyMassMatchesNaiveAndLeavesOutputsAlone) {
 }
 
 // Quantized caches (q8_0, q4_0; with and without the Hadamard rotation)
-// against the naive reference reading the same stored values: head dims
+// against the naive reference reading the same stored values (through the
+// scalar codec; the kernels read tiles in place or dequantize them as
+// vectors): head dims
 // whose quantization block is 32 (64, 128) or the whole head (8, 24: and a
 // Hadamard run of 8), block sizes 2 to 32, GQA, decode and prefill chunks,
 // windows, soft-capping and sinks, on every ISA.
@@ -526,6 +528,9 @@ TEST(Attention, QuantizedCachesMatchNaiveReference) {
         }
       }
       check_case({8, 4, 64, 16, {{1, 50}, {40, 90}}, t, 17, 0.0f, {}, hadamard}, seed++);
+      // Decode without GQA: one or two rows per unit read the tiles in place.
+      check_case({4, 4, 64, 16, {{1, 50}, {1, 17}, {1, 1}}, t, 0, 0.0f, {}, hadamard}, seed++);
+      check_case({4, 2, 128, 32, {{1, 70}, {1, 33}}, t, 0, 0.0f, {}, hadamard}, seed++);
       check_case({8, 4, 64, 16, {{1, 50}, {40, 90}}, t, 0, 4.0f, {}, hadamard}, seed++);
       check_case({4, 4, 64, 16, {{1, 50}, {9, 33}}, t, 0, 0.0f, {-2.0f, 0.0f, 1.5f, 8.0f}, hadamard}, seed++);
     }

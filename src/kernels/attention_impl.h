@@ -130,6 +130,34 @@ struct StorageTiles {
   typename F::V v(int j, int d) const { return load_elem<F>(e, vb + (static_cast<size_t>(j) * hd + d) * eb); }
 };
 
+// A q8_0 / q4_0 tile read in place (kernels/kv_codec.h): each vector is its
+// codes times their scales, one multiply per value, as the scalar codec
+// computes them. Needs block_size a multiple of W (a K vector spans W keys'
+// scales) and head_dim a multiple of W (a V vector lies in one scale block:
+// W <= 32 = qb, or qb = head_dim).
+template <class F>
+struct QuantTiles {
+  const uint8_t* kb;
+  const uint8_t* vb;
+  const fp16_t* ks;  // [hd / qb][bs]
+  const fp16_t* vs;  // [bs][hd / qb]
+  bool q4;
+  int bs, hd, qb;
+  QuantTiles(KvElem e, const uint8_t* k, const uint8_t* v, int bs_, int hd_)
+      : kb(k), vb(v), ks(kv_scales(e, k, bs_, hd_)), vs(kv_scales(e, v, bs_, hd_)), q4(e == KvElem::kQ4_0), bs(bs_),
+        hd(hd_), qb(kv_quant_block(hd_)) {}
+  typename F::V k(int d, int c) const {
+    const typename F::V q = q4 ? F::load_q4_pairs(kb + static_cast<size_t>(d) * (bs / 2) + c / 2)
+                               : F::load_i8(kb + static_cast<size_t>(d) * bs + c);
+    return F::mul(q, F::load_f16(ks + static_cast<size_t>(d / qb) * bs + c));
+  }
+  typename F::V v(int j, int d) const {
+    const typename F::V q = q4 ? F::load_q4_pairs(vb + static_cast<size_t>(j) * (hd / 2) + d / 2)
+                               : F::load_i8(vb + static_cast<size_t>(j) * hd + d);
+    return F::mul(q, F::set1(_cvtsh_ss(vs[static_cast<size_t>(j) * (hd / qb) + d / qb])));
+  }
+};
+
 // Scores of NR query rows against one vector of keys (column c of the K
 // tile): out[u * out_stride] = scale * q_u . k. Each row's chains are its own.
 template <class F, int NR, class Tiles>
@@ -298,7 +326,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
   // Read K/V in place when one or two rows use them and a block's tile
   // needs no padding (keys past j_end are then storage, whose scores the
   // softmax below gives weight 0 like the padding's).
-  const bool direct = !quantized && rows <= 2 && bs == bs_pad;
+  const bool direct = rows <= 2 && bs == bs_pad;
   const bool mapped = a.key_pos != nullptr;
   const int last_key = mapped ? a.n_keys - 1 : a.first_pos + a.nq - 1;
   const int n_blocks = last_key / bs + 1;
@@ -322,14 +350,32 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
     }
     const StorageTiles<F> stored{a.k + base, a.v + base, a.elem, bs, hd, eb};
     const ScratchTiles<F> scratch{kt, vt, bs_pad, hd};
+    const QuantTiles<F> quant(a.elem, a.k + base, a.v + base, bs, hd);  // used only when quantized
+    // Every read of this block's K / V goes through one of the three.
+    const auto with_tiles = [&](const auto& f) {
+      if (!direct) return f(scratch);
+      if (quantized) return f(quant);
+      return f(stored);
+    };
     if (direct) {
-      score_block<F>(stored, bs_pad, rows, hd, qp, a.scale, sc);
+      with_tiles([&](const auto& t) { score_block<F>(t, bs_pad, rows, hd, qp, a.scale, sc); });
     } else if (quantized) {
-      kv_dequant_k(a.elem, a.k + base, bs, hd, j_end, kt, static_cast<size_t>(bs_pad));
-      for (int d = 0; d < hd; ++d) {
-        for (int j = j_end; j < bs_pad; ++j) kt[static_cast<size_t>(d) * bs_pad + j] = 0.0f;
+      if (bs == bs_pad) {  // vector dequantization: whole vectors of keys
+        for (int d = 0; d < hd; ++d) {
+          float* row = kt + static_cast<size_t>(d) * bs_pad;
+          for (int c = 0; c < bs; c += W) F::store(row + c, quant.k(d, c));
+          for (int j = j_end; j < bs_pad; ++j) row[j] = 0.0f;
+        }
+        for (int j = 0; j < j_end; ++j) {
+          for (int d = 0; d < hd; d += W) F::store(vt + static_cast<size_t>(j) * hd + d, quant.v(j, d));
+        }
+      } else {
+        kv_dequant_k(a.elem, a.k + base, bs, hd, j_end, kt, static_cast<size_t>(bs_pad));
+        for (int d = 0; d < hd; ++d) {
+          for (int j = j_end; j < bs_pad; ++j) kt[static_cast<size_t>(d) * bs_pad + j] = 0.0f;
+        }
+        kv_dequant_v(a.elem, a.v + base, bs, hd, j_end, vt);
       }
-      kv_dequant_v(a.elem, a.v + base, bs, hd, j_end, vt);
       score_block<F>(scratch, bs_pad, rows, hd, qp, a.scale, sc);
     } else {
       // K tile: feature d of keys [0, j_end) is contiguous in storage.
@@ -351,8 +397,9 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
         float* s = sc + static_cast<size_t>(r) * bs_pad;
         float* ar = acc + static_cast<size_t>(r) * hd;
         const int32_t* kp = a.key_pos + static_cast<size_t>(b) * bs;
-        const bool seen = direct ? mapped_row_update<F, M>(stored, kp, j_end, bs_pad, pos, a.window, hd, s, m[r], l[r], ar)
-                                 : mapped_row_update<F, M>(scratch, kp, j_end, bs_pad, pos, a.window, hd, s, m[r], l[r], ar);
+        const bool seen = with_tiles([&](const auto& t) {
+          return mapped_row_update<F, M>(t, kp, j_end, bs_pad, pos, a.window, hd, s, m[r], l[r], ar);
+        });
         if (kExtras && seen && a.key_scores != nullptr) capture_weights(a, r, b, j_end, s, 0, j_end, m[r]);
         continue;
       }
@@ -385,11 +432,7 @@ void attend_tiled_impl(const AttnUnitArgs& a) {
       m[r] = m_new;
       if (kExtras && a.key_scores != nullptr) capture_weights(a, r, b, j_end, s, j0, n_valid, m_new);
       float* ar = acc + static_cast<size_t>(r) * hd;
-      if (direct) {
-        accumulate_v<F>(stored, s, j0, n_valid, corr, hd, ar);
-      } else {
-        accumulate_v<F>(scratch, s, j0, n_valid, corr, hd, ar);
-      }
+      with_tiles([&](const auto& t) { accumulate_v<F>(t, s, j0, n_valid, corr, hd, ar); });
     }
   }
   // Attention sinks: each row's sink joins its max and sum; its weighted sum

@@ -38,6 +38,18 @@ struct Avx2F {
     std::memcpy(h, p, static_cast<size_t>(n) * 2);
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
   }
+  // 8 int8 codes as f32; 8 4-bit codes (4 bytes, low nibble first) minus 8.
+  static V load_i8(const void* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+  }
+  static V load_q4_pairs(const void* p) {
+    int32_t w;
+    std::memcpy(&w, p, 4);
+    const __m128i b = _mm_cvtsi32_si128(w);
+    const __m128i m = _mm_set1_epi8(0x0f);
+    const __m128i q = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_sub_epi8(q, _mm_set1_epi8(8))));
+  }
   static V bf16_widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
   static V load_bf16(const void* p) { return bf16_widen(_mm_loadu_si128(static_cast<const __m128i*>(p))); }
   static V load_bf16_tail(const void* p, int n) {

@@ -31,6 +31,16 @@ struct Avx512F {
   static void store_tail(float* p, V v, int n) { _mm512_mask_storeu_ps(p, tail_mask(n), v); }
   static V load_f16(const void* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
   static V load_f16_tail(const void* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
+  // 16 int8 codes as f32; 16 4-bit codes (8 bytes, low nibble first) minus 8.
+  static V load_i8(const void* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+  }
+  static V load_q4_pairs(const void* p) {
+    const __m128i b = _mm_loadl_epi64(static_cast<const __m128i*>(p));
+    const __m128i m = _mm_set1_epi8(0x0f);
+    const __m128i q = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(q, _mm_set1_epi8(8))));
+  }
   static V bf16_widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static V load_bf16(const void* p) { return bf16_widen(_mm256_loadu_si256(static_cast<const __m256i*>(p))); }
   static V load_bf16_tail(const void* p, int n) { return bf16_widen(_mm256_maskz_loadu_epi16(tail_mask(n), p)); }
