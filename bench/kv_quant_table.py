@@ -50,7 +50,7 @@ def peer_ppl(bin_dir, model, text, kv, hadamard, threads):
     if hadamard:
         cmd.append("-khad")
     r = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(r"Final estimate: PPL[^=]*= ([0-9.]+)", r.stdout + r.stderr)
+    m = re.search(r"Final estimate: PPL.* = ([0-9.]+)", r.stdout + r.stderr)
     if r.returncode == 0 and m:
         return float(m.group(1))
     failed = re.search(r"GGML_ASSERT\((.*)\) failed", r.stdout + r.stderr)
