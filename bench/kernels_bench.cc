@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <memory>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@
 #include "kernels/quant.h"
 #include "kernels/sparse.h"
 #include "kernels/sparse_input.h"
+#include "kernels/peak.h"
+#include "kernels/w8a8.h"
 #include "quant/qmoe.h"
 
 namespace tessera::kernels {
@@ -327,6 +330,41 @@ void qmoe_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64
                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// W8A8 products (kernels/w8a8.h) of a rows x cols matrix by n tokens:
+// multiply-adds per second (GMAC/s; its activations' quantization
+// included) and, for n > 1, `peak_frac`: that rate over the ISA's widest
+// int8 multiply-add alone on the same threads (kernels/peak.h).
+void w8a8_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens, int threads) {
+  if (!isa_supported(isa)) {
+    st.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  std::mt19937 rng(4);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(rows * cols)), sw(static_cast<size_t>(rows));
+  for (float& v : w) v = g(rng) * 0.02f;
+  std::vector<int8_t> q(w.size());
+  quantize_rows_w8(w.data(), rows, cols, q.data(), sw.data());
+  const W8Matrix m = pack_w8(q.data(), sw.data(), rows, cols);
+  AlignedBuffer<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * rows));
+  for (auto& v : x) v = g(rng);
+  Workspace ws;
+  KernelContext ctx{&pool_of(threads), isa, &ws};
+  for (auto _ : st) {
+    matmul_w8a8(m, x.data(), cols, n_tokens, y.data(), rows, ctx);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double macs = static_cast<double>(rows) * cols * n_tokens;
+  st.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * macs / 1e9, benchmark::Counter::kIsRate);
+  if (n_tokens > 1 && isa != Isa::kScalar) {
+    static std::map<std::pair<Isa, int>, double> peaks;  // measured once per ISA and thread count
+    double& peak = peaks[{isa, threads}];
+    if (peak == 0.0) peak = measure_compute_peak(pool_of(threads), isa, 0.2, 3).int8_hw_macs_per_s;
+    st.counters["peak_frac"] =
+        benchmark::Counter(static_cast<double>(st.iterations()) * macs / peak, benchmark::Counter::kIsRate);
+  }
+}
+
 void register_all() {
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("read_bw/t" + std::to_string(threads)).c_str(), read_bandwidth, threads)
@@ -403,6 +441,17 @@ void register_all() {
             }
           }
         }
+      }
+    }
+  }
+  for (Isa isa : isas) {
+    for (int threads : {1, 2}) {
+      for (int64_t n : {int64_t{1}, int64_t{128}, int64_t{512}}) {
+        const std::string name = "w8a8/" + std::string(isa_name(isa)) + "/2048x2048/n" + std::to_string(n) + "/t" +
+                                 std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), w8a8_bench, isa, int64_t{2048}, int64_t{2048}, n, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }

@@ -87,10 +87,14 @@ void unit_mass(const AttnUnitArgs& a, int64_t* mass) {
     if (!(sum > 0.0f)) continue;  // the row saw no key
     const float* w = a.key_scores + static_cast<size_t>(r) * a.scores_ld;
     const float* bm = a.block_max + static_cast<size_t>(r) * n_blocks;
+    static const int maxd = getenv("MAXD") ? atoi(getenv("MAXD")) : 1 << 30;
+    const int32_t rpos = a.first_pos + r % a.nq;
     for (int32_t b = 0; b < n_blocks; ++b) {
       if (bm[b] == -INFINITY) continue;  // the row saw nothing of it (or never read it)
       const double f = std::exp(static_cast<double>(bm[b]) - mx) / sum * static_cast<double>(kMassOne);
       for (int32_t j = b * bs; j < std::min((b + 1) * bs, a.n_keys); ++j) {
+        const int32_t kp = a.key_pos ? a.key_pos[j] : j;
+        if (rpos - kp >= maxd) continue;
         if (w[j] != 0.0f) mass[j] += std::llround(w[j] * f);
       }
     }

@@ -23,6 +23,7 @@ struct Workspace {
   AlignedBuffer<float> attn_mass;        // attention mass capture (kernels/attention.cc)
   AlignedBuffer<int64_t> attn_mass_sum;  // its per-unit sums
   AlignedBuffer<float> attn_q;           // queries rotated for a --kv-hadamard cache
+  AlignedBuffer<float> act_scale;        // W8A8 products: each token's activation scale (kernels/w8a8.cc)
   // QMoE products (kernels/qmoe.cc): each job's padded input offset and
   // the (job, row group) work units.
   std::vector<size_t> qmoe_x_at;

@@ -1,0 +1,137 @@
+// W8A8: weight quantization and packing, the activations' quantization and
+// the split of a product across threads. The kernels are in w8a8_ref.cc and
+// w8a8_<isa>.cc.
+#include "kernels/w8a8.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace tessera::kernels {
+namespace {
+
+const W8A8Kernels& table(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return w8a8_kernels_avx512();
+    case Isa::kAvx2: return w8a8_kernels_avx2();
+    case Isa::kScalar: break;
+  }
+  return w8a8_kernels_ref();
+}
+
+// Work units: row groups in blocks of kGroupsPerUnit, tokens in tiles of
+// kTokensPerUnit (a unit's weights stay in L2 while its tokens pass).
+constexpr int64_t kGroupsPerUnit = 4;
+constexpr int64_t kTokensPerUnit = 64;
+
+}  // namespace
+
+void quantize_rows_w8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* sw) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float amax = 0.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+      TESSERA_CHECK(std::isfinite(row[k]), kInvalidArgument, "W8A8: weight ({}, {}) is not finite", r, k);
+      amax = std::max(amax, std::fabs(row[k]));
+    }
+    sw[r] = amax / 127.0f;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+      q[r * cols + k] = static_cast<int8_t>(std::clamp(std::nearbyint(row[k] * id), -127.0f, 127.0f));
+    }
+  }
+}
+
+W8Matrix pack_w8(const int8_t* q, const float* sw, int64_t rows, int64_t cols) {
+  TESSERA_CHECK(rows > 0 && cols > 0 && cols <= 65536, kInvalidArgument,
+                "W8A8: a {} x {} matrix (1..65536 columns: the int32 sums must not overflow)", rows, cols);
+  W8Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.cols4 = (cols + 3) / 4;
+  m.groups = (rows + kW8Group - 1) / kW8Group;
+  m.q.resize(static_cast<size_t>(m.groups * m.cols4 * kW8Group * 4));
+  m.sw.resize(static_cast<size_t>(m.groups * kW8Group));
+  m.wsum128.resize(m.sw.size());
+  std::fill(m.q.data(), m.q.data() + m.q.size(), int8_t{0});
+  std::fill(m.sw.data(), m.sw.data() + m.sw.size(), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / kW8Group, i = r % kW8Group;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < cols; ++k) {
+      const int8_t v = q[r * cols + k];
+      TESSERA_CHECK(v >= -127, kInvalidArgument, "W8A8: weight ({}, {}) is -128 (codes are -127..127)", r, k);
+      m.q[static_cast<size_t>(((g * m.cols4 + k / 4) * kW8Group + i) * 4 + k % 4)] = v;
+      sum += v;
+    }
+    m.sw[static_cast<size_t>(r)] = sw[r];
+    m.wsum128[static_cast<size_t>(r)] = 128 * sum;
+  }
+  for (int64_t r = rows; r < m.groups * kW8Group; ++r) m.wsum128[static_cast<size_t>(r)] = 0;
+  return m;
+}
+
+float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
+  return w8a8_kernels_ref().quantize(x, cols, cols4, act);
+}
+
+void matmul_w8a8(const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                 const KernelContext& ctx) {
+  TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul_w8a8: ISA {} is not supported by this CPU",
+                isa_name(ctx.isa));
+  matmul_w8a8_with(table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
+}
+
+void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
+                      float* y, int64_t y_stride, const KernelContext& ctx) {
+  if (n_tokens <= 0) return;
+  TESSERA_CHECK(ctx.ws != nullptr, kInvalidArgument, "matmul_w8a8 needs a workspace");
+  const int64_t act_stride = (w.cols4 * 4 + 63) / 64 * 64;
+  ctx.ws->act.ensure(static_cast<size_t>(n_tokens * act_stride));
+  ctx.ws->act_scale.ensure(static_cast<size_t>(n_tokens));
+  uint8_t* act = ctx.ws->act.data();
+  float* sx = ctx.ws->act_scale.data();
+  ThreadPool* pool = parallel_pool(ctx, w.rows * w.cols * n_tokens, kMinParallelQuantMatmulMacs);
+  // Phase 1: the tokens' activations, split by token.
+  std::atomic<int64_t> next_token{0};
+  auto quantize = [&](int, int) {
+    for (int64_t t = next_token.fetch_add(1); t < n_tokens; t = next_token.fetch_add(1)) {
+      sx[t] = k.quantize(x + t * x_stride, w.cols, w.cols4, act + t * act_stride);
+    }
+  };
+  // Phase 2: units of row groups x token tiles.
+  W8A8Args a;
+  a.q = w.q.data();
+  a.sw = w.sw.data();
+  a.wsum128 = w.wsum128.data();
+  a.cols4 = w.cols4;
+  a.act = act;
+  a.act_stride = act_stride;
+  a.sx = sx;
+  a.y = y;
+  a.y_stride = y_stride;
+  a.rows = w.rows;
+  const int64_t row_units = (w.groups + kGroupsPerUnit - 1) / kGroupsPerUnit;
+  const int64_t tok_units = (n_tokens + kTokensPerUnit - 1) / kTokensPerUnit;
+  std::atomic<int64_t> next_unit{0};
+  auto multiply = [&](int, int) {
+    for (int64_t u = next_unit.fetch_add(1); u < row_units * tok_units; u = next_unit.fetch_add(1)) {
+      // Token tiles of one row block run one after the other: its weights
+      // (4 groups, 64 x cols bytes) stay in L2 while the tokens pass.
+      const int64_t g0 = (u / tok_units) * kGroupsPerUnit, t0 = (u % tok_units) * kTokensPerUnit;
+      k.run(a, g0, std::min(g0 + kGroupsPerUnit, w.groups), t0, std::min(t0 + kTokensPerUnit, n_tokens));
+    }
+  };
+  if (pool == nullptr) {
+    quantize(0, 1);
+    multiply(0, 1);
+    return;
+  }
+  pool->run_dynamic(quantize);
+  pool->run_dynamic(multiply);
+}
+
+}  // namespace tessera::kernels

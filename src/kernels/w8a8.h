@@ -1,0 +1,50 @@
+// W8A8 matrix products (SmoothQuant, issue 36): int8 weights with one scale
+// per output channel, int8 activations with one scale per token, an int32
+// dot over the whole row and one float step per output (the arithmetic in
+// kernels/w8a8_kernels.h). Per-block formats (Q8_0) pay a convert, a scale
+// and an FMA per 32 values beside the integer dots; this pays them once per
+// output, so prompt processing can run at the int8 multiply-add peak.
+//
+// Activations are quantized per token, symmetric: sx = max|x| / 127,
+// a = nearbyint(x / sx) (ties to even) clamped to [-127, 127]; a NaN becomes
+// 0. Outliers in a few input channels cost every channel its precision:
+// SmoothQuant moves them into the weights first (quant/, issue 36).
+#pragma once
+
+#include <cstdint>
+
+#include "core/aligned_buffer.h"
+#include "kernels/kernel_context.h"
+#include "kernels/w8a8_kernels.h"
+
+namespace tessera::kernels {
+
+struct W8Matrix {
+  int64_t rows = 0, cols = 0;
+  int64_t cols4 = 0;   // cols rounded up to 4, / 4
+  int64_t groups = 0;  // rows rounded up to 16, / 16
+  AlignedBuffer<int8_t> q;        // W8A8Args::q's layout
+  AlignedBuffer<float> sw;        // [groups * 16]
+  AlignedBuffer<int32_t> wsum128; // [groups * 16]
+};
+
+// Per-output-channel int8 of f32 rows: sw[r] = max_k |w[r, k]| / 127, q =
+// nearbyint(w / sw) (0 for an all-zero row; non-finite weights refused).
+void quantize_rows_w8(const float* w, int64_t rows, int64_t cols, int8_t* q, float* sw);
+
+// Packs row-major q [rows][cols] and its scales for the kernels.
+W8Matrix pack_w8(const int8_t* q, const float* sw, int64_t rows, int64_t cols);
+
+// y[t, r] = sum_k x[t, k] * W[r, k] as w8a8_kernels.h computes it; x: [n_tokens,
+// x_stride] f32 (first cols used); y: [n_tokens, y_stride]. Runs on ctx.pool
+// (work split by row groups and tokens: the bits do not depend on it).
+void matmul_w8a8(const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
+                 const KernelContext& ctx);
+void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
+                      float* y, int64_t y_stride, const KernelContext& ctx);
+
+// The activation quantization above, one row: writes cols4 * 4 bytes a + 128
+// (padding: 128) and returns sx.
+float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,58 @@
+// The interface between w8a8.cc (packing, activation quantization, threads)
+// and the W8A8 GEMM kernels: the scalar reference (w8a8_ref.cc) and one file
+// per ISA (w8a8_avx2.cc, w8a8_avx512.cc). Plain data and function pointers
+// only (docs/KERNELS.md, "ODR rule").
+//
+// Arithmetic (SmoothQuant's W8A8: one scale per output channel, one per
+// token, the integer dot over the whole row):
+//   weights  W[r, k] = sw[r] * q[r, k],  q in [-127, 127]
+//   inputs   x[t, k] ~ sx[t] * a[t, k],  a in [-127, 127] (w8a8.h says how)
+//   acc      = sum over k of a[t, k] * q[r, k]                    (int32, exact)
+//   y[t, r]  = (float(acc) * sx[t]) * sw[r]                        (two roundings)
+// Every kernel forms the same exact acc (AVX-512 as sum((a + 128) * q) -
+// 128 * sum(q), VPDPBUSD's unsigned operand; AVX2 with VPMADDUBSW on |q| and
+// a signed like q), so every ISA gives the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::kernels {
+
+// Rows per packed group: one zmm holds 16 rows x 4 consecutive k.
+constexpr int64_t kW8Group = 16;
+
+struct W8A8Args {
+  // [groups][cols4][16][4]: q[16 g + i, 4 c + j] at ((g * cols4 + c) * 16 + i) * 4 + j.
+  const int8_t* q = nullptr;
+  const float* sw = nullptr;       // [groups * 16] (0 past the rows)
+  const int32_t* wsum128 = nullptr;  // [groups * 16]: 128 * sum_k q[r, k]
+  int64_t cols4 = 0;               // k groups of 4 (cols rounded up to 4, zero-padded)
+  // [n_tokens][act_stride] bytes a + 128 (k past cols: 128, i.e. a = 0).
+  const uint8_t* act = nullptr;
+  int64_t act_stride = 0;
+  const float* sx = nullptr;       // [n_tokens]
+  float* y = nullptr;              // [n_tokens][y_stride]
+  int64_t y_stride = 0;
+  int64_t rows = 0;                // y columns written: r < rows
+};
+
+// Writes y[t][r] for t in [t0, t1) and r in row groups [g0, g1) (rows past
+// `rows` not written).
+using W8A8Fn = void (*)(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1);
+
+// One token's activations (w8a8.h): writes cols4 * 4 bytes a + 128 (128
+// past cols) and returns sx. Every ISA's version gives the same bytes.
+using W8QuantFn = float (*)(const float* x, int64_t cols, int64_t cols4, uint8_t* act);
+
+struct W8A8Kernels {
+  const char* name;
+  W8A8Fn run;
+  W8QuantFn quantize;
+};
+
+const W8A8Kernels& w8a8_kernels_ref();
+const W8A8Kernels& w8a8_kernels_avx2();
+const W8A8Kernels& w8a8_kernels_avx512();
+
+}  // namespace tessera::kernels
