@@ -320,6 +320,16 @@ TEST(Engine, BatchInvarianceWithQuantizedKv) {
   }
 }
 
+// W8A8 (TESSERA_W8A8=1 at load): each token's activations are quantized
+// on their own, so outputs still do not depend on the batch.
+TEST(Engine, BatchInvarianceWithW8A8) {
+  setenv("TESSERA_W8A8", "1", 1);
+  const LoadedModel lm = load_model(testing::stories260k_path());
+  unsetenv("TESSERA_W8A8");
+  const auto tok = Tokenizer::from_gguf(*lm.file);
+  check_batch_invariance(*lm.model, tok.get(), 512, 30, 120);
+}
+
 void check_prefix_caching(const EngineConfig& base) {
   const auto& s = stories();
   std::vector<int32_t> prefix{1};

@@ -43,6 +43,31 @@ TEST(Perplexity, Stories1MMatchesLlamaCpp) {
   EXPECT_NEAR(ppl_of("models/stories1M/stories1M.gguf", -1), 8.23, 0.01);
 }
 
+// W8A8 quantized at load (kernels::prepare_weight_w8a8; no smoothing):
+// within 1% of the F32 model's perplexity on the first 30 000 bytes, and not
+// equal to it (the integer path really ran).
+TEST(Perplexity, W8A8AtLoadWithinOnePercent) {
+  TESSERA_REQUIRE_SHARED("models/stories1M/stories1M.gguf");
+  for (const char* rel : {"models/stories260K/stories260K.gguf", "models/stories1M/stories1M.gguf"}) {
+    const std::string text = testing::read_file(testing::shared_path("data/tinystories_val_prefix.txt")).substr(0, 30000);
+    double ppl[2];
+    for (int w8 : {0, 1}) {
+      if (w8) setenv("TESSERA_W8A8", "1", 1);
+      const LoadedModel lm = load_model(testing::shared_path(rel));
+      unsetenv("TESSERA_W8A8");
+      const auto tok = Tokenizer::from_gguf(*lm.file);
+      const auto tokens = tok->encode(text, /*add_special=*/true);
+      ThreadPool pool(2);
+      PerplexityOptions opt;
+      opt.n_ctx = 128;
+      opt.kv_type = DType::kF32;
+      ppl[w8] = perplexity(*lm.model, *tok, tokens, opt, pool).ppl;
+    }
+    EXPECT_LT(std::abs(ppl[1] / ppl[0] - 1.0), 0.01) << rel << ": " << ppl[1] << " vs " << ppl[0];
+    EXPECT_NE(ppl[1], ppl[0]) << rel;
+  }
+}
+
 TEST(Perplexity, RejectsTextsShorterThanTwoContexts) {
   const LoadedModel lm = load_model(testing::stories260k_path());
   const auto tok = Tokenizer::from_gguf(*lm.file);

@@ -13,6 +13,8 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "kernels/w8a8.h"
 
 namespace tessera::kernels {
@@ -141,6 +143,45 @@ TEST(W8A8, ActivationQuantizationIsItsDefinitionOnEveryIsa) {
       EXPECT_TRUE(got == want) << isa_name(isa) << " cols " << cols;
     }
   }
+}
+
+// prepare_weight_w8a8 (dynamic W8A8 at load): matmul() of it is the W8A8
+// product of the weight's own values, bitwise; a shared-input call gives
+// each output the same bits; an any-shape weight keeps its own type.
+TEST(W8A8, PreparedWeightsRunTheW8A8Product) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  const int64_t rows = 70, cols = 96, n = 5;
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+  for (float& v : w) v = n01(rng) * 0.05f;
+  for (float& v : x) v = n01(rng);
+  std::vector<uint8_t> q8(row_bytes(DType::kQ8_0, cols) * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(DType::kQ8_0, w.data() + r * cols, q8.data() + r * row_bytes(DType::kQ8_0, cols), cols);
+  const WeightView view{DType::kQ8_0, q8.data(), rows, cols, row_bytes(DType::kQ8_0, cols)};
+  const PreparedWeight pw = prepare_weight_w8a8(view);
+  ASSERT_NE(pw.w8, nullptr);
+  // The reference: the Q8_0 values, quantized per row, packed, multiplied.
+  std::vector<float> deq(w.size());
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(DType::kQ8_0, q8.data() + r * view.row_bytes, deq.data() + r * cols, cols);
+  std::vector<int8_t> q(w.size());
+  std::vector<float> sw(static_cast<size_t>(rows));
+  quantize_rows_w8(deq.data(), rows, cols, q.data(), sw.data());
+  const W8Matrix m = pack_w8(q.data(), sw.data(), rows, cols);
+  for (Isa isa : supported_isas()) {
+    ThreadPool pool(2);
+    Workspace ws;
+    KernelContext ctx{&pool, isa, &ws};
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size()), a(want.size()), b(want.size());
+    matmul_w8a8(m, x.data(), cols, n, want.data(), rows, ctx);
+    matmul(pw, x.data(), cols, n, got.data(), rows, ctx);
+    EXPECT_TRUE(got == want) << isa_name(isa);
+    const MatmulOutput outs[] = {{&pw, a.data(), rows}, {&pw, b.data(), rows}};
+    matmul_shared_input(outs, x.data(), cols, n, ctx);
+    EXPECT_TRUE(a == want && b == want) << isa_name(isa);
+  }
+  WeightView padded = view;
+  padded.x_cols = cols - 5;
+  EXPECT_EQ(prepare_weight_w8a8(padded).w8, nullptr);
 }
 
 TEST(W8A8, RefusesWhatTheFormatCannotHold) {

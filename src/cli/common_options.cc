@@ -1,6 +1,7 @@
 #include "cli/common_options.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 
 #include "adapters/lora_gguf.h"
@@ -47,6 +48,10 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
                "Store a q8_0 / q4_0 cache's K and V rotated by a randomized Hadamard matrix per head (outliers "
                "spread over each block: much less error at 4 bits)");
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
+  app.add_flag_callback(
+      "--w8a8", [] { setenv("TESSERA_W8A8", "1", 1); },
+      "Quantize the layers' matrices to W8A8 at load (int8 per output channel; activations int8 per token; "
+      "integer products at the int8 peak) (experimental; no SmoothQuant calibration)");
   add_long_rope_option(app, long_rope);
   app.add_option("--kv-store", kv_store,
                  "Keep prefix-cache blocks beyond RAM: a directory and/or redis://HOST:PORT (repeatable; "

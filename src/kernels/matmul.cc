@@ -14,6 +14,7 @@
 #include "kernels/block_values.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/quant.h"
 #include "kernels/sparse_kernels.h"
 
 namespace tessera::kernels {
@@ -385,6 +386,23 @@ PreparedWeight prepare_weight(const WeightView& w) {
   return p;
 }
 
+PreparedWeight prepare_weight_w8a8(const WeightView& w) {
+  if (!can_dequantize(w.type) || w.input_cols() != w.cols || w.rows <= 0 || w.cols <= 0 || w.cols > 65536) {
+    return prepare_weight(w);
+  }
+  std::vector<float> rows(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w.type, w.data + static_cast<size_t>(r) * w.row_bytes, rows.data() + r * w.cols, w.cols);
+  }
+  std::vector<int8_t> q(rows.size());
+  std::vector<float> sw(static_cast<size_t>(w.rows));
+  quantize_rows_w8(rows.data(), w.rows, w.cols, q.data(), sw.data());
+  PreparedWeight p;
+  p.view = w;
+  p.w8 = std::make_shared<const W8Matrix>(pack_w8(q.data(), sw.data(), w.rows, w.cols));
+  return p;
+}
+
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx) {
   TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul: ISA {} is not supported by this CPU",
@@ -407,6 +425,10 @@ void matmul_with(const MatmulKernels& kernels, const WeightView& w, const float*
 
 void matmul_with(const MatmulKernels& kernels, const PreparedWeight& w, const float* x, int64_t x_stride,
                  int64_t n_tokens, float* y, int64_t y_stride, const KernelContext& ctx) {
+  if (w.w8 != nullptr) {
+    matmul_w8a8(*w.w8, x, x_stride, n_tokens, y, y_stride, ctx);
+    return;
+  }
   const Job job{&w.view, w.packed.empty() ? nullptr : w.packed.data(), y, y_stride};
   run_matmul(kernels, &job, 1, x, x_stride, n_tokens, ctx);
 }
@@ -441,7 +463,7 @@ void matmul_shared_input(std::span<const MatmulOutput> outs, const float* x, int
   bool same = !outs.empty();
   for (const MatmulOutput& o : outs) {
     same = same && o.w->view.type == outs[0].w->view.type && o.w->view.cols == outs[0].w->view.cols &&
-           o.w->view.x_cols == outs[0].w->view.x_cols;
+           o.w->view.x_cols == outs[0].w->view.x_cols && o.w->w8 == nullptr;
   }
   if (!same) {  // e.g. a GGUF mixing Q4_K and Q6_K: one product each
     for (const MatmulOutput& o : outs) matmul(*o.w, x, x_stride, n_tokens, o.y, o.y_stride, ctx);
@@ -464,7 +486,8 @@ void matmul_grouped(std::span<const GroupedMatmul> jobs, const KernelContext& ct
   const WeightView& w0 = jobs[0].w->view;
   bool same = w0.input_cols() == w0.cols;
   for (const GroupedMatmul& j : jobs) {
-    same = same && j.w->view.type == w0.type && j.w->view.cols == w0.cols && j.w->view.x_cols == w0.x_cols;
+    same = same && j.w->view.type == w0.type && j.w->view.cols == w0.cols && j.w->view.x_cols == w0.x_cols &&
+           j.w->w8 == nullptr;
   }
   if (!same) {
     for (const GroupedMatmul& j : jobs) matmul(*j.w, j.x, j.x_stride, j.n_tokens, j.y, j.y_stride, ctx);

@@ -14,11 +14,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/aligned_buffer.h"
 #include "core/dtype.h"
 #include "kernels/kernel_context.h"
+#include "kernels/w8a8.h"
 
 namespace tessera::kernels {
 
@@ -58,8 +60,18 @@ void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok
 struct PreparedWeight {
   WeightView view;
   AlignedBuffer<uint8_t> packed;  // empty: no packed layout for this type
+  // Set by prepare_weight_w8a8: matmul() runs the W8A8 product of these
+  // codes (kernels/w8a8.h) instead of the view's type.
+  std::shared_ptr<const W8Matrix> w8;
 };
 PreparedWeight prepare_weight(const WeightView& w);
+
+// Dynamic W8A8 at load (vLLM's on-the-fly quantization, for SmoothQuant's
+// format without its calibration): the weight's values, per-output-channel
+// int8; matmul() then quantizes each token's activations to int8 and runs
+// the integer product. Types dequantize_row() cannot read, and any-shape
+// weights, are prepared as prepare_weight() does.
+PreparedWeight prepare_weight_w8a8(const WeightView& w);
 
 void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);

@@ -74,6 +74,12 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
     if (ld.file().has(key)) ld.use_key(key);
   }
   ffn_thresholds_ = read_ffn_thresholds(ld.file(), cfg_.n_layer);
+  const char* w8a8 = std::getenv("TESSERA_W8A8");
+  w8a8_ = w8a8 != nullptr && std::string_view(w8a8) == "1";
+  if (w8a8_ && !ffn_thresholds_.empty()) {
+    fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined (run it dense: "
+         "TESSERA_FFN_SPARSITY=0)", ld.file().path());
+  }
 }
 
 void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
@@ -138,14 +144,18 @@ const kernels::RopeParams& DecoderModel::rope_for(bool long_regime) const {
   return long_regime && !rope_long_factors_.empty() ? rope_long_ : rope_;
 }
 
+kernels::PreparedWeight DecoderModel::prepare_linear(const kernels::WeightView& w) const {
+  return w8a8_ ? kernels::prepare_weight_w8a8(w) : kernels::prepare_weight(w);
+}
+
 void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
   AttentionWeights& w = L.attn;
-  w.wq = kernels::prepare_weight(ld.matrix(blk(il, "attn_q.weight"), E, Q));
-  w.wk = kernels::prepare_weight(ld.matrix(blk(il, "attn_k.weight"), E, KV));
-  w.wv = kernels::prepare_weight(ld.matrix(blk(il, "attn_v.weight"), E, KV));
-  w.wo = kernels::prepare_weight(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+  w.wq = prepare_linear(ld.matrix(blk(il, "attn_q.weight"), E, Q));
+  w.wk = prepare_linear(ld.matrix(blk(il, "attn_k.weight"), E, KV));
+  w.wv = prepare_linear(ld.matrix(blk(il, "attn_v.weight"), E, KV));
+  w.wo = prepare_linear(ld.matrix(blk(il, "attn_output.weight"), Q, E));
   if (bias) {
     w.bq = ld.vector(blk(il, "attn_q.bias"), Q);
     w.bk = ld.vector(blk(il, "attn_k.bias"), KV);
@@ -157,10 +167,10 @@ void DecoderModel::load_attention_fused(ModelLoader& ld, int64_t il, DecoderLaye
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
   const kernels::WeightView qkv = ld.matrix(blk(il, "attn_qkv.weight"), E, Q + 2 * KV);
-  L.attn.wq = kernels::prepare_weight(row_range(qkv, 0, Q));
-  L.attn.wk = kernels::prepare_weight(row_range(qkv, Q, KV));
-  L.attn.wv = kernels::prepare_weight(row_range(qkv, Q + KV, KV));
-  L.attn.wo = kernels::prepare_weight(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+  L.attn.wq = prepare_linear(row_range(qkv, 0, Q));
+  L.attn.wk = prepare_linear(row_range(qkv, Q, KV));
+  L.attn.wv = prepare_linear(row_range(qkv, Q + KV, KV));
+  L.attn.wo = prepare_linear(ld.matrix(blk(il, "attn_output.weight"), Q, E));
 }
 
 void DecoderModel::load_post_norms(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
@@ -176,9 +186,9 @@ void DecoderModel::load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) co
 void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-  L.ffn.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
-  L.ffn.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up.weight"), E, F));
-  L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  L.ffn.gate = prepare_linear(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
+  L.ffn.up = prepare_linear(ld.matrix(blk(il, "ffn_up.weight"), E, F));
+  L.ffn.down = prepare_linear(ld.matrix(blk(il, "ffn_down.weight"), F, E));
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
@@ -186,9 +196,9 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
   const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F);
-  L.ffn.gate = kernels::prepare_weight(row_range(gate_up, 0, F));
-  L.ffn.up = kernels::prepare_weight(row_range(gate_up, F, F));
-  L.ffn.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  L.ffn.gate = prepare_linear(row_range(gate_up, 0, F));
+  L.ffn.up = prepare_linear(row_range(gate_up, F, F));
+  L.ffn.down = prepare_linear(ld.matrix(blk(il, "ffn_down.weight"), F, E));
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 

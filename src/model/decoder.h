@@ -214,6 +214,11 @@ class DecoderModel : public Model {
   bool experts_in_place_ = false;
   // Each layer's contextual-sparsity threshold from the file (empty: dense).
   std::vector<float> ffn_thresholds_;
+  // TESSERA_W8A8=1 (read at load; --w8a8): the layers' attention and FFN
+  // matrices quantized to W8A8 at load (kernels::prepare_weight_w8a8); the
+  // embeddings, output and experts keep their type.
+  bool w8a8_ = false;
+  kernels::PreparedWeight prepare_linear(const kernels::WeightView& w) const;
   void decide_expert_layout(const gguf::File& f);
 };
 
