@@ -91,7 +91,7 @@ void run_matmul(benchmark::State& st, DType type, Isa isa, int64_t rows, int64_t
   std::vector<PreparedWeight> prepared;
   for (int i = 0; i < copies; ++i) {
     const WeightView wv{type, w.data() + mat_bytes * static_cast<size_t>(i), rows, cols, row_bytes(type, cols)};
-    prepared.push_back(packed ? prepare_weight(wv) : PreparedWeight{wv, {}});
+    prepared.push_back(packed ? prepare_weight(wv) : PreparedWeight{wv, {}, {}});
   }
   int c = 0;
   for (auto _ : st) {
@@ -130,7 +130,7 @@ void sparse_bench(benchmark::State& st, DType type, Isa isa, int64_t rows, int64
   KernelContext ctx{&pool_of(threads), isa, &ws};
   int c = 0;
   for (auto _ : st) {
-    const PreparedWeight pw{WeightView{type, mats[static_cast<size_t>(c)].data(), rows, cols, 0}, {}};
+    const PreparedWeight pw{WeightView{type, mats[static_cast<size_t>(c)].data(), rows, cols, 0}, {}, {}};
     matmul(pw, x.data(), cols, n_tokens, y.data(), rows, ctx);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % copies;
@@ -334,8 +334,8 @@ void qmoe_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64
 // multiply-adds per second (GMAC/s; its activations' quantization
 // included) and, for n > 1, `peak_frac`: that rate over the ISA's widest
 // int8 multiply-add alone on the same threads (kernels/peak.h).
-void w8a8_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64_t n_tokens, int threads) {
-  if (!isa_supported(isa)) {
+void w8a8_bench(benchmark::State& st, Isa isa, bool amx, int64_t rows, int64_t cols, int64_t n_tokens, int threads) {
+  if (!isa_supported(isa) || (amx && !amx_usable())) {
     st.SkipWithError("ISA not supported by this CPU");
     return;
   }
@@ -351,7 +351,10 @@ void w8a8_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64
   Workspace ws;
   KernelContext ctx{&pool_of(threads), isa, &ws};
   for (auto _ : st) {
-    matmul_w8a8(m, x.data(), cols, n_tokens, y.data(), rows, ctx);
+    const W8A8Kernels& k = amx ? w8a8_kernels_amx()
+                           : isa == Isa::kAvx512 ? w8a8_kernels_avx512()
+                           : isa == Isa::kAvx2 ? w8a8_kernels_avx2() : w8a8_kernels_ref();
+    matmul_w8a8_with(k, m, x.data(), cols, n_tokens, y.data(), rows, ctx);
     benchmark::DoNotOptimize(y.data());
   }
   const double macs = static_cast<double>(rows) * cols * n_tokens;
@@ -444,12 +447,13 @@ void register_all() {
       }
     }
   }
-  for (Isa isa : isas) {
+  for (int table = 0; table < 4; ++table) {  // scalar, avx2, avx512 (VNNI), amx
+    const Isa isa = table == 3 ? Isa::kAvx512 : isas[table];
     for (int threads : {1, 2}) {
       for (int64_t n : {int64_t{1}, int64_t{128}, int64_t{512}}) {
-        const std::string name = "w8a8/" + std::string(isa_name(isa)) + "/2048x2048/n" + std::to_string(n) + "/t" +
-                                 std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), w8a8_bench, isa, int64_t{2048}, int64_t{2048}, n, threads)
+        const std::string name = "w8a8/" + std::string(table == 3 ? "amx" : isa_name(isa)) + "/2048x2048/n" +
+                                 std::to_string(n) + "/t" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), w8a8_bench, isa, table == 3, int64_t{2048}, int64_t{2048}, n, threads)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond);
       }

@@ -15,7 +15,7 @@ namespace {
 
 const W8A8Kernels& table(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return w8a8_kernels_avx512();
+    case Isa::kAvx512: return amx_usable() ? w8a8_kernels_amx() : w8a8_kernels_avx512();
     case Isa::kAvx2: return w8a8_kernels_avx2();
     case Isa::kScalar: break;
   }

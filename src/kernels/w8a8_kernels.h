@@ -54,5 +54,8 @@ struct W8A8Kernels {
 const W8A8Kernels& w8a8_kernels_ref();
 const W8A8Kernels& w8a8_kernels_avx2();
 const W8A8Kernels& w8a8_kernels_avx512();
+// The AVX-512 table with 32-token blocks on AMX-INT8 tiles (w8a8_amx.cc):
+// only where amx_usable().
+const W8A8Kernels& w8a8_kernels_amx();
 
 }  // namespace tessera::kernels
