@@ -22,6 +22,28 @@ case "$out" in
 esac
 grep -q "generated 64 tokens" "$TMP/log" || { echo "FAIL: timing line missing on stderr"; cat "$TMP/log"; fail=1; }
 
+# The same continuation through a quantized KV cache (q8_0; q4_0 rotated)
+# and with the layers in W8A8 (--w8a8); a bad cache type names the choices.
+for opts in "--kv-type q8_0" "--kv-type q4_0 --kv-hadamard" "--w8a8"; do
+  same=$("$TESSERA" generate -m "$MODEL" -p "Once upon a time" -n 16 --temp 0 $opts 2>/dev/null)
+  case "$same" in
+    "$expected"*) echo "ok: $opts continues with '$expected'";;
+    *) echo "FAIL: generate $opts printed: $same"; fail=1;;
+  esac
+done
+if "$TESSERA" generate -m "$MODEL" -p "x" -n 1 --kv-type q5_1 >"$TMP/out" 2>"$TMP/err"; then
+  echo "FAIL: --kv-type q5_1 accepted"; fail=1
+elif grep -q "q8_0 or q4_0" "$TMP/err"; then
+  echo "ok: --kv-type q5_1 refused: $(head -c 120 "$TMP/err")"
+else
+  echo "FAIL: --kv-type q5_1 error: $(cat "$TMP/err")"; fail=1
+fi
+if "$TESSERA" generate -m "$MODEL" -p "x" -n 1 --kv-type f16 --kv-hadamard >"$TMP/out" 2>"$TMP/err"; then
+  echo "FAIL: --kv-hadamard on an f16 cache accepted"; fail=1
+else
+  echo "ok: --kv-hadamard on f16 refused: $(head -c 120 "$TMP/err")"
+fi
+
 # The completion continues the prompt's text: the model's first token is
 # "▁was", so prompt + completion reads "The little dog was a little girl"
 # (issue 13). stdout is the completion, then one newline.
