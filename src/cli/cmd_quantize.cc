@@ -28,10 +28,12 @@ struct QuantizeArgs {
   std::string experts_type;
   bool act_order = false, no_clip = false;
   double damp = -1.0;  // < 0: the method's (GPTQ's 0.01, QMoE's quant::kQmoeDamp)
+  float alpha = 0.5f;  // SmoothQuant's migration strength
   int threads = 0;
 };
 
 DType parse_type_option(const std::string& s) {
+  if (s == "w8a8" || s == "W8A8") return DType::kI8;  // int8 codes (I8) and a .scale per matrix (docs/FORMATS.md)
   const auto t = parse_dtype(s);
   TESSERA_CHECK(t.has_value(), kInvalidArgument, "unknown type '{}'", s);
   return *t;
@@ -41,10 +43,11 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   auto a = std::make_shared<QuantizeArgs>();
   sub.add_option("-m,--model", a->model, "Input GGUF")->required();
   sub.add_option("-o,--out", a->out, "Output GGUF")->required();
-  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32")->capture_default_str();
+  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32; w8a8 (rtn, smoothquant)")->capture_default_str();
   sub.add_option("--bits", a->bits, "Value bits inside the type (3 or 2: 3- or 2-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
-  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes)")->capture_default_str();
+  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes); smoothquant (--type w8a8)")->capture_default_str();
+  sub.add_option("--alpha", a->alpha, "SmoothQuant: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)")->capture_default_str();
   a->calib.add_to(sub);
   sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q2_K, Q3_K and Q6_K 16)");
   sub.add_option("--keep", a->keep, "NAME=TYPE: store tensor NAME as TYPE (repeatable)");
@@ -67,6 +70,8 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       opt.gptq.damp = quant::kQmoeDamp;
     }
     opt.awq.clip = !a->no_clip;
+    opt.smooth_alpha = a->alpha;
+    TESSERA_CHECK(a->alpha >= 0.0f && a->alpha <= 1.0f, kInvalidArgument, "--alpha {}: 0..1", a->alpha);
     for (const std::string& k : a->keep) {
       const size_t eq = k.find('=');
       TESSERA_CHECK(eq != std::string::npos && eq > 0, kInvalidArgument, "--keep {}: expected NAME=TYPE", k);

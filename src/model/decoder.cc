@@ -148,14 +148,26 @@ kernels::PreparedWeight DecoderModel::prepare_linear(const kernels::WeightView& 
   return w8a8_ ? kernels::prepare_weight_w8a8(w) : kernels::prepare_weight(w);
 }
 
+kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::string& name, int64_t cols,
+                                                  int64_t rows) const {
+  const gguf::TensorInfo* t = ld.file().find_tensor(name);
+  if (t != nullptr && t->type == DType::kI8) {  // a W8A8 file
+    if (!ffn_thresholds_.empty()) {
+      fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined", ld.file().path());
+    }
+    return ld.w8a8_matrix(name, cols, rows);
+  }
+  return prepare_linear(ld.matrix(name, cols, rows));
+}
+
 void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
   AttentionWeights& w = L.attn;
-  w.wq = prepare_linear(ld.matrix(blk(il, "attn_q.weight"), E, Q));
-  w.wk = prepare_linear(ld.matrix(blk(il, "attn_k.weight"), E, KV));
-  w.wv = prepare_linear(ld.matrix(blk(il, "attn_v.weight"), E, KV));
-  w.wo = prepare_linear(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+  w.wq = load_linear(ld, blk(il, "attn_q.weight"), E, Q);
+  w.wk = load_linear(ld, blk(il, "attn_k.weight"), E, KV);
+  w.wv = load_linear(ld, blk(il, "attn_v.weight"), E, KV);
+  w.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E);
   if (bias) {
     w.bq = ld.vector(blk(il, "attn_q.bias"), Q);
     w.bk = ld.vector(blk(il, "attn_k.bias"), KV);
@@ -170,7 +182,7 @@ void DecoderModel::load_attention_fused(ModelLoader& ld, int64_t il, DecoderLaye
   L.attn.wq = prepare_linear(row_range(qkv, 0, Q));
   L.attn.wk = prepare_linear(row_range(qkv, Q, KV));
   L.attn.wv = prepare_linear(row_range(qkv, Q + KV, KV));
-  L.attn.wo = prepare_linear(ld.matrix(blk(il, "attn_output.weight"), Q, E));
+  L.attn.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E);
 }
 
 void DecoderModel::load_post_norms(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
@@ -186,9 +198,9 @@ void DecoderModel::load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) co
 void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-  L.ffn.gate = prepare_linear(ld.matrix(blk(il, "ffn_gate.weight"), E, F));
-  L.ffn.up = prepare_linear(ld.matrix(blk(il, "ffn_up.weight"), E, F));
-  L.ffn.down = prepare_linear(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  L.ffn.gate = load_linear(ld, blk(il, "ffn_gate.weight"), E, F);
+  L.ffn.up = load_linear(ld, blk(il, "ffn_up.weight"), E, F);
+  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E);
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
@@ -198,7 +210,7 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F);
   L.ffn.gate = prepare_linear(row_range(gate_up, 0, F));
   L.ffn.up = prepare_linear(row_range(gate_up, F, F));
-  L.ffn.down = prepare_linear(ld.matrix(blk(il, "ffn_down.weight"), F, E));
+  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E);
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 

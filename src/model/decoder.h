@@ -219,6 +219,8 @@ class DecoderModel : public Model {
   // embeddings, output and experts keep their type.
   bool w8a8_ = false;
   kernels::PreparedWeight prepare_linear(const kernels::WeightView& w) const;
+  // A layer's matrix by name: a W8A8 file's (I8 + scales), else prepare_linear.
+  kernels::PreparedWeight load_linear(ModelLoader& ld, const std::string& name, int64_t cols, int64_t rows) const;
   void decide_expert_layout(const gguf::File& f);
 };
 

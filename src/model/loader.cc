@@ -71,6 +71,12 @@ kernels::WeightView ModelLoader::matrix(const std::string& name, int64_t cols, i
   return load_matrix(f_, name, cols, rows);
 }
 
+kernels::PreparedWeight ModelLoader::w8a8_matrix(const std::string& name, int64_t cols, int64_t rows) {
+  tensors_.insert(name);
+  tensors_.insert(w8a8_scale_name(name));
+  return load_w8a8_matrix(f_, name, cols, rows);
+}
+
 kernels::WeightView ModelLoader::experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {
   tensors_.insert(name);
   return load_expert_matrices(f_, name, cols, rows, n_expert);

@@ -32,6 +32,8 @@ class ModelLoader {
   // A matrix / vector by name with its shape and type checked
   // (model/weights.h); the tensor is marked used.
   kernels::WeightView matrix(const std::string& name, int64_t cols, int64_t rows);
+  // A W8A8 matrix and its scales (model/weights.h load_w8a8_matrix); both marked used.
+  kernels::PreparedWeight w8a8_matrix(const std::string& name, int64_t cols, int64_t rows);
   std::vector<float> vector(const std::string& name, int64_t n);
   std::vector<float> vectors(const std::string& name, int64_t n, int64_t count);  // model/weights.h load_vectors
   // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).

@@ -1,5 +1,9 @@
 #include "model/weights.h"
 
+#include <cmath>
+#include <cstring>
+#include <memory>
+
 #include "core/error.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
@@ -59,6 +63,39 @@ kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name
   TESSERA_CHECK(t.type == DType::kQMoE, kCorruptFile, "{}: tensor '{}' has type {}, not QMOE", f.path(), name,
                 dtype_name(t.type));
   return kernels::parse_qmoe(t.data, t.n_bytes, cols, rows, n_expert, name.c_str());
+}
+
+std::string w8a8_scale_name(const std::string& name) {
+  const std::string suffix = ".weight";
+  const bool has = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return (has ? name.substr(0, name.size() - suffix.size()) : name) + ".scale";
+}
+
+kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
+  const int64_t ne[2] = {cols, rows};
+  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+  TESSERA_CHECK(t.type == DType::kI8, kCorruptFile, "{}: tensor '{}' has type {}, not I8 (W8A8)", f.path(), name,
+                dtype_name(t.type));
+  const std::string sname = w8a8_scale_name(name);
+  const int64_t sne[1] = {rows};
+  const gguf::TensorInfo& s = checked(f, sname, 1, sne);
+  TESSERA_CHECK(s.type == DType::kF32, kCorruptFile, "{}: W8A8 scales '{}' have type {}, not F32", f.path(), sname,
+                dtype_name(s.type));
+  std::vector<float> sw(static_cast<size_t>(rows));
+  std::memcpy(sw.data(), s.data, sw.size() * sizeof(float));
+  for (int64_t r = 0; r < rows; ++r) {
+    TESSERA_CHECK(std::isfinite(sw[r]) && sw[r] >= 0.0f, kCorruptFile, "{}: W8A8 scale {} of '{}' is {}", f.path(), r,
+                  name, sw[r]);
+  }
+  const int8_t* q = reinterpret_cast<const int8_t*>(t.data);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    TESSERA_CHECK(q[i] != -128, kCorruptFile, "{}: W8A8 code {} of '{}' is -128 (codes are -127..127)", f.path(), i,
+                  name);
+  }
+  kernels::PreparedWeight p;
+  p.view = {DType::kI8, t.data, rows, cols, static_cast<size_t>(cols)};
+  p.w8 = std::make_shared<const kernels::W8Matrix>(kernels::pack_w8(q, sw.data(), rows, cols));
+  return p;
 }
 
 kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {

@@ -35,6 +35,13 @@ kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string&
 kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
                                     int64_t n_expert);
 
+// A W8A8 matrix (tessera quantize --type w8a8; docs/FORMATS.md): tensor
+// `name` of GGUF type I8, ne = [cols, rows], codes in -127..127, and
+// w8a8_scale_name(name), F32 [rows], each output channel's scale (finite,
+// >= 0), packed for the W8A8 kernels. Anything else is kCorruptFile.
+std::string w8a8_scale_name(const std::string& name);  // "blk.0.attn_q.weight" -> "blk.0.attn_q.scale"
+kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
+
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);
 // `count` vectors of n values stored as a 2-D tensor ne = [n, count] (a

@@ -36,6 +36,7 @@ struct InputStats {
   int64_t n = 0;                // rows (tokens) seen
   std::vector<double> h;        // [dim, dim] sum over rows of x x^T (upper triangle until finish())
   std::vector<double> abs_sum;  // [dim] sum over rows of |x|
+  std::vector<float> abs_max;   // [dim] max over rows of |x| (SmoothQuant's statistic)
 
   void add(const float* x, int64_t rows, int64_t cols, int64_t stride);
   std::vector<float> mean_abs() const;  // [dim]

@@ -16,6 +16,7 @@ void InputStats::add(const float* x, int64_t rows, int64_t cols, int64_t stride)
     dim = cols;
     h.assign(static_cast<size_t>(cols * cols), 0.0);
     abs_sum.assign(static_cast<size_t>(cols), 0.0);
+    abs_max.assign(static_cast<size_t>(cols), 0.0f);
   }
   TESSERA_CHECK(cols == dim, kInternal, "calibration input of {} columns, then {}", dim, cols);
   // Up to kBatch rows transposed (channel-major), then one sweep of H's
@@ -29,6 +30,7 @@ void InputStats::add(const float* x, int64_t rows, int64_t cols, int64_t stride)
       for (int64_t i = 0; i < cols; ++i) {
         xt[static_cast<size_t>(i * k + t)] = r[i];
         abs_sum[static_cast<size_t>(i)] += std::fabs(static_cast<double>(r[i]));
+        abs_max[static_cast<size_t>(i)] = std::max(abs_max[static_cast<size_t>(i)], std::fabs(r[i]));
       }
     }
     add_gram_upper(h.data(), xt.data(), cols, k);

@@ -1,5 +1,6 @@
 #include "quant/quantize_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/quant.h"
+#include "kernels/w8a8.h"
 #include "format/gguf_writer.h"
 #include "model/weights.h"
 #include "quant/qmoe.h"
@@ -66,6 +68,8 @@ InputStats pad_stats(const InputStats& s, int64_t dim_p) {
   p.n = s.n;
   p.abs_sum.assign(static_cast<size_t>(dim_p), 0.0);
   std::copy(s.abs_sum.begin(), s.abs_sum.end(), p.abs_sum.begin());
+  p.abs_max.assign(static_cast<size_t>(dim_p), 0.0f);
+  std::copy(s.abs_max.begin(), s.abs_max.end(), p.abs_max.begin());
   p.h.assign(static_cast<size_t>(dim_p * dim_p), 0.0);
   for (int64_t i = 0; i < s.dim; ++i) std::copy_n(s.h.data() + i * s.dim, s.dim, p.h.data() + i * dim_p);
   return p;
@@ -81,6 +85,7 @@ struct Plan {
   std::vector<float> vec_div;      // [n] divide a norm vector (1/s folded into RMSNorm)
   bool awq_norm = false;           // a norm AWQ may fold into: written as F32
   bool prune = false;              // pruned before rounding (QuantizeOptions::prune)
+  std::vector<float> w8_scale;     // W8A8 (type I8): the rows' scales, written after the matrix as its .scale
   std::vector<uint8_t> encoded;    // a variable-size type's bytes (QMOE experts, a sparse matrix),
   std::string encoded_how;         // how they were made,
   double encoded_seconds = 0.0;    // and in how long
@@ -108,13 +113,74 @@ std::vector<AwqGroup> awq_groups(const gguf::File& in) {
 }
 
 // The groups whose every linear is stored in a block grid (AWQ's scales
-// only help what is rounded to a grid).
+// only help what is rounded to a grid) or in W8A8 (SmoothQuant's).
 bool awq_applies(const AwqGroup& grp, const std::map<std::string, Plan>& plans) {
   for (const std::string& n : grp.linears) {
     auto it = plans.find(n);
-    if (it == plans.end() || !it->second.matrix || !is_grid_type(it->second.type)) return false;
+    if (it == plans.end() || !it->second.matrix || !(is_grid_type(it->second.type) || it->second.type == DType::kI8)) {
+      return false;
+    }
   }
   return true;
+}
+
+// The layers' matrices the decoder reads as W8A8 (model/decoder.cc
+// load_linear); a W8A8 file keeps every other tensor as it was.
+bool w8a8_linear(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return false;
+  for (const char* s : {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight", ".ffn_gate.weight",
+                        ".ffn_up.weight", ".ffn_down.weight"}) {
+    const std::string suffix(s);
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+  }
+  return false;
+}
+
+// SmoothQuant's scales of each group of `layer`: s_j = max|X_j|^alpha /
+// max|W_j|^(1 - alpha) over the group's linears (1 where either is 0),
+// recorded as AWQ's are (columns multiplied, the norm or producer divided).
+void plan_smooth(const gguf::File& in, StatsSource& stats, float alpha, std::map<std::string, Plan>& plans,
+                 int64_t layer) {
+  for (const AwqGroup& grp : awq_groups(in)) {
+    if (grp.layer != layer || !w8a8_linear(grp.linears[0])) continue;  // the output matrix keeps its type
+    const InputStats* st = stats.find(grp.tap, grp.layer);
+    const std::string& producer = grp.norm.empty() ? grp.producer : grp.norm;
+    const bool ok = st != nullptr && st->n > 0 && awq_applies(grp, plans) && plans.count(producer) != 0 &&
+                    (!grp.producer.empty() ? plans[producer].matrix : !plans[producer].matrix);
+    if (!ok) {
+      TESSERA_LOG_WARN("smoothquant: leaving {} unsmoothed (no statistics, or not every linear in W8A8)", grp.linears[0]);
+      continue;
+    }
+    const int64_t cols = in.tensor(grp.linears[0]).ne[0];
+    TESSERA_CHECK(st->dim == cols, kCorruptFile, "smoothquant: statistics of {} inputs for '{}', which has {}", st->dim,
+                  grp.linears[0], cols);
+    std::vector<float> wmax(static_cast<size_t>(cols), 0.0f);
+    for (const std::string& n : grp.linears) {
+      const gguf::TensorInfo& t = in.tensor(n);
+      TESSERA_CHECK(t.ne[0] == cols, kCorruptFile, "smoothquant: '{}' has {} inputs, expected {}", n, t.ne[0], cols);
+      const std::vector<float> w = read_f32(t);
+      for (int64_t r = 0; r < t.ne[1]; ++r) {
+        for (int64_t j = 0; j < cols; ++j) wmax[j] = std::max(wmax[j], std::fabs(w[static_cast<size_t>(r * cols + j)]));
+      }
+    }
+    std::vector<float> s(static_cast<size_t>(cols), 1.0f);
+    float lo = 1e30f, hi = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float x = st->abs_max[static_cast<size_t>(j)];
+      if (x > 0.0f && wmax[j] > 0.0f) {
+        s[j] = std::clamp(std::pow(x, alpha) / std::pow(wmax[j], 1.0f - alpha), 1e-4f, 1e4f);
+      }
+      lo = std::min(lo, s[j]);
+      hi = std::max(hi, s[j]);
+    }
+    for (const std::string& n : grp.linears) plans[n].col_scale = s;
+    if (!grp.norm.empty()) {
+      plans[grp.norm].vec_div = s;
+    } else {
+      plans[grp.producer].row_div = s;
+    }
+    TESSERA_LOG_INFO("smoothquant: {} alpha {:.2f}, scales {:.3g}..{:.3g}", grp.linears[0], alpha, lo, hi);
+  }
 }
 
 // Searches AWQ's scale of each group of `layer` (-1: the output's) and
@@ -171,7 +237,7 @@ std::string prune_in_place(const std::string& name, float* w, int64_t rows, int6
 }
 
 // The stored bytes of a matrix: method-chosen levels packed into its grid type.
-void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats* stats, const QuantizeOptions& opt,
+void quantize_matrix(const gguf::TensorInfo& t, Plan& p, const InputStats* stats, const QuantizeOptions& opt,
                      ThreadPool& pool, uint8_t* out, std::string* how) {
   const int64_t cols = t.ne[0], rows = matrix_rows(t);
   std::vector<float> w = read_f32(t);
@@ -185,8 +251,14 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
       for (int64_t i = 0; i < cols; ++i) w[static_cast<size_t>(r * cols + i)] /= p.row_div[static_cast<size_t>(r)];
     }
   }
-  *how = p.col_scale.empty() && p.row_div.empty() ? "" : "awq-scaled ";
+  *how = p.col_scale.empty() && p.row_div.empty() ? "" : opt.method == Method::kSmoothQuant ? "smoothed " : "awq-scaled ";
   if (p.prune) *how += prune_in_place(t.name, w.data(), rows, cols, stats, *opt.prune) + " ";
+  if (p.type == DType::kI8) {  // W8A8: int8 per output channel, the scales to the .scale tensor
+    p.w8_scale.assign(static_cast<size_t>(rows), 0.0f);
+    kernels::quantize_rows_w8(w.data(), rows, cols, reinterpret_cast<int8_t*>(out), p.w8_scale.data());
+    *how += "w8a8";
+    return;
+  }
   if (!is_grid_type(p.type)) {  // a float type, or a block type written by round to nearest (kernels/quant.h)
     const int64_t cols_p = p.cols_p;
     w = pad_columns(w, rows, cols, cols_p);
@@ -254,8 +326,8 @@ void quantize_matrix(const gguf::TensorInfo& t, const Plan& p, const InputStats*
 // kernels::quantize_row writes (round to nearest).
 constexpr const char* kWritable =
     "Q2_K, Q3_K, Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 (every method); Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 (rtn); "
-    "F16, BF16, F32";
-bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t) || kernels::is_sparse(t); }
+    "F16, BF16, F32; W8A8 (rtn, smoothquant)";
+bool writable(DType t) { return is_grid_type(t) || kernels::can_quantize(t) || kernels::is_sparse(t) || t == DType::kI8; }
 bool rtn_only(DType t) { return !is_grid_type(t) && dtype_traits(t).block_size > 1; }
 
 // Refuses requests the writer cannot honour, before anything is written.
@@ -274,6 +346,12 @@ void check_request(const gguf::File& in, const std::string& out_path, const Quan
                 "pruning rounds the kept weights to nearest (--method rtn), not {}", method_name(opt.method));
   TESSERA_CHECK(!opt.prune || opt.prune->method != PruneMethod::kWanda || stats != nullptr, kInvalidArgument,
                 "wanda needs calibration statistics");
+  TESSERA_CHECK(opt.method != Method::kSmoothQuant || opt.type == DType::kI8, kInvalidArgument,
+                "--method smoothquant writes W8A8 (--type w8a8), not {}", dtype_name(opt.type));
+  TESSERA_CHECK(opt.type != DType::kI8 || opt.method == Method::kRtn || opt.method == Method::kSmoothQuant,
+                kInvalidArgument, "W8A8 is written by rtn or smoothquant, not {}", method_name(opt.method));
+  TESSERA_CHECK(opt.type != DType::kI8 || (!opt.prune && !opt.experts_type && opt.bits == 0 && opt.keep.empty()),
+                kInvalidArgument, "--type w8a8 takes no pruning, --experts-type, --bits or --keep");
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
 }
 
@@ -309,6 +387,7 @@ std::map<std::string, Plan> plan_types(const gguf::File& in, const QuantizeOptio
     Plan p;
     p.matrix = is_matrix(t);
     p.type = t.type;
+    if (p.matrix && opt.type == DType::kI8 && !w8a8_linear(t.name)) p.matrix = false;  // W8A8: the rest is copied
     if (p.matrix) {
       p.type = is_experts(t) && opt.experts_type ? *opt.experts_type : opt.type;
       p.prune = opt.prune && !is_experts(t) && prunable(t.name);
@@ -364,7 +443,7 @@ void copy_header(gguf::Writer& w, const gguf::File& in, const QuantizeOptions& o
 
 // One tensor's bytes: a quantized matrix, a norm with AWQ's 1/s folded in,
 // or a copy. Says which in d->how.
-void write_tensor(const gguf::TensorInfo& t, const Plan& p, const QuantizeOptions& opt, StatsSource* stats,
+void write_tensor(const gguf::TensorInfo& t, Plan& p, const QuantizeOptions& opt, StatsSource* stats,
                   ThreadPool& pool, uint8_t* out, size_t n_bytes, TensorDone* d) {
   if (p.matrix) {
     if (p.cols_p != t.ne[0]) d->padded_cols = p.cols_p;
@@ -380,7 +459,7 @@ void write_tensor(const gguf::TensorInfo& t, const Plan& p, const QuantizeOption
     for (size_t k = 0; k < p.vec_div.size(); ++k) v[k] /= p.vec_div[k];
     TESSERA_CHECK(n_bytes == v.size() * sizeof(float), kInternal, "awq: '{}' size", t.name);
     std::memcpy(out, v.data(), n_bytes);
-    d->how = p.vec_div.empty() ? "convert" : "awq-folded";
+    d->how = p.vec_div.empty() ? "convert" : opt.method == Method::kSmoothQuant ? "smoothquant-folded" : "awq-folded";
   } else {
     TESSERA_CHECK(n_bytes <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape", t.name);
     std::memcpy(out, t.data, n_bytes);
@@ -474,7 +553,8 @@ Method parse_method(const std::string& s) {
   if (s == "awq+gptq" || s == "awq-gptq") return Method::kAwqGptq;
   if (s == "qmoe") return Method::kQmoe;
   if (s == "qmoe-rtn") return Method::kQmoeRtn;
-  fail(ErrorCode::kInvalidArgument, "unknown method '{}' (rtn, awq, gptq, awq+gptq, qmoe, qmoe-rtn)", s);
+  if (s == "smoothquant") return Method::kSmoothQuant;
+  fail(ErrorCode::kInvalidArgument, "unknown method '{}' (rtn, awq, gptq, awq+gptq, qmoe, qmoe-rtn, smoothquant)", s);
 }
 
 const char* method_name(Method m) {
@@ -485,6 +565,7 @@ const char* method_name(Method m) {
     case Method::kAwqGptq: return "awq+gptq";
     case Method::kQmoe: return "qmoe";
     case Method::kQmoeRtn: return "qmoe-rtn";
+    case Method::kSmoothQuant: return "smoothquant";
   }
   return "?";
 }
@@ -496,7 +577,8 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   const Grid g = is_grid_type(opt.type) ? make_grid(opt.type, opt.bits) : Grid{};
   check_options(in, opt, g);
   const bool awq = opt.method == Method::kAwq || opt.method == Method::kAwqGptq;
-  std::map<std::string, Plan> plans = plan_types(in, opt, awq);
+  const bool smooth = opt.method == Method::kSmoothQuant;
+  std::map<std::string, Plan> plans = plan_types(in, opt, awq || smooth);
   if (is_qmoe(opt.method)) encode_experts(in, opt, stats, pool, plans);
   if (kernels::is_sparse(opt.type)) encode_sparse_matrices(in, opt, stats, plans);
   std::set<int64_t> awq_planned;  // layers whose AWQ scales are searched (-1: the output's)
@@ -505,6 +587,7 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
   const auto plan_layer_of = [&](const std::string& name) {
     const std::optional<int64_t> layer = layer_of_tensor(name);
     if (awq && layer && awq_planned.insert(*layer).second) plan_awq(in, g, *stats, opt.awq, plans, *layer);
+    if (smooth && layer && awq_planned.insert(*layer).second) plan_smooth(in, *stats, opt.smooth_alpha, plans, *layer);
   };
 
   gguf::Writer w;
@@ -557,6 +640,15 @@ QuantizeResult quantize_model(const gguf::File& in, const std::string& out_path,
       d.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (on_tensor) on_tensor(d);
     });
+    if (p.matrix && type == DType::kI8) {
+      // The rows' scales, filled by the matrix's callback just before.
+      const std::vector<int64_t> sne = {matrix_rows(t)};
+      w.add_tensor(w8a8_scale_name(t.name), DType::kF32, sne, [&t, &plans](uint8_t* out, size_t n_bytes) {
+        const std::vector<float>& sc = plans[t.name].w8_scale;
+        TESSERA_CHECK(sc.size() * sizeof(float) == n_bytes, kInternal, "w8a8: scales of '{}' not ready", t.name);
+        std::memcpy(out, sc.data(), n_bytes);
+      });
+    }
   }
   res.file_bytes = write_atomically(w, out_path);
 

@@ -42,8 +42,8 @@
 
 namespace tessera::quant {
 
-enum class Method { kRtn, kAwq, kGptq, kAwqGptq, kQmoe, kQmoeRtn };
-Method parse_method(const std::string& s);  // "rtn", "awq", "gptq", "awq+gptq", "qmoe", "qmoe-rtn"
+enum class Method { kRtn, kAwq, kGptq, kAwqGptq, kQmoe, kQmoeRtn, kSmoothQuant };
+Method parse_method(const std::string& s);  // "rtn", "awq", "gptq", "awq+gptq", "qmoe", "qmoe-rtn", "smoothquant"
 const char* method_name(Method m);
 inline bool needs_calibration(Method m) { return m != Method::kRtn && m != Method::kQmoeRtn; }
 inline bool is_qmoe(Method m) { return m == Method::kQmoe || m == Method::kQmoeRtn; }
@@ -55,6 +55,11 @@ struct QuantizeOptions {
   Method method = Method::kRtn;
   int64_t group = 0;          // 0: the type's block; anything else must equal it
   std::vector<std::pair<std::string, DType>> keep;  // tensor name -> its type
+  // SmoothQuant (--method smoothquant, type W8A8): each input channel j of
+  // the linears reading a norm (q/k/v, gate/up) or ffn_up's product
+  // (down) is scaled by s_j = max|X_j|^alpha / max|W_j|^(1 - alpha), the
+  // norm (or ffn_up's rows) divided by it.
+  float smooth_alpha = 0.5f;
   GptqOptions gptq;
   AwqOptions awq;
   // Prune the blocks' linears first (quant/prune.h; rtn only), then store
