@@ -374,7 +374,19 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
   o = {};
   o.method = Method::kGptq;
   EXPECT_THROW(quantize_model(*m.lm.file, out, o, nullptr, pool), Error);  // no calibration
-  EXPECT_THROW(parse_method("smoothquant"), Error);
+  EXPECT_THROW(parse_method("spinquant"), Error);
+  {
+    WholeCalibration cal(testing::stories260k_calibration());
+    QuantizeOptions w;
+    w.method = Method::kSmoothQuant;  // writes W8A8 only
+    EXPECT_THROW(quantize_model(*m.lm.file, out, w, &cal, pool), Error);
+    w.type = DType::kI8;
+    w.method = Method::kGptq;  // W8A8 is rtn or smoothquant
+    EXPECT_THROW(quantize_model(*m.lm.file, out, w, &cal, pool), Error);
+    w.method = Method::kRtn;
+    w.bits = 3;
+    EXPECT_THROW(quantize_model(*m.lm.file, out, w, nullptr, pool), Error);
+  }
   // Statistics that do not fit the tensor (another model's): refused.
   Calibration other;
   const float x[100] = {1.0f};

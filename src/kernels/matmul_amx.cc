@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/amx_tile.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/pair_avx512.h"
@@ -40,15 +41,6 @@ namespace tessera::kernels {
 namespace {
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// Palette 1's 64-byte configuration (Intel SDM, LDTILECFG).
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 // Tiles: 0 = A, 16 tokens x K int8 activations; 1 = B, K values of 16
 // rows in the VNNI order (K / 4 rows of 4 values x 16 columns); 2 = C, 16

@@ -12,18 +12,11 @@
 
 #include <cstdint>
 
+#include "kernels/amx_tile.h"
 #include "kernels/w8a8_kernels.h"
 
 namespace tessera::kernels {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 // Tiles 0-3: C (16 tokens x 16 int32); 4-5: A (16 tokens x 64 bytes); 6-7:
 // B (16 rows of 4-column groups x 64 bytes).
