@@ -181,15 +181,14 @@ void store_head(ToKvFn to_kv, const KvLayerView& kv, const float* kr, const floa
   uint8_t* vb = kv.v + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
   const KvElem e = elem_of(kv.type);
   if (kv_quantized(e)) {  // the same scalar code on every ISA (kv_codec.h)
-    if (kv.hadamard) {
-      float rk[kMaxKvQuantHead], rv[kMaxKvQuantHead];
+    float rk[kMaxKvQuantHead], rv[kMaxKvQuantHead];
+    if (kv.hadamard) {  // stored rotated
       std::copy(kr, kr + hd, rk);
       std::copy(vr, vr + hd, rv);
       kv_hadamard_rotate(rk, hd);
       kv_hadamard_rotate(rv, hd);
-      kv_store_token(e, true, rk, bs, hd, off, kb);
-      kv_store_token(e, false, rv, bs, hd, off, vb);
-      return;
+      kr = rk;
+      vr = rv;
     }
     kv_store_token(e, true, kr, bs, hd, off, kb);
     kv_store_token(e, false, vr, bs, hd, off, vb);
