@@ -13,7 +13,7 @@
 namespace tessera::kernels {
 namespace {
 
-const W8A8Kernels& table(Isa isa) {
+const W8A8Kernels& w8a8_table(Isa isa) {
   switch (isa) {
     case Isa::kAvx512: return amx_usable() ? w8a8_kernels_amx() : w8a8_kernels_avx512();
     case Isa::kAvx2: return w8a8_kernels_avx2();
@@ -82,7 +82,7 @@ void matmul_w8a8(const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_
                  const KernelContext& ctx) {
   TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul_w8a8: ISA {} is not supported by this CPU",
                 isa_name(ctx.isa));
-  matmul_w8a8_with(table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
+  matmul_w8a8_with(w8a8_table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
 }
 
 void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
