@@ -13,6 +13,7 @@
 #include "core/fp16.h"
 #include "kernels/attention_kernels.h"
 #include "kernels/kv_codec.h"
+#include "kernels/rotation.h"
 
 namespace tessera::kernels {
 namespace {
@@ -120,19 +121,6 @@ int32_t hadamard_run(int32_t head_dim) { return head_dim & -head_dim; }
 // cache blocks written to a --kv-store read back in another process).
 float hadamard_sign(int32_t i) {
   return (static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ull) >> 63 ? -1.0f : 1.0f;
-}
-
-// The unnormalised Walsh-Hadamard transform of n (a power of two) values.
-void fwht(float* x, int32_t n) {
-  for (int32_t len = 1; len < n; len *= 2) {
-    for (int32_t i = 0; i < n; i += 2 * len) {
-      for (int32_t j = i; j < i + len; ++j) {
-        const float a = x[j], b = x[j + len];
-        x[j] = a + b;
-        x[j + len] = a - b;
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ std::vector<double> random_orthogonal(int64_t m, uint64_t seed) {
 }
 
 template <class T>
-void fwht(T* x, int64_t p) {
+void fwht_t(T* x, int64_t p) {
   for (int64_t h = 1; h < p; h *= 2) {
     for (int64_t i = 0; i < p; i += 2 * h) {
       for (int64_t j = i; j < i + h; ++j) {
@@ -81,6 +81,8 @@ float norm_of(int64_t p) { return static_cast<float>(1.0 / std::sqrt(static_cast
 
 }  // namespace
 
+void fwht(float* x, int64_t p) { fwht_t(x, p); }
+
 Rotation make_rotation(int64_t n, uint64_t seed) {
   TESSERA_CHECK(n > 0, kInvalidArgument, "a rotation needs a positive size (got {})", n);
   Rotation r;
@@ -101,7 +103,7 @@ Rotation make_rotation(int64_t n, uint64_t seed) {
 
 void rotate_ref(const Rotation& r, float* x) {
   for (int64_t i = 0; i < r.n; ++i) x[i] = x[i] * r.signs[static_cast<size_t>(i)];
-  for (int64_t o = 0; o < r.n; o += r.p) fwht(x + o, r.p);
+  for (int64_t o = 0; o < r.n; o += r.p) fwht_t(x + o, r.p);
   const float norm = norm_of(r.p);
   for (int64_t i = 0; i < r.n; ++i) x[i] = x[i] * norm;
   if (r.m == 1) return;
@@ -111,7 +113,7 @@ void rotate_ref(const Rotation& r, float* x) {
 
 void rotate_f64(const Rotation& r, double* x) {
   for (int64_t i = 0; i < r.n; ++i) x[i] *= r.signs[static_cast<size_t>(i)];
-  for (int64_t o = 0; o < r.n; o += r.p) fwht(x + o, r.p);
+  for (int64_t o = 0; o < r.n; o += r.p) fwht_t(x + o, r.p);
   const double norm = 1.0 / std::sqrt(static_cast<double>(r.p));
   for (int64_t i = 0; i < r.n; ++i) x[i] *= norm;
   if (r.m == 1) return;
@@ -124,7 +126,7 @@ void rotate_transpose_f64(const Rotation& r, double* x) {
     std::vector<double> y;
     mix_runs(r.mix64.data(), true, r.m, r.p, x, y);
   }
-  for (int64_t o = 0; o < r.n; o += r.p) fwht(x + o, r.p);
+  for (int64_t o = 0; o < r.n; o += r.p) fwht_t(x + o, r.p);
   const double norm = 1.0 / std::sqrt(static_cast<double>(r.p));
   for (int64_t i = 0; i < r.n; ++i) x[i] *= norm * r.signs[static_cast<size_t>(i)];
 }

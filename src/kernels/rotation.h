@@ -51,6 +51,10 @@ void rotate_transpose_f64(const Rotation& r, double* x);
 // definition (tests compare the fast transform with it).
 std::vector<double> rotation_dense(const Rotation& r);
 
+// The unnormalised Walsh-Hadamard transform of p (a power of two) values,
+// in place (butterflies x_j + x_{j+h}, x_j - x_{j+h} for h = 1, 2, 4, ...).
+void fwht(float* x, int64_t p);
+
 // The per-ISA row kernel (rotation_<isa>.cc); POD arguments only.
 struct RotationArgs {
   int64_t n, p, m;
