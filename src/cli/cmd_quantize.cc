@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "quant/qmoe.h"
 #include "quant/quantize_model.h"
+#include "quant/rotate.h"
 
 namespace tessera::cli {
 namespace {
@@ -29,7 +30,17 @@ struct QuantizeArgs {
   bool act_order = false, no_clip = false;
   double damp = -1.0;  // < 0: the method's (GPTQ's 0.01, QMoE's quant::kQmoeDamp)
   float alpha = 0.5f;  // SmoothQuant's migration strength
+  uint64_t rotation_seed = quant::RotateOptions{}.seed;
+  bool no_online_ffn = false;
   int threads = 0;
+};
+
+// Removed when it goes out of scope.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    if (!path.empty()) std::remove(path.c_str());
+  }
 };
 
 DType parse_type_option(const std::string& s) {
@@ -46,7 +57,9 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32; w8a8 (rtn, smoothquant)")->capture_default_str();
   sub.add_option("--bits", a->bits, "Value bits inside the type (3 or 2: 3- or 2-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
-  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes); smoothquant (--type w8a8)")->capture_default_str();
+  sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes); smoothquant (--type w8a8); quarot, quarot+gptq (QuaRot's rotations, then rtn or gptq)")->capture_default_str();
+  sub.add_option("--rotation-seed", a->rotation_seed, "quarot: the rotations' seed")->capture_default_str();
+  sub.add_flag("--no-online-ffn", a->no_online_ffn, "quarot: no run-time rotation of ffn_down's input (the file is a plain model)");
   sub.add_option("--alpha", a->alpha, "SmoothQuant: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)")->capture_default_str();
   a->calib.add_to(sub);
   sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q2_K, Q3_K and Q6_K 16)");
@@ -60,7 +73,12 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
     quant::QuantizeOptions opt;
     opt.type = parse_type_option(a->type);
     opt.bits = a->bits;
-    opt.method = quant::parse_method(a->method);
+    // QuaRot: the model rotated first (quant/rotate.h) into a temporary F32
+    // file beside the output, then quantized by rtn or gptq.
+    const bool quarot = a->method == "quarot" || a->method.rfind("quarot+", 0) == 0;
+    opt.method = quant::parse_method(!quarot ? a->method : a->method == "quarot" ? "rtn" : a->method.substr(7));
+    TESSERA_CHECK(!quarot || opt.method == quant::Method::kRtn || opt.method == quant::Method::kGptq, kInvalidArgument,
+                  "--method {}: quarot is followed by rtn or gptq", a->method);
     opt.group = a->group;
     if (!a->experts_type.empty()) opt.experts_type = parse_type_option(a->experts_type);
     opt.gptq.act_order = a->act_order;
@@ -78,7 +96,17 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       opt.keep.emplace_back(k.substr(0, eq), parse_type_option(k.substr(eq + 1)));
     }
     ThreadPool pool(a->threads);
-    const LoadedModel lm = load_model(a->model);
+    std::string input = a->model;
+    TempFile rotated;
+    if (quarot) {
+      rotated.path = a->out + ".rotated.tmp";
+      quant::RotateOptions ro;
+      ro.seed = a->rotation_seed;
+      ro.online_ffn = !a->no_online_ffn;
+      quant::rotate_model(gguf::File::open(a->model), ro, rotated.path);
+      input = rotated.path;
+    }
+    const LoadedModel lm = load_model(input);
     std::unique_ptr<quant::LayerWindows> stats;
     if (quant::needs_calibration(opt.method)) {
       stats = calibration_windows(lm, a->calib, opt.method == quant::Method::kQmoe, pool);

@@ -74,6 +74,15 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
     if (ld.file().has(key)) ld.use_key(key);
   }
   ffn_thresholds_ = read_ffn_thresholds(ld.file(), cfg_.n_layer);
+  if (ld.file().has(kFfnRotationKey)) {
+    // QuaRot's online rotation of ffn_down's input (quant/rotate.h).
+    ld.use_key(kFfnRotationKey);
+    TESSERA_CHECK(!cfg_.moe() && ffn_thresholds_.empty(), kInvalidArgument,
+                  "{}: '{}' rotates a dense FFN's product; this model has {}", ld.file().path(), kFfnRotationKey,
+                  cfg_.moe() ? "experts" : "contextual sparsity");
+    ffn_rotation_ = std::make_shared<const kernels::Rotation>(
+        kernels::make_rotation(cfg_.n_ff, ld.file().get_uint(kFfnRotationKey)));
+  }
   const char* w8a8 = std::getenv("TESSERA_W8A8");
   w8a8_ = w8a8 != nullptr && std::string_view(w8a8) == "1";
   if (w8a8_ && !ffn_thresholds_.empty()) {
@@ -499,6 +508,7 @@ void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, cons
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
   if (s.tap) tap_gate_activation(act, il, T, s);
   ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
+  if (ffn_rotation_) kernels::rotate_rows(*ffn_rotation_, s.ff_gate.data(), T, F, s.ctx.isa);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);

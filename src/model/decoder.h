@@ -13,6 +13,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/qmoe.h"
+#include "kernels/rotation.h"
 #include "kernels/ops.h"
 #include "model/ffn_sparsity.h"
 #include "model/loader.h"
@@ -165,6 +166,9 @@ class DecoderModel : public Model {
   // router's probabilities; its logits for kSoftmaxOfChosen) and layer_out.
   void moe_ffn(const DecoderLayer& L, MoeWeighting weighting, int64_t il, const ForwardBatch& batch,
                ForwardState& s, FfnAct act = FfnAct::kSilu) const;
+
+  // QuaRot (quant/rotate.h): ffn_down's input rotated at run time; null without.
+  std::shared_ptr<const kernels::Rotation> ffn_rotation_;
 
   float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 

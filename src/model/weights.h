@@ -13,6 +13,10 @@
 
 namespace tessera {
 
+// A QuaRot-rotated model (quant/rotate.h) whose ffn_down input is rotated at
+// run time: the rotation's seed (kernels::make_rotation(n_ff, seed)).
+inline constexpr const char* kFfnRotationKey = "tessera.rotation.ffn_down";
+
 // A matrix of `rows` output features by `cols` inputs, in GGUF order
 // (ne = [cols, rows]). Must be a type the matmul kernels handle.
 kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);

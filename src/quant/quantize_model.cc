@@ -19,6 +19,23 @@
 #include "kernels/sparse.h"
 
 namespace tessera::quant {
+
+std::vector<float> read_f32(const gguf::TensorInfo& t) {
+  TESSERA_CHECK(kernels::can_dequantize(t.type), kInvalidArgument, "tensor '{}' has type {}, which Tessera cannot read",
+                t.name, dtype_name(t.type));
+  const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+  const size_t rb = row_bytes(t.type, cols);
+  TESSERA_CHECK(rb * static_cast<size_t>(rows) <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape",
+                t.name);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t.type, t.data + r * rb, out.data() + r * cols, cols);
+  for (size_t i = 0; i < out.size(); ++i) {
+    TESSERA_CHECK(std::isfinite(out[i]), kCorruptFile, "tensor '{}' holds a non-finite value (row {}, column {})",
+                  t.name, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols);
+  }
+  return out;
+}
+
 namespace {
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -36,22 +53,6 @@ bool is_matrix(const gguf::TensorInfo& t) {
 
 int64_t matrix_rows(const gguf::TensorInfo& t) { return t.n_elements() / t.ne[0]; }
 
-// Rows of a tensor in f32: [n_elements / ne0, ne0].
-std::vector<float> read_f32(const gguf::TensorInfo& t) {
-  TESSERA_CHECK(kernels::can_dequantize(t.type), kInvalidArgument, "tensor '{}' has type {}, which Tessera cannot read",
-                t.name, dtype_name(t.type));
-  const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
-  const size_t rb = row_bytes(t.type, cols);
-  TESSERA_CHECK(rb * static_cast<size_t>(rows) <= t.n_bytes, kCorruptFile, "tensor '{}' is shorter than its shape",
-                t.name);
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) kernels::dequantize_row(t.type, t.data + r * rb, out.data() + r * cols, cols);
-  for (size_t i = 0; i < out.size(); ++i) {
-    TESSERA_CHECK(std::isfinite(out[i]), kCorruptFile, "tensor '{}' holds a non-finite value (row {}, column {})",
-                  t.name, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols);
-  }
-  return out;
-}
 
 std::vector<float> pad_columns(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t cols_p) {
   if (cols_p == cols) return w;

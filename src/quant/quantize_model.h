@@ -71,6 +71,10 @@ struct QuantizeOptions {
   std::function<void(gguf::Writer&)> metadata;
 };
 
+// A tensor of any type Tessera can read, in f32: [n_elements / ne0, ne0].
+// Throws kCorruptFile for short data and non-finite values.
+std::vector<float> read_f32(const gguf::TensorInfo& t);
+
 // What happened to one tensor (progress and the report).
 struct TensorDone {
   int64_t index = 0, total = 0;
