@@ -386,6 +386,9 @@ TEST(Quantize, BadOptionsAndInputsAreErrors) {
     w.method = Method::kRtn;
     w.bits = 3;
     EXPECT_THROW(quantize_model(*m.lm.file, out, w, nullptr, pool), Error);
+    w.bits = 4;  // W4A8: rtn or gptq
+    w.method = Method::kSmoothQuant;
+    EXPECT_THROW(quantize_model(*m.lm.file, out, w, &cal, pool), Error);
   }
   // Statistics that do not fit the tensor (another model's): refused.
   Calibration other;

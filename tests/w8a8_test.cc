@@ -28,7 +28,7 @@ struct Problem {
   W8Matrix m;
 };
 
-Problem make(int64_t rows, int64_t cols, int64_t tokens, std::mt19937& rng) {
+Problem make(int64_t rows, int64_t cols, int64_t tokens, std::mt19937& rng, int bits = 8) {
   Problem p{rows, cols, tokens, {}, {}, {}, {}, {}};
   std::normal_distribution<float> n01(0.0f, 1.0f);
   p.w.resize(static_cast<size_t>(rows * cols));
@@ -38,8 +38,13 @@ Problem make(int64_t rows, int64_t cols, int64_t tokens, std::mt19937& rng) {
   if (rows > 2) std::fill(p.w.begin() + cols, p.w.begin() + 2 * cols, 0.0f);  // an all-zero row
   p.q.resize(p.w.size());
   p.sw.resize(static_cast<size_t>(rows));
-  quantize_rows_w8(p.w.data(), rows, cols, p.q.data(), p.sw.data());
-  p.m = pack_w8(p.q.data(), p.sw.data(), rows, cols);
+  if (bits == 4) {
+    quantize_rows_w4(p.w.data(), rows, cols, p.q.data(), p.sw.data());
+    p.m = pack_w4(p.q.data(), p.sw.data(), rows, cols);
+  } else {
+    quantize_rows_w8(p.w.data(), rows, cols, p.q.data(), p.sw.data());
+    p.m = pack_w8(p.q.data(), p.sw.data(), rows, cols);
+  }
   return p;
 }
 
@@ -88,6 +93,85 @@ TEST(W8A8, EveryIsaEqualsTheScalarReferenceBitwise) {
       }
     }
   }
+}
+
+Isa isa_of(const W8A8Kernels& k) {
+  const std::string n = k.name;
+  return n == "avx2" ? Isa::kAvx2 : n == "scalar" ? Isa::kScalar : Isa::kAvx512;
+}
+
+// W4A8: the nibble matrix gives the bits of the same codes packed as int8
+// (pack_w8) through the scalar reference, on every table, thread count and
+// shape (odd k groups: the last nibble byte holds one group).
+TEST(W4A8, EveryIsaEqualsTheInt8ProductOfItsCodesBitwise) {
+  std::mt19937 rng(15);
+  const int64_t shapes[][3] = {{1, 1, 1},  {16, 4, 1},     {17, 33, 5},   {64, 2048, 70}, {100, 130, 13},
+                               {33, 12, 3}, {129, 67, 6},  {48, 96, 128}, {7, 5, 64},     {100, 256, 97}};
+  for (const auto& sh : shapes) {
+    const Problem p = make(sh[0], sh[1], sh[2], rng, 4);
+    ASSERT_EQ(p.m.bits, 4);
+    const Problem as8{p.rows, p.cols, p.tokens, p.w, p.x, p.q, p.sw, pack_w8(p.q.data(), p.sw.data(), p.rows, p.cols)};
+    const std::vector<float> want = run(w8a8_kernels_ref(), as8, 1, Isa::kScalar);
+    for (const W8A8Kernels* k : tables()) {
+      for (int threads : {1, 2}) {
+        const std::vector<float> got = run(*k, p, threads, isa_of(*k));
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << k->name << " " << sh[0] << "x" << sh[1] << " x " << sh[2] << " tokens, " << threads << " threads";
+      }
+    }
+  }
+}
+
+TEST(W4A8, UnpackingIsTheReferenceOnEveryIsa) {
+  std::mt19937 rng(16);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t cols4 : {1, 2, 3, 8, 31}) {
+    std::vector<uint8_t> nib(static_cast<size_t>((cols4 + 1) / 2 * 64));
+    for (uint8_t& b : nib) b = static_cast<uint8_t>(byte(rng));
+    std::vector<int8_t> want(static_cast<size_t>(cols4 * 64 + 64), 99), got = want;
+    w4_unpack_ref(nib.data(), cols4, want.data());
+    for (int64_t c = 0; c < cols4; ++c) {  // the layout, spelled out
+      for (int64_t b = 0; b < 64; ++b) {
+        const uint8_t v = nib[static_cast<size_t>((c / 2) * 64 + b)];
+        ASSERT_EQ(want[static_cast<size_t>(c * 64 + b)], (c % 2 == 0 ? v & 15 : v >> 4) - 8);
+      }
+    }
+    EXPECT_EQ(want[static_cast<size_t>(cols4 * 64)], 99);  // nothing past cols4 groups
+    for (const W8A8Kernels* k : tables()) {
+      std::fill(got.begin(), got.end(), int8_t{99});
+      k->unpack4(nib.data(), cols4, got.data());
+      EXPECT_EQ(want, got) << k->name << " cols4 " << cols4;
+    }
+  }
+}
+
+// The clipping search never does worse than rounding with max|w| / 7, and
+// codes stay in [-8, 7].
+TEST(W4A8, ClippedScalesLoseNoMoreThanAbsmax) {
+  std::mt19937 rng(17);
+  std::student_t_distribution<float> heavy(3.0f);
+  const int64_t rows = 40, cols = 96;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& v : w) v = heavy(rng);
+  std::vector<int8_t> q(w.size());
+  std::vector<float> sw(static_cast<size_t>(rows));
+  quantize_rows_w4(w.data(), rows, cols, q.data(), sw.data());
+  int clipped = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double amax = 0.0, err = 0.0, err_absmax = 0.0;
+    for (int64_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(static_cast<double>(w[r * cols + k])));
+    const float s0 = static_cast<float>(amax) / 7.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+      const int8_t v = q[r * cols + k];
+      ASSERT_TRUE(v >= -8 && v <= 7);
+      const float x = w[r * cols + k];
+      err += std::pow(x - static_cast<double>(v) * sw[r], 2);
+      err_absmax += std::pow(x - std::clamp(std::nearbyint(x / s0), -8.0f, 7.0f) * static_cast<double>(s0), 2);
+    }
+    EXPECT_LE(err, err_absmax * (1 + 1e-12)) << r;
+    clipped += sw[r] < s0;
+  }
+  EXPECT_GT(clipped, rows / 2);  // heavy tails: most rows clip
 }
 
 // The reference against the product of the quantized values in double: the

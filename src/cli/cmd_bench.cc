@@ -315,10 +315,7 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
   sub.add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str();
   sub.add_option("--kv-type", a->kv_type, "KV cache type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
   sub.add_flag("--kv-hadamard", a->kv_hadamard, "Hadamard-rotated q8_0 / q4_0 K and V");
-  sub.add_flag_callback(
-      "--w8a8", [] { setenv("TESSERA_W8A8", "1", 1); },
-      "Quantize the layers' matrices to W8A8 at load (int8 per output channel; activations int8 per token; "
-      "integer products at the int8 peak) (experimental; no SmoothQuant calibration)");
+  add_integer_weight_flags(sub);
   sub.add_flag("--json", a->json, "Print one JSON object");
   sub.add_flag("--membw", a->membw, "Measure memory read bandwidth only");
   sub.add_flag("--no-membw", a->no_membw, "Skip the bandwidth measurement (no roofline)");

@@ -44,7 +44,8 @@ struct TempFile {
 };
 
 DType parse_type_option(const std::string& s) {
-  if (s == "w8a8" || s == "W8A8") return DType::kI8;  // int8 codes (I8) and a .scale per matrix (docs/FORMATS.md)
+  // int8 codes (I8) and a .scale per matrix (docs/FORMATS.md); w4a8: 4-bit codes in the same layout
+  if (s == "w8a8" || s == "W8A8" || s == "w4a8" || s == "W4A8") return DType::kI8;
   const auto t = parse_dtype(s);
   TESSERA_CHECK(t.has_value(), kInvalidArgument, "unknown type '{}'", s);
   return *t;
@@ -54,7 +55,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   auto a = std::make_shared<QuantizeArgs>();
   sub.add_option("-m,--model", a->model, "Input GGUF")->required();
   sub.add_option("-o,--out", a->out, "Output GGUF")->required();
-  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32; w8a8 (rtn, smoothquant)")->capture_default_str();
+  sub.add_option("--type", a->type, "Storage type of the matrices: q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, q8_0 (every method); q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0 (rtn); f16, bf16, f32; w8a8 (rtn, smoothquant); w4a8 (rtn, gptq: 4-bit codes per channel, int8 activations)")->capture_default_str();
   sub.add_option("--bits", a->bits, "Value bits inside the type (3 or 2: 3- or 2-bit values in Q4_0 blocks; 0: the type's own)")
       ->capture_default_str();
   sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes); smoothquant (--type w8a8); quarot, quarot+gptq (QuaRot's rotations, then rtn or gptq)")->capture_default_str();
@@ -72,7 +73,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   return [a]() {
     quant::QuantizeOptions opt;
     opt.type = parse_type_option(a->type);
-    opt.bits = a->bits;
+    opt.bits = a->type == "w4a8" || a->type == "W4A8" ? 4 : a->bits;
     // QuaRot: the model rotated first (quant/rotate.h) into a temporary F32
     // file beside the output, then quantized by rtn or gptq.
     const bool quarot = a->method == "quarot" || a->method.rfind("quarot+", 0) == 0;

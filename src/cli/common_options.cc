@@ -48,10 +48,7 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
                "Store a q8_0 / q4_0 cache's K and V rotated by a randomized Hadamard matrix per head (outliers "
                "spread over each block: much less error at 4 bits)");
   app.add_option("--block-size", block_size, "KV block size in tokens")->capture_default_str();
-  app.add_flag_callback(
-      "--w8a8", [] { setenv("TESSERA_W8A8", "1", 1); },
-      "Quantize the layers' matrices to W8A8 at load (int8 per output channel; activations int8 per token; "
-      "integer products at the int8 peak) (experimental; no SmoothQuant calibration)");
+  add_integer_weight_flags(app);
   add_long_rope_option(app, long_rope);
   app.add_option("--kv-store", kv_store,
                  "Keep prefix-cache blocks beyond RAM: a directory and/or redis://HOST:PORT (repeatable; "
@@ -233,6 +230,18 @@ LongRopeMode parse_long_rope(const std::string& name) {
   if (name == "sequence") return LongRopeMode::kSequence;
   TESSERA_CHECK(name == "context", kInvalidArgument, "--long-rope '{}' must be sequence or context", name);
   return LongRopeMode::kContext;
+}
+
+void add_integer_weight_flags(CLI::App& app) {
+  app.add_flag_callback(
+      "--w8a8", [] { setenv("TESSERA_W8A8", "1", 1); },
+      "Quantize the layers' matrices to W8A8 at load (int8 per output channel; activations int8 per token; "
+      "integer products at the int8 peak) (experimental; no SmoothQuant calibration)");
+  app.add_flag_callback(
+      "--w4a8", [] { setenv("TESSERA_W4A8", "1", 1); },
+      "Quantize the layers' matrices to W4A8 at load (4-bit codes per output channel, clipped; activations "
+      "int8 per token; the W8A8 products on unpacked codes): meant for a QuaRot-rotated model (quantize "
+      "--method quarot --type f32)");
 }
 
 void add_long_rope_option(CLI::App& app, std::string& value) {

@@ -70,6 +70,8 @@ struct RunOptions {
 LongRopeMode parse_long_rope(const std::string& name);
 // Registers --long-rope into `value`.
 void add_long_rope_option(CLI::App& app, std::string& value);
+// --w8a8 and --w4a8 (they set TESSERA_W8A8 / TESSERA_W4A8 for the model's load).
+void add_integer_weight_flags(CLI::App& app);
 
 // --temp, --top-k, ... ; defaults as llama.cpp's CLI uses.
 struct SamplingOptions {

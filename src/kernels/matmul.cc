@@ -386,7 +386,9 @@ PreparedWeight prepare_weight(const WeightView& w) {
   return p;
 }
 
-PreparedWeight prepare_weight_w8a8(const WeightView& w) {
+namespace {
+
+PreparedWeight prepare_weight_int(const WeightView& w, int bits) {
   if (!can_dequantize(w.type) || w.input_cols() != w.cols || w.rows <= 0 || w.cols <= 0 || w.cols > 65536) {
     return prepare_weight(w);
   }
@@ -396,12 +398,22 @@ PreparedWeight prepare_weight_w8a8(const WeightView& w) {
   }
   std::vector<int8_t> q(rows.size());
   std::vector<float> sw(static_cast<size_t>(w.rows));
-  quantize_rows_w8(rows.data(), w.rows, w.cols, q.data(), sw.data());
   PreparedWeight p;
   p.view = w;
-  p.w8 = std::make_shared<const W8Matrix>(pack_w8(q.data(), sw.data(), w.rows, w.cols));
+  if (bits == 4) {
+    quantize_rows_w4(rows.data(), w.rows, w.cols, q.data(), sw.data());
+    p.w8 = std::make_shared<const W8Matrix>(pack_w4(q.data(), sw.data(), w.rows, w.cols));
+  } else {
+    quantize_rows_w8(rows.data(), w.rows, w.cols, q.data(), sw.data());
+    p.w8 = std::make_shared<const W8Matrix>(pack_w8(q.data(), sw.data(), w.rows, w.cols));
+  }
   return p;
 }
+
+}  // namespace
+
+PreparedWeight prepare_weight_w8a8(const WeightView& w) { return prepare_weight_int(w, 8); }
+PreparedWeight prepare_weight_w4a8(const WeightView& w) { return prepare_weight_int(w, 4); }
 
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx) {

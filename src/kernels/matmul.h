@@ -72,6 +72,9 @@ PreparedWeight prepare_weight(const WeightView& w);
 // the integer product. Types dequantize_row() cannot read, and any-shape
 // weights, are prepared as prepare_weight() does.
 PreparedWeight prepare_weight_w8a8(const WeightView& w);
+// W4A8 likewise (QuaRot's W4 with int8 activations): 4-bit codes per output
+// channel with a clipped scale (kernels::quantize_rows_w4).
+PreparedWeight prepare_weight_w4a8(const WeightView& w);
 
 void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);

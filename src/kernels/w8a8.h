@@ -19,11 +19,18 @@
 
 namespace tessera::kernels {
 
+// W4A8 (QuaRot's W4 with int8 activations) is the same product over 4-bit
+// codes q in [-8, 7] (bits 4): they are stored as nibbles (W4UnpackFn's
+// layout, half the bytes) and each unit of the product unpacks its row
+// groups to int8 before the W8A8 kernel runs on them, so both give the
+// bits of the integer arithmetic above.
 struct W8Matrix {
   int64_t rows = 0, cols = 0;
   int64_t cols4 = 0;   // cols rounded up to 4, / 4
   int64_t groups = 0;  // rows rounded up to 16, / 16
-  AlignedBuffer<int8_t> q;        // W8A8Args::q's layout
+  int bits = 8;
+  AlignedBuffer<int8_t> q;        // W8A8Args::q's layout (bits 8)
+  AlignedBuffer<uint8_t> nib;     // [groups][(cols4 + 1) / 2][16][4] (bits 4)
   AlignedBuffer<float> sw;        // [groups * 16]
   AlignedBuffer<int32_t> wsum128; // [groups * 16]
 };
@@ -34,6 +41,14 @@ void quantize_rows_w8(const float* w, int64_t rows, int64_t cols, int8_t* q, flo
 
 // Packs row-major q [rows][cols] and its scales for the kernels.
 W8Matrix pack_w8(const int8_t* q, const float* sw, int64_t rows, int64_t cols);
+
+// Per-output-channel 4-bit codes in [-8, 7] with the scale of least squared
+// error among sw = f * max_k |w[r, k]| / 7, f in {1, 0.95, ..., 0.7}
+// (clipping the largest weights can cost less than a coarse step for all),
+// q = clamp(nearbyint(w / sw), -8, 7).
+void quantize_rows_w4(const float* w, int64_t rows, int64_t cols, int8_t* q, float* sw);
+// Packs codes in [-8, 7] as nibbles (bits 4).
+W8Matrix pack_w4(const int8_t* q, const float* sw, int64_t rows, int64_t cols);
 
 // y[t, r] = sum_k x[t, k] * W[r, k] as w8a8_kernels.h computes it; x: [n_tokens,
 // x_stride] f32 (first cols used); y: [n_tokens, y_stride]. Runs on ctx.pool

@@ -91,7 +91,9 @@ float quantize_amx(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
   return w8a8_kernels_avx512().quantize(x, cols, cols4, act);
 }
 
-constexpr W8A8Kernels kTable = {"amx", run_amx, quantize_amx};
+void unpack4_amx(const uint8_t* nib, int64_t cols4, int8_t* q) { w8a8_kernels_avx512().unpack4(nib, cols4, q); }
+
+constexpr W8A8Kernels kTable = {"amx", run_amx, quantize_amx, unpack4_amx};
 
 }  // namespace
 

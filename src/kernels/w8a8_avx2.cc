@@ -66,7 +66,23 @@ float quantize_avx2(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
   return w8a8_kernels_ref().quantize(x, cols, cols4, act);
 }
 
-constexpr W8A8Kernels kTable = {"avx2", run_avx2, quantize_avx2};
+// As w4_unpack_ref: low nibbles are the even k group, high nibbles the odd.
+void unpack4_avx2(const uint8_t* nib, int64_t cols4, int8_t* q) {
+  const __m256i m = _mm256_set1_epi8(15), eight = _mm256_set1_epi8(8);
+  for (int64_t c = 0; c < cols4; c += 2) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib + (c / 2) * 64 + 32 * h));
+      const __m256i lo = _mm256_sub_epi8(_mm256_and_si256(v, m), eight);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + c * 64 + 32 * h), lo);
+      if (c + 1 < cols4) {
+        const __m256i hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), eight);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (c + 1) * 64 + 32 * h), hi);
+      }
+    }
+  }
+}
+
+constexpr W8A8Kernels kTable = {"avx2", run_avx2, quantize_avx2, unpack4_avx2};
 
 }  // namespace
 

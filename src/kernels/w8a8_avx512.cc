@@ -169,7 +169,19 @@ float quantize_avx512(const float* x, int64_t cols, int64_t cols4, uint8_t* act)
   return sx;
 }
 
-constexpr W8A8Kernels kTable = {"avx512", run_avx512, quantize_avx512};
+// As w4_unpack_ref: low nibbles are the even k group, high nibbles the odd.
+void unpack4_avx512(const uint8_t* nib, int64_t cols4, int8_t* q) {
+  const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+  for (int64_t c = 0; c < cols4; c += 2) {
+    const __m512i v = _mm512_loadu_si512(nib + (c / 2) * 64);
+    _mm512_storeu_si512(q + c * 64, _mm512_sub_epi8(_mm512_and_si512(v, m), eight));
+    if (c + 1 < cols4) {
+      _mm512_storeu_si512(q + (c + 1) * 64, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight));
+    }
+  }
+}
+
+constexpr W8A8Kernels kTable = {"avx512", run_avx512, quantize_avx512, unpack4_avx512};
 
 }  // namespace
 

@@ -45,11 +45,21 @@ using W8A8Fn = void (*)(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, i
 // past cols) and returns sx. Every ISA's version gives the same bytes.
 using W8QuantFn = float (*)(const float* x, int64_t cols, int64_t cols4, uint8_t* act);
 
+// W4A8 (w8a8.h, W8Matrix::bits 4): one row group's 4-bit codes to the int8
+// layout of W8A8Args::q. nib: [cols8][16][4] bytes, byte (c8, i, j) = (q[i,
+// 8 c8 + j] + 8) | (q[i, 8 c8 + 4 + j] + 8) << 4 (cols8 = (cols4 + 1) / 2);
+// q: [cols4][16][4] int8 (k groups 2 c8 and 2 c8 + 1 of the same 16 rows).
+using W4UnpackFn = void (*)(const uint8_t* nib, int64_t cols4, int8_t* q);
+
 struct W8A8Kernels {
   const char* name;
   W8A8Fn run;
   W8QuantFn quantize;
+  W4UnpackFn unpack4;
 };
+
+// The scalar unpacking (every ISA's gives the same bytes).
+void w4_unpack_ref(const uint8_t* nib, int64_t cols4, int8_t* q);
 
 const W8A8Kernels& w8a8_kernels_ref();
 const W8A8Kernels& w8a8_kernels_avx2();

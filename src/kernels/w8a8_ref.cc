@@ -45,10 +45,20 @@ void run_ref(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1) 
   }
 }
 
-constexpr W8A8Kernels kTable = {"scalar", run_ref, quantize_ref};
+constexpr W8A8Kernels kTable = {"scalar", run_ref, quantize_ref, w4_unpack_ref};
 
 }  // namespace
 
 const W8A8Kernels& w8a8_kernels_ref() { return kTable; }
+
+void w4_unpack_ref(const uint8_t* nib, int64_t cols4, int8_t* q) {
+  for (int64_t c = 0; c < cols4; ++c) {
+    const uint8_t* src = nib + (c / 2) * kW8Group * 4;
+    for (int64_t b = 0; b < kW8Group * 4; ++b) {
+      const int code = c % 2 == 0 ? src[b] & 15 : src[b] >> 4;
+      q[c * kW8Group * 4 + b] = static_cast<int8_t>(code - 8);
+    }
+  }
+}
 
 }  // namespace tessera::kernels

@@ -84,8 +84,11 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
         kernels::make_rotation(cfg_.n_ff, ld.file().get_uint(kFfnRotationKey)));
   }
   const char* w8a8 = std::getenv("TESSERA_W8A8");
-  w8a8_ = w8a8 != nullptr && std::string_view(w8a8) == "1";
-  if (w8a8_ && !ffn_thresholds_.empty()) {
+  const char* w4a8 = std::getenv("TESSERA_W4A8");
+  const bool w8 = w8a8 != nullptr && std::string_view(w8a8) == "1", w4 = w4a8 != nullptr && std::string_view(w4a8) == "1";
+  if (w8 && w4) fail(ErrorCode::kInvalidArgument, "--w8a8 and --w4a8 cannot be combined");
+  int_bits_ = w8 ? 8 : w4 ? 4 : 0;
+  if (int_bits_ != 0 && !ffn_thresholds_.empty()) {
     fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined (run it dense: "
          "TESSERA_FFN_SPARSITY=0)", ld.file().path());
   }
@@ -154,7 +157,8 @@ const kernels::RopeParams& DecoderModel::rope_for(bool long_regime) const {
 }
 
 kernels::PreparedWeight DecoderModel::prepare_linear(const kernels::WeightView& w) const {
-  return w8a8_ ? kernels::prepare_weight_w8a8(w) : kernels::prepare_weight(w);
+  if (int_bits_ == 8) return kernels::prepare_weight_w8a8(w);
+  return int_bits_ == 4 ? kernels::prepare_weight_w4a8(w) : kernels::prepare_weight(w);
 }
 
 kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::string& name, int64_t cols,

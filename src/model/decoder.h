@@ -218,10 +218,11 @@ class DecoderModel : public Model {
   bool experts_in_place_ = false;
   // Each layer's contextual-sparsity threshold from the file (empty: dense).
   std::vector<float> ffn_thresholds_;
-  // TESSERA_W8A8=1 (read at load; --w8a8): the layers' attention and FFN
-  // matrices quantized to W8A8 at load (kernels::prepare_weight_w8a8); the
-  // embeddings, output and experts keep their type.
-  bool w8a8_ = false;
+  // TESSERA_W8A8=1 / TESSERA_W4A8=1 (read at load; --w8a8 / --w4a8): the
+  // layers' attention and FFN matrices quantized to W8A8 or W4A8 at load
+  // (kernels::prepare_weight_w8a8 / _w4a8): 8 or 4; 0 keeps the file's types.
+  // The embeddings, output and experts keep their type.
+  int int_bits_ = 0;
   kernels::PreparedWeight prepare_linear(const kernels::WeightView& w) const;
   // A layer's matrix by name: a W8A8 file's (I8 + scales), else prepare_linear.
   kernels::PreparedWeight load_linear(ModelLoader& ld, const std::string& name, int64_t cols, int64_t rows) const;

@@ -71,7 +71,8 @@ std::string w8a8_scale_name(const std::string& name) {
   return (has ? name.substr(0, name.size() - suffix.size()) : name) + ".scale";
 }
 
-kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
+kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                         int bits) {
   const int64_t ne[2] = {cols, rows};
   const gguf::TensorInfo& t = checked(f, name, 2, ne);
   TESSERA_CHECK(t.type == DType::kI8, kCorruptFile, "{}: tensor '{}' has type {}, not I8 (W8A8)", f.path(), name,
@@ -88,13 +89,15 @@ kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string&
                   name, sw[r]);
   }
   const int8_t* q = reinterpret_cast<const int8_t*>(t.data);
+  const int lo = bits == 4 ? -8 : -127, hi = bits == 4 ? 7 : 127;
   for (int64_t i = 0; i < rows * cols; ++i) {
-    TESSERA_CHECK(q[i] != -128, kCorruptFile, "{}: W8A8 code {} of '{}' is -128 (codes are -127..127)", f.path(), i,
-                  name);
+    TESSERA_CHECK(q[i] >= lo && q[i] <= hi, kCorruptFile, "{}: W{}A8 code {} of '{}' is {} (codes are {}..{})", f.path(),
+                  bits, i, name, q[i], lo, hi);
   }
   kernels::PreparedWeight p;
   p.view = {DType::kI8, t.data, rows, cols, static_cast<size_t>(cols)};
-  p.w8 = std::make_shared<const kernels::W8Matrix>(kernels::pack_w8(q, sw.data(), rows, cols));
+  p.w8 = std::make_shared<const kernels::W8Matrix>(bits == 4 ? kernels::pack_w4(q, sw.data(), rows, cols)
+                                                             : kernels::pack_w8(q, sw.data(), rows, cols));
   return p;
 }
 

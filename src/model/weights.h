@@ -17,6 +17,9 @@ namespace tessera {
 // run time: the rotation's seed (kernels::make_rotation(n_ff, seed)).
 inline constexpr const char* kFfnRotationKey = "tessera.rotation.ffn_down";
 
+// A W8A8 file whose codes are 4-bit (W4A8, -8..7): loaded as nibbles.
+inline constexpr const char* kW4A8Key = "tessera.w4a8";
+
 // A matrix of `rows` output features by `cols` inputs, in GGUF order
 // (ne = [cols, rows]). Must be a type the matmul kernels handle.
 kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
@@ -44,7 +47,9 @@ kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name
 // w8a8_scale_name(name), F32 [rows], each output channel's scale (finite,
 // >= 0), packed for the W8A8 kernels. Anything else is kCorruptFile.
 std::string w8a8_scale_name(const std::string& name);  // "blk.0.attn_q.weight" -> "blk.0.attn_q.scale"
-kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
+// bits 4 (the file has kW4A8Key): codes -8..7, packed as nibbles.
+kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                         int bits = 8);
 
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);

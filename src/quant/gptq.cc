@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/w8a8.h"
 #include "quant/linalg.h"
 
 namespace tessera::quant {
@@ -146,6 +147,18 @@ void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<c
     const int q = level(g, static_cast<float>(x[i]), d, mn);
     levels[r * cols + col] = static_cast<int8_t>(q);
     return static_cast<double>(d) * q - mn;
+  });
+}
+
+void gptq_w4(const float* w, int64_t rows, int64_t cols, std::span<const double> h, const GptqOptions& opt,
+             int8_t* q, float* sw, ThreadPool* pool) {
+  kernels::quantize_rows_w4(w, rows, cols, q, sw);  // the scales; the codes are chosen again below
+  const GptqHessian hs = gptq_hessian(h, cols, opt, pool);
+  gptq_sweep(hs, w, rows, opt.batch, pool, {}, [&](int64_t r, int64_t i, const double* x) {
+    const double s = sw[r];
+    const double v = s > 0.0 ? std::clamp(std::nearbyint(x[i] / s), -8.0, 7.0) : 0.0;
+    q[r * cols + hs.perm[static_cast<size_t>(i)]] = static_cast<int8_t>(v);
+    return v * s;
   });
 }
 

@@ -68,6 +68,13 @@ void gptq_sweep(const GptqHessian& hs, const float* w, int64_t rows, int64_t bat
 void gptq(const Grid& g, const float* w, int64_t rows, int64_t cols, std::span<const double> h,
           const GptqOptions& opt, int8_t* levels, float* scales, ThreadPool* pool, float* mins = nullptr);
 
+// W4A8's per-output-channel 4-bit codes (kernels::quantize_rows_w4's
+// grid: q in [-8, 7] times one scale per row) chosen by GPTQ: each row's
+// scale from quantize_rows_w4's clipping search on the original row, then
+// the columns in order with the errors spread. q: [rows, cols]; sw: [rows].
+void gptq_w4(const float* w, int64_t rows, int64_t cols, std::span<const double> h, const GptqOptions& opt,
+             int8_t* q, float* sw, ThreadPool* pool);
+
 // sum_r (a_r - b_r)^T H (a_r - b_r): the squared output error over the
 // calibration tokens of using b instead of a. a, b: [rows, cols].
 double output_error(const float* a, const float* b, int64_t rows, int64_t cols, std::span<const double> h);

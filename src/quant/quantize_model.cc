@@ -254,10 +254,19 @@ void quantize_matrix(const gguf::TensorInfo& t, Plan& p, const InputStats* stats
   }
   *how = p.col_scale.empty() && p.row_div.empty() ? "" : opt.method == Method::kSmoothQuant ? "smoothed " : "awq-scaled ";
   if (p.prune) *how += prune_in_place(t.name, w.data(), rows, cols, stats, *opt.prune) + " ";
-  if (p.type == DType::kI8) {  // W8A8: int8 per output channel, the scales to the .scale tensor
+  if (p.type == DType::kI8) {  // W8A8 / W4A8: codes per output channel, the scales to the .scale tensor
     p.w8_scale.assign(static_cast<size_t>(rows), 0.0f);
-    kernels::quantize_rows_w8(w.data(), rows, cols, reinterpret_cast<int8_t*>(out), p.w8_scale.data());
-    *how += "w8a8";
+    int8_t* q = reinterpret_cast<int8_t*>(out);
+    if (opt.bits != 4) {
+      kernels::quantize_rows_w8(w.data(), rows, cols, q, p.w8_scale.data());
+      *how += "w8a8";
+    } else if (opt.method == Method::kGptq && stats != nullptr && stats->n > 0) {
+      gptq_w4(w.data(), rows, cols, stats->h, opt.gptq, q, p.w8_scale.data(), &pool);
+      *how += "gptq w4a8";
+    } else {
+      kernels::quantize_rows_w4(w.data(), rows, cols, q, p.w8_scale.data());
+      *how += "w4a8";
+    }
     return;
   }
   if (!is_grid_type(p.type)) {  // a float type, or a block type written by round to nearest (kernels/quant.h)
@@ -349,16 +358,22 @@ void check_request(const gguf::File& in, const std::string& out_path, const Quan
                 "wanda needs calibration statistics");
   TESSERA_CHECK(opt.method != Method::kSmoothQuant || opt.type == DType::kI8, kInvalidArgument,
                 "--method smoothquant writes W8A8 (--type w8a8), not {}", dtype_name(opt.type));
-  TESSERA_CHECK(opt.type != DType::kI8 || opt.method == Method::kRtn || opt.method == Method::kSmoothQuant,
+  TESSERA_CHECK(opt.type != DType::kI8 || opt.bits == 0 || opt.bits == 4, kInvalidArgument,
+                "W8A8 files hold 8-bit codes (--type w8a8) or 4-bit ones (--type w4a8), not --bits {}", opt.bits);
+  TESSERA_CHECK(opt.type != DType::kI8 || opt.bits == 4 || opt.method == Method::kRtn ||
+                    opt.method == Method::kSmoothQuant,
                 kInvalidArgument, "W8A8 is written by rtn or smoothquant, not {}", method_name(opt.method));
-  TESSERA_CHECK(opt.type != DType::kI8 || (!opt.prune && !opt.experts_type && opt.bits == 0 && opt.keep.empty()),
-                kInvalidArgument, "--type w8a8 takes no pruning, --experts-type, --bits or --keep");
+  TESSERA_CHECK(opt.type != DType::kI8 || opt.bits != 4 || opt.method == Method::kRtn || opt.method == Method::kGptq,
+                kInvalidArgument, "W4A8 is written by rtn or gptq, not {}", method_name(opt.method));
+  TESSERA_CHECK(opt.type != DType::kI8 || (!opt.prune && !opt.experts_type && opt.keep.empty()),
+                kInvalidArgument, "--type w8a8 / w4a8 takes no pruning, --experts-type or --keep");
   TESSERA_CHECK(out_path != in.path(), kInvalidArgument, "the output would overwrite the input '{}'", out_path);
 }
 
 // Refuses options the grid cannot hold and inputs that are not originals.
 void check_options(const gguf::File& in, const QuantizeOptions& opt, const Grid& g) {
-  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type) || (opt.experts_type && is_grid_type(*opt.experts_type)),
+  TESSERA_CHECK(opt.bits == 0 || is_grid_type(opt.type) || opt.type == DType::kI8 ||
+                    (opt.experts_type && is_grid_type(*opt.experts_type)),
                 kInvalidArgument, "--bits needs a block type");
   TESSERA_CHECK(opt.group == 0 || (is_grid_type(opt.type) && opt.group == g.block), kInvalidArgument,
                 "group size {}: {} blocks hold {} weights (other group sizes need another storage type)", opt.group,
@@ -437,6 +452,7 @@ void copy_header(gguf::Writer& w, const gguf::File& in, const QuantizeOptions& o
                              dtype_name(opt.type)));
     return;
   }
+  if (opt.type == DType::kI8 && opt.bits == 4) w.set_bool(kW4A8Key, true);
   w.set_string("general.quantized_by",
                fmt::format("tessera quantize --type {} --method {}{}", dtype_name(opt.type), method_name(opt.method),
                            opt.bits ? fmt::format(" --bits {}", opt.bits) : ""));
