@@ -102,11 +102,14 @@ Isa isa_of(const W8A8Kernels& k) {
 
 // W4A8: the nibble matrix gives the bits of the same codes packed as int8
 // (pack_w8) through the scalar reference, on every table, thread count and
-// shape (odd k groups: the last nibble byte holds one group).
+// shape (odd k groups: the last nibble byte holds one group), unpacked or
+// (a few tokens, AVX-512) read in place.
 TEST(W4A8, EveryIsaEqualsTheInt8ProductOfItsCodesBitwise) {
   std::mt19937 rng(15);
   const int64_t shapes[][3] = {{1, 1, 1},  {16, 4, 1},     {17, 33, 5},   {64, 2048, 70}, {100, 130, 13},
-                               {33, 12, 3}, {129, 67, 6},  {48, 96, 128}, {7, 5, 64},     {100, 256, 97}};
+                               {33, 12, 3}, {129, 67, 6},  {48, 96, 128}, {7, 5, 64},     {100, 256, 97},
+                               // up to kW4FusedMaxTokens tokens: the in-place kernel (even and odd chunks)
+                               {64, 2048, 2}, {100, 130, 4},  {40, 36, 3}};
   for (const auto& sh : shapes) {
     const Problem p = make(sh[0], sh[1], sh[2], rng, 4);
     ASSERT_EQ(p.m.bits, 4);

@@ -168,6 +168,7 @@ void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, i
   a.y = y;
   a.y_stride = y_stride;
   a.rows = w.rows;
+  a.nib = w.nib.data();
   const int64_t row_units = (w.groups + kGroupsPerUnit - 1) / kGroupsPerUnit;
   const int64_t tok_units = (n_tokens + kTokensPerUnit - 1) / kTokensPerUnit;
   std::atomic<int64_t> next_unit{0};
@@ -181,6 +182,10 @@ void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, i
       const int64_t g1 = std::min(g0 + kGroupsPerUnit, w.groups), t1 = std::min(t0 + kTokensPerUnit, n_tokens);
       if (w.bits == 8) {
         k.run(a, g0, g1, t0, t1);
+        continue;
+      }
+      if (k.run4 != nullptr && t1 - t0 <= kW4FusedMaxTokens) {  // decode: the nibbles in place
+        k.run4(a, g0, g1, t0, t1);
         continue;
       }
       unpacked.resize(static_cast<size_t>((g1 - g0) * group_bytes));

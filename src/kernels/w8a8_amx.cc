@@ -92,8 +92,11 @@ float quantize_amx(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
 }
 
 void unpack4_amx(const uint8_t* nib, int64_t cols4, int8_t* q) { w8a8_kernels_avx512().unpack4(nib, cols4, q); }
+void run4_amx(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+  w8a8_kernels_avx512().run4(a, g0, g1, t0, t1);
+}
 
-constexpr W8A8Kernels kTable = {"amx", run_amx, quantize_amx, unpack4_amx};
+constexpr W8A8Kernels kTable = {"amx", run_amx, quantize_amx, unpack4_amx, run4_amx};
 
 }  // namespace
 

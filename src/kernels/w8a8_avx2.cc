@@ -82,7 +82,7 @@ void unpack4_avx2(const uint8_t* nib, int64_t cols4, int8_t* q) {
   }
 }
 
-constexpr W8A8Kernels kTable = {"avx2", run_avx2, quantize_avx2, unpack4_avx2};
+constexpr W8A8Kernels kTable = {"avx2", run_avx2, quantize_avx2, unpack4_avx2, nullptr};
 
 }  // namespace
 

@@ -169,19 +169,82 @@ float quantize_avx512(const float* x, int64_t cols, int64_t cols4, uint8_t* act)
   return sx;
 }
 
-// As w4_unpack_ref: low nibbles are the even k group, high nibbles the odd.
+// The signed codes (nibble - 8) of 64 bytes of W4UnpackFn's layout: the low
+// nibbles (the even k group) and the high ones (the odd).
+inline void nibble_codes(const uint8_t* p, __m512i& lo, __m512i& hi) {
+  const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8), v = _mm512_loadu_si512(p);
+  lo = _mm512_sub_epi8(_mm512_and_si512(v, m), eight);
+  hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight);
+}
+
 void unpack4_avx512(const uint8_t* nib, int64_t cols4, int8_t* q) {
-  const __m512i m = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
   for (int64_t c = 0; c < cols4; c += 2) {
-    const __m512i v = _mm512_loadu_si512(nib + (c / 2) * 64);
-    _mm512_storeu_si512(q + c * 64, _mm512_sub_epi8(_mm512_and_si512(v, m), eight));
-    if (c + 1 < cols4) {
-      _mm512_storeu_si512(q + (c + 1) * 64, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m), eight));
-    }
+    __m512i lo, hi;
+    nibble_codes(nib + (c / 2) * 64, lo, hi);
+    _mm512_storeu_si512(q + c * 64, lo);
+    if (c + 1 < cols4) _mm512_storeu_si512(q + (c + 1) * 64, hi);
   }
 }
 
-constexpr W8A8Kernels kTable = {"avx512", run_avx512, quantize_avx512, unpack4_avx512};
+// W4A8 in place for NT <= 4 tokens, one row group at a time: per 64 bytes
+// of nibbles (two k groups of 16 rows), an AND, a shift and two subtracts
+// give both groups' signed codes, then 2 NT VPDPBUSD. Four chains of sums
+// per token (low / high nibbles of even / odd chunks: one chain would wait
+// on VPDPBUSD's latency at every step), added at the end: exact int32, so
+// the sums are W8A8's.
+template <int NT>
+void run4_tokens(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t) {
+  const int64_t cols8 = (a.cols4 + 1) / 2, full = a.cols4 / 2;
+  const uint8_t* x = a.act + t * a.act_stride;
+  const int64_t s = a.act_stride;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* w = a.nib + g * cols8 * 64;
+    __m512i c0[NT], c1[NT], c2[NT], c3[NT];
+#pragma GCC unroll 4
+    for (int i = 0; i < NT; ++i) c0[i] = c1[i] = c2[i] = c3[i] = _mm512_setzero_si512();
+    int64_t c = 0;
+    for (; c + 2 <= full; c += 2) {
+      __m512i l0, h0, l1, h1;
+      nibble_codes(w + c * 64, l0, h0);
+      nibble_codes(w + c * 64 + 64, l1, h1);
+#pragma GCC unroll 4
+      for (int i = 0; i < NT; ++i) {
+        const uint8_t* xi = x + i * s + 8 * c;
+        c0[i] = _mm512_dpbusd_epi32(c0[i], _mm512_set1_epi32(load4(xi)), l0);
+        c1[i] = _mm512_dpbusd_epi32(c1[i], _mm512_set1_epi32(load4(xi + 4)), h0);
+        c2[i] = _mm512_dpbusd_epi32(c2[i], _mm512_set1_epi32(load4(xi + 8)), l1);
+        c3[i] = _mm512_dpbusd_epi32(c3[i], _mm512_set1_epi32(load4(xi + 12)), h1);
+      }
+    }
+    for (; c < cols8; ++c) {  // the last chunk; low nibbles only past cols4
+      __m512i lo, hi;
+      nibble_codes(w + c * 64, lo, hi);
+#pragma GCC unroll 4
+      for (int i = 0; i < NT; ++i) {
+        const uint8_t* xi = x + i * s + 8 * c;
+        c0[i] = _mm512_dpbusd_epi32(c0[i], _mm512_set1_epi32(load4(xi)), lo);
+        if (c < full) c1[i] = _mm512_dpbusd_epi32(c1[i], _mm512_set1_epi32(load4(xi + 4)), hi);
+      }
+    }
+    __m512i acc[NT][1];
+#pragma GCC unroll 4
+    for (int i = 0; i < NT; ++i) {
+      acc[i][0] = _mm512_add_epi32(_mm512_add_epi32(c0[i], c1[i]), _mm512_add_epi32(c2[i], c3[i]));
+    }
+    finish<NT, 1>(a, g, t, acc, nullptr, true, true);
+  }
+}
+
+void run4_avx512(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+  switch (t1 - t0) {
+    case 1: return run4_tokens<1>(a, g0, g1, t0);
+    case 2: return run4_tokens<2>(a, g0, g1, t0);
+    case 3: return run4_tokens<3>(a, g0, g1, t0);
+    default: return run4_tokens<4>(a, g0, g1, t0);
+  }
+}
+
+constexpr W8A8Kernels kTable = {"avx512", run_avx512, quantize_avx512, unpack4_avx512, run4_avx512};
 
 }  // namespace
 

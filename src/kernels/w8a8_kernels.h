@@ -35,6 +35,9 @@ struct W8A8Args {
   float* y = nullptr;              // [n_tokens][y_stride]
   int64_t y_stride = 0;
   int64_t rows = 0;                // y columns written: r < rows
+  // W4A8 (W8Matrix::bits 4) read in place by W4RunFn: the nibbles of
+  // W4UnpackFn's layout, [groups][(cols4 + 1) / 2][16][4] (q unused).
+  const uint8_t* nib = nullptr;
 };
 
 // Writes y[t][r] for t in [t0, t1) and r in row groups [g0, g1) (rows past
@@ -51,11 +54,18 @@ using W8QuantFn = float (*)(const float* x, int64_t cols, int64_t cols4, uint8_t
 // q: [cols4][16][4] int8 (k groups 2 c8 and 2 c8 + 1 of the same 16 rows).
 using W4UnpackFn = void (*)(const uint8_t* nib, int64_t cols4, int8_t* q);
 
+// W4A8 over the nibbles in place, for a few tokens (decode: no unpacked
+// copy to write and read back); the same arithmetic and bits as W8A8Fn on
+// the unpacked codes. nullptr where a table has none (the unpacking runs).
+constexpr int64_t kW4FusedMaxTokens = 4;
+using W4RunFn = void (*)(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1);
+
 struct W8A8Kernels {
   const char* name;
   W8A8Fn run;
   W8QuantFn quantize;
   W4UnpackFn unpack4;
+  W4RunFn run4;  // t1 - t0 <= kW4FusedMaxTokens
 };
 
 // The scalar unpacking (every ISA's gives the same bytes).

@@ -45,7 +45,7 @@ void run_ref(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1) 
   }
 }
 
-constexpr W8A8Kernels kTable = {"scalar", run_ref, quantize_ref, w4_unpack_ref};
+constexpr W8A8Kernels kTable = {"scalar", run_ref, quantize_ref, w4_unpack_ref, nullptr};
 
 }  // namespace
 
