@@ -87,7 +87,6 @@ Rotation make_rotation(int64_t n, uint64_t seed) {
   TESSERA_CHECK(n > 0, kInvalidArgument, "a rotation needs a positive size (got {})", n);
   Rotation r;
   r.n = n;
-  r.seed = seed;
   r.p = n & -n;
   r.m = n / r.p;
   r.signs.resize(static_cast<size_t>(n));

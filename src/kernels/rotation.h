@@ -31,7 +31,6 @@ struct Rotation {
   int64_t n = 0;
   int64_t p = 1;               // largest power of two dividing n
   int64_t m = 1;               // n / p
-  uint64_t seed = 0;
   std::vector<float> signs;    // [n], +1 or -1
   std::vector<float> mix;      // [m][m] row-major, orthogonal; empty when m == 1
   std::vector<double> mix64;   // the same in double (offline transforms)

@@ -12,6 +12,7 @@
 #include "format/gguf_writer.h"
 #include "kernels/rotation.h"
 #include "model/weights.h"
+#include "quant/calibration.h"
 #include "quant/quantize_model.h"
 
 namespace tessera::quant {
@@ -19,12 +20,10 @@ namespace {
 
 bool name_ends(const std::string& s, std::string_view tail) { return std::string_view(s).ends_with(tail); }
 
-// "blk.12.attn_q.weight" -> 12 and "attn_q.weight"; nullopt outside the blocks.
-std::optional<std::pair<int64_t, std::string>> split_block(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return std::nullopt;
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos) return std::nullopt;
-  return std::make_pair(std::stoll(name.substr(4, dot - 4)), name.substr(dot + 1));
+// "blk.12.attn_q.weight" -> "attn_q.weight"; "" outside the blocks.
+std::string block_part(const std::string& name) {
+  const std::optional<int64_t> layer = layer_of_tensor(name);
+  return layer && *layer >= 0 ? name.substr(fmt::format("blk.{}.", *layer).size()) : std::string();
 }
 
 struct Dims {
@@ -120,7 +119,7 @@ class Rotator {
       if (k != "general.file_type" && k != "general.quantized_by") w.set_value(k, v);
     }
     w.set_u32("general.file_type", gguf::llama_file_type(DType::kF32));
-    w.set_string("general.quantized_by", fmt::format("tessera rotate --seed {}{}", opt_.seed,
+    w.set_string("general.quantized_by", fmt::format("tessera quantize --method quarot --type f32 --rotation-seed {}{}", opt_.seed,
                                                      opt_.online_ffn ? "" : " --no-online-ffn"));
     if (opt_.online_ffn) w.set_u32(kFfnRotationKey, static_cast<uint32_t>(opt_.seed + 2));
     const bool tied = in_.find_tensor("output.weight") == nullptr;
@@ -152,9 +151,7 @@ class Rotator {
   Role role(const std::string& name) const {
     if (name == "token_embd.weight") return Role::kEmbedding;
     if (name == "output.weight") return Role::kOutput;
-    const auto b = split_block(name);
-    if (!b) return Role::kCopy;
-    const std::string& s = b->second;
+    const std::string s = block_part(name);
     if (s == "attn_q.weight" || s == "attn_k.weight") return Role::kReaderAttn;
     if (s == "attn_v.weight") return Role::kValue;
     if (s == "attn_qkv.weight") return Role::kQkv;
@@ -172,7 +169,7 @@ class Rotator {
   }
 
   std::string block_norm(const std::string& name, const char* which) const {
-    return fmt::format("blk.{}.{}", split_block(name)->first, which);
+    return fmt::format("blk.{}.{}", *layer_of_tensor(name), which);
   }
 
   std::vector<float> compute(const std::string& name, const gguf::TensorInfo& t) const {
