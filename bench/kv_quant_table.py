@@ -2,7 +2,8 @@
 of each KV cache type against the f16 cache, on the first 100 000 bytes of
 ../shared/data/tinystories_val_prefix.txt at context 128 (every chunk), for
 stories260K and stories1M: f16, q8_0 and q4_0, each with and without the
-Hadamard rotation (--kv-hadamard). With --peer BIN (a llama.cpp or
+Hadamard rotation (--kv-hadamard), and q8_0 / q4_0 again on the model with
+its key means (`tessera quantize --center-keys`, docs/KV_CACHE.md). With --peer BIN (a llama.cpp or
 ik_llama.cpp bin folder), the peer's llama-perplexity on the same file and
 text with -ctk/-ctv of the same types (flash attention on, as a quantized V
 cache needs; ik_llama.cpp's -khad, which rotates K only) goes beside.
@@ -33,7 +34,9 @@ def bytes_per_value(kv, head_dim):
         return 2.0
     block = 32 if head_dim % 32 == 0 else head_dim
     return (1.0 if kv == "q8_0" else 0.5) + 2.0 / block
-CONFIGS = [("f16", False), ("q8_0", False), ("q8_0", True), ("q4_0", False), ("q4_0", True)]
+# (type, Hadamard, centered keys)
+CONFIGS = [("f16", False, False), ("q8_0", False, False), ("q8_0", True, False), ("q4_0", False, False),
+           ("q4_0", True, False), ("q8_0", True, True), ("q4_0", False, True), ("q4_0", True, True)]
 
 
 def run(cmd):
@@ -74,18 +77,20 @@ def main():
     for key in a.models.split(","):
         model = MODELS[key]
         base = os.path.join(tmp, f"{key}.klbase")
-        for kv, hadamard in CONFIGS:
-            cmd = [tessera, "perplexity", "-m", model, "-f", evalf, "-c", "128", "-t", a.threads, "--json",
+        centered = os.path.join(tmp, f"{key}.centered.gguf")
+        run([tessera, "quantize", "-m", model, "-o", centered, "--method", "rtn", "--type", "f32", "--center-keys"])
+        for kv, hadamard, center in CONFIGS:
+            cmd = [tessera, "perplexity", "-m", centered if center else model, "-f", evalf, "-c", "128", "-t", a.threads, "--json",
                    "--kv-type", kv] + (["--kv-hadamard"] if hadamard else [])
             first = kv == "f16"
             r = json.loads(run(cmd + (["--kl-base", base] if first else ["--kl", base])))
             if first:
                 f16 = r["ppl"]
-            row = {"model": key, "kv": kv + (" + Hadamard" if hadamard else ""),
+            row = {"model": key, "kv": kv + (" + Hadamard" if hadamard else "") + (" + centered keys" if center else ""),
                    "bytes_per_value": bytes_per_value(kv, HEAD_DIM[key]), "ppl": r["ppl"],
                    "ppl_ratio": r["ppl"] / f16,
                    "kld": 0.0 if first else r["kld_mean"], "same_top": 1.0 if first else r["same_top"]}
-            if a.peer:
+            if a.peer and not center:  # the peer ignores tessera.kv.key_mean
                 p = peer_ppl(a.peer, model, evalf, kv, hadamard, a.threads)
                 row["peer_ppl"] = p
             results.append(row)

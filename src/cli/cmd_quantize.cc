@@ -16,6 +16,8 @@
 #include "quant/qmoe.h"
 #include "quant/quantize_model.h"
 #include "quant/rotate.h"
+#include "quant/key_mean.h"
+#include "model/weights.h"
 
 namespace tessera::cli {
 namespace {
@@ -32,6 +34,7 @@ struct QuantizeArgs {
   float alpha = 0.5f;  // SmoothQuant's migration strength
   uint64_t rotation_seed = quant::RotateOptions{}.seed;
   bool no_online_ffn = false;
+  bool center_keys = false;
   int threads = 0;
 };
 
@@ -51,6 +54,23 @@ DType parse_type_option(const std::string& s) {
   return *t;
 }
 
+// quant/key_mean.h: the means over the calibration text, into the output's metadata.
+void add_key_means(const LoadedModel& lm, const CalibrationOptions& calib, quant::QuantizeOptions& opt, ThreadPool& pool) {
+  quant::CalibrationOptions co;
+  std::vector<int32_t> tokens = calibration_tokens(lm, calib, &co);
+  if (static_cast<int64_t>(tokens.size()) > co.max_tokens) tokens.resize(static_cast<size_t>(co.max_tokens));
+  const ModelConfig& c = lm.model->config();
+  TESSERA_CHECK(c.attn_softcap == 0.0f && c.arch != "gpt-oss", kInvalidArgument,
+                "--center-keys: '{}' attention has {}, whose scores are not shift-invariant", c.arch,
+                c.attn_softcap != 0.0f ? "soft-capping" : "sinks");
+  const std::vector<float> means = quant::flatten_key_means(quant::key_means(*lm.model, tokens, co.n_ctx, co.bos, pool));
+  std::fprintf(stderr, "center-keys: each layer's mean key over %lld calibration tokens\n", static_cast<long long>(tokens.size()));
+  opt.metadata = [prev = opt.metadata, means](gguf::Writer& w) {
+    if (prev) prev(w);
+    w.set_f32s(kKeyMeanKey, means);
+  };
+}
+
 TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](CLI::App& sub) {
   auto a = std::make_shared<QuantizeArgs>();
   sub.add_option("-m,--model", a->model, "Input GGUF")->required();
@@ -61,6 +81,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
   sub.add_option("--method", a->method, "rtn, awq, gptq, awq+gptq; qmoe, qmoe-rtn (a mixture's experts as QMoE ternary codes); smoothquant (--type w8a8); quarot, quarot+gptq (QuaRot's rotations, then rtn or gptq)")->capture_default_str();
   sub.add_option("--rotation-seed", a->rotation_seed, "quarot: the rotations' seed")->capture_default_str();
   sub.add_flag("--no-online-ffn", a->no_online_ffn, "quarot: no run-time rotation of ffn_down's input (the file is a plain model)");
+  sub.add_flag("--center-keys", a->center_keys, "Calibrate each layer's mean key into the file (tessera.kv.key_mean): a q8_0 / q4_0 KV cache subtracts it");
   sub.add_option("--alpha", a->alpha, "SmoothQuant: s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)")->capture_default_str();
   a->calib.add_to(sub);
   sub.add_option("--group", a->group, "Weights per scale (must be the type's block: 32, Q2_K, Q3_K and Q6_K 16)");
@@ -108,6 +129,7 @@ TESSERA_COMMAND("quantize", "Quantize a model's matrices (RTN, AWQ, GPTQ)", [](C
       input = rotated.path;
     }
     const LoadedModel lm = load_model(input);
+    if (a->center_keys) add_key_means(lm, a->calib, opt, pool);
     std::unique_ptr<quant::LayerWindows> stats;
     if (quant::needs_calibration(opt.method)) {
       stats = calibration_windows(lm, a->calib, opt.method == quant::Method::kQmoe, pool);

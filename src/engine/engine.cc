@@ -40,7 +40,7 @@ Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineConfi
                 "block size {} must be in 1..1024", config_.block_size);
   pool_ = std::make_unique<ThreadPool>(config_.threads);
   const int32_t n_blocks = choose_num_blocks(model, config_, config_.max_model_len);
-  kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type, config_.kv_hadamard});
+  kv_cache_ = std::make_unique<KvCache>(model.config(), KvCacheShape{n_blocks, config_.block_size, config_.kv_type, config_.kv_hadamard, model.key_mean()});
   open_kv_store();
   make_scheduler();
   if (scheduler_->config().max_model_len < config_.max_model_len) {
@@ -791,6 +791,9 @@ void Engine::open_kv_store() {
   h.update_value(static_cast<int32_t>(config_.long_rope));
   h.update_value(static_cast<int32_t>(config_.kv_type));
   h.update_value(static_cast<int32_t>(config_.kv_hadamard));
+  for (const std::vector<float>& m : model_.key_mean()) {
+    for (const float v : m) h.update_value(v);  // a quantized cache stores keys less their means
+  }
   h.update_value(config_.block_size);
   h.update_value(static_cast<uint64_t>(kv_cache_->export_bytes()));
   store_identity_ = h.digest();

@@ -29,7 +29,7 @@ SequenceRunner::SequenceRunner(const Model& model, const SequenceRunnerOptions& 
       n_ctx_(resolve_ctx(model, options.n_ctx)),
       kv_manager_({options.block_size, blocks_for(cache_tokens(n_ctx_, options), options.block_size)}),
       kv_cache_(model.config(),
-                {blocks_for(cache_tokens(n_ctx_, options), options.block_size), options.block_size, options.kv_type, options.kv_hadamard}) {
+                {blocks_for(cache_tokens(n_ctx_, options), options.block_size), options.block_size, options.kv_type, options.kv_hadamard, model.key_mean()}) {
   const std::string bad = kv::check_kv_policy(options.kv_policy);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
   state_.ctx.pool = &pool;

@@ -140,6 +140,16 @@ void kv_hadamard_rotate_inverse(float* x, int32_t head_dim) {
   for (int32_t i = 0; i < head_dim; ++i) x[i] *= norm * hadamard_sign(i);
 }
 
+namespace {
+
+// x += sign * c, c the shift of kv head h.
+void add_key_mean(const KvLayerView& kv, int32_t h, float* x, float sign = 1.0f) {
+  const float* c = kv.k_mean + static_cast<int64_t>(h) * kv.head_dim;
+  for (int32_t d = 0; d < kv.head_dim; ++d) x[d] += sign * c[d];
+}
+
+}  // namespace
+
 void check_kv_layout(DType type, int32_t block_size, int32_t head_dim, bool hadamard) {
   TESSERA_CHECK(kv_type_supported(type), kInvalidArgument, "KV cache type {} is not supported (f32, f16, bf16, q8_0, q4_0)",
                 dtype_name(type));
@@ -170,8 +180,13 @@ void store_head(ToKvFn to_kv, const KvLayerView& kv, const float* kr, const floa
   const KvElem e = elem_of(kv.type);
   if (kv_quantized(e)) {  // the same scalar code on every ISA (kv_codec.h)
     float rk[kMaxKvQuantHead], rv[kMaxKvQuantHead];
+    if (kv.k_mean != nullptr) {
+      const float* c = kv.k_mean + static_cast<int64_t>(h) * hd;
+      for (int32_t d = 0; d < hd; ++d) rk[d] = kr[d] - c[d];
+      kr = rk;
+    }
     if (kv.hadamard) {  // stored rotated
-      std::copy(kr, kr + hd, rk);
+      if (kr != rk) std::copy(kr, kr + hd, rk);
       std::copy(vr, vr + hd, rv);
       kv_hadamard_rotate(rk, hd);
       kv_hadamard_rotate(rv, hd);
@@ -231,6 +246,7 @@ void gather_kv(const KvLayerView& kv, const int64_t* slots, int64_t n_tokens, fl
         kv_hadamard_rotate_inverse(kr, hd);
         kv_hadamard_rotate_inverse(vr, hd);
       }
+      if (kv.k_mean != nullptr) add_key_mean(kv, h, kr);
     }
   }
 }
@@ -239,12 +255,13 @@ namespace {
 
 // A quantized key is read whole, rotated in f32 and quantized again (its
 // blocks' scales follow the new values).
-void rotate_quantized_key(const KvLayerView& kv, uint8_t* kb, int32_t off, const float* c, const float* sn,
+void rotate_quantized_key(const KvLayerView& kv, int32_t h, uint8_t* kb, int32_t off, const float* c, const float* sn,
                           int64_t half, bool neox) {
   float x[kMaxKvQuantHead];
   const int32_t hd = kv.head_dim;
   for (int32_t d = 0; d < hd; ++d) x[d] = tile_value(kv, true, kb, d, off);
   if (kv.hadamard) kv_hadamard_rotate_inverse(x, hd);
+  if (kv.k_mean != nullptr) add_key_mean(kv, h, x);
   for (int64_t i = 0; i < half; ++i) {
     const size_t a = neox ? static_cast<size_t>(i) : 2 * static_cast<size_t>(i);
     const size_t b = neox ? static_cast<size_t>(i + half) : 2 * static_cast<size_t>(i) + 1;
@@ -252,6 +269,7 @@ void rotate_quantized_key(const KvLayerView& kv, uint8_t* kb, int32_t off, const
     x[a] = x0 * c[i] - x1 * sn[i];
     x[b] = x0 * sn[i] + x1 * c[i];
   }
+  if (kv.k_mean != nullptr) add_key_mean(kv, h, x, -1.0f);
   if (kv.hadamard) kv_hadamard_rotate(x, hd);
   kv_store_token(elem_of(kv.type), true, x, kv.block_size, hd, off, kb);
 }
@@ -271,7 +289,7 @@ void rotate_keys(const KvLayerView& kv, const int64_t* slots, int64_t n, const f
     for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
       uint8_t* kb = kv.k + static_cast<size_t>(block) * kv.block_bytes() + h * head_bytes(kv);
       if (kv_quantized(elem_of(kv.type))) {
-        rotate_quantized_key(kv, kb, static_cast<int32_t>(off), c, sn, half, neox);
+        rotate_quantized_key(kv, h, kb, static_cast<int32_t>(off), c, sn, half, neox);
         continue;
       }
       for (int64_t i = 0; i < half; ++i) {

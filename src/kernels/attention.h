@@ -42,6 +42,14 @@ struct KvLayerView {
   // the queries the same way and rotates its output back; store_kv,
   // gather_kv and rotate_keys take and give unrotated values.
   bool hadamard = false;
+  // Q8_0 / Q4_0 only, or null: a constant subtracted from every key before
+  // it is stored ([n_kv_heads * head_dim]; docs/KV_CACHE.md, "Key centering").
+  // q.(k - c) = q.k - q.c, the same for every key of a query, so the
+  // softmax is unchanged, while the keys' large constant part (RoPE's
+  // low-frequency pairs) no longer sets the 4-bit step. store_kv, gather_kv
+  // and rotate_keys take and give unshifted keys. Not for attention with
+  // sinks or soft-capping, which are not shift-invariant.
+  const float* k_mean = nullptr;
 
   size_t tile_bytes() const { return kv_tile_bytes(type, block_size, head_dim); }
   size_t block_bytes() const { return tile_bytes() * n_kv_heads; }

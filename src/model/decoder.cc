@@ -65,6 +65,31 @@ float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b) {
   return 1.0f / std::sqrt(static_cast<float>(d));
 }
 
+namespace {
+
+// kKeyMeanKey's values, a layer's kv_dim at a time (empty without the key).
+std::vector<std::vector<float>> read_key_mean(ModelLoader& ld, const ModelConfig& c) {
+  if (!ld.file().has(kKeyMeanKey)) return {};
+  ld.use_key(kKeyMeanKey);
+  TESSERA_CHECK(c.attn_softcap == 0.0f && c.arch != "gpt-oss", kInvalidArgument,
+                "{}: '{}' shifts the keys, which attention with {} does not allow (its scores are not shift-invariant)",
+                ld.file().path(), kKeyMeanKey, c.attn_softcap != 0.0f ? "soft-capping" : "sinks");
+  const std::vector<float> all = gguf::array_as_floats(ld.file().get_array(kKeyMeanKey), kKeyMeanKey);
+  TESSERA_CHECK(static_cast<int64_t>(all.size()) == c.n_layer * c.kv_dim(), kCorruptFile,
+                "{}: '{}' has {} values; {} layers x kv dim {} need {}", ld.file().path(), kKeyMeanKey, all.size(),
+                c.n_layer, c.kv_dim(), c.n_layer * c.kv_dim());
+  std::vector<std::vector<float>> shift;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    shift.emplace_back(all.begin() + l * c.kv_dim(), all.begin() + (l + 1) * c.kv_dim());
+    for (const float v : shift.back()) {
+      TESSERA_CHECK(std::isfinite(v), kCorruptFile, "{}: '{}' holds {}", ld.file().path(), kKeyMeanKey, v);
+    }
+  }
+  return shift;
+}
+
+}  // namespace
+
 DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool neox) {
   cfg_ = ld.read_config(options);
   cfg_.rope_neox = neox;
@@ -83,6 +108,7 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
     ffn_rotation_ = std::make_shared<const kernels::Rotation>(
         kernels::make_rotation(cfg_.n_ff, ld.file().get_uint(kFfnRotationKey)));
   }
+  key_mean_ = read_key_mean(ld, cfg_);
   const char* w8a8 = std::getenv("TESSERA_W8A8");
   const char* w4a8 = std::getenv("TESSERA_W4A8");
   const bool w8 = w8a8 != nullptr && std::string_view(w8a8) == "1", w4 = w4a8 != nullptr && std::string_view(w4a8) == "1";

@@ -87,6 +87,7 @@ class DecoderModel : public Model {
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override;
   MatmulWork matmul_work() const override;
+  const std::vector<std::vector<float>>& key_mean() const override { return key_mean_; }
   int64_t long_rope_after() const override { return rope_long_factors_.empty() ? 0 : long_rope_after_; }
 
  protected:
@@ -169,6 +170,8 @@ class DecoderModel : public Model {
 
   // QuaRot (quant/rotate.h): ffn_down's input rotated at run time; null without.
   std::shared_ptr<const kernels::Rotation> ffn_rotation_;
+  // A quantized KV cache's key means (Model::key_mean); empty without.
+  std::vector<std::vector<float>> key_mean_;
 
   float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 

@@ -21,6 +21,12 @@ int32_t KvCache::blocks_for_memory(const ModelConfig& c, int32_t block_size, DTy
 KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape) {
   kernels::check_kv_layout(shape.type, shape.block_size, static_cast<int32_t>(c.head_dim), shape.hadamard);
   TESSERA_CHECK(shape.num_blocks >= 2, kInvalidArgument, "KV cache needs at least 2 blocks");
+  TESSERA_CHECK(shape.key_mean.empty() || static_cast<int64_t>(shape.key_mean.size()) == c.n_layer, kInvalidArgument,
+                "KV cache: key means of {} layers for a model of {}", shape.key_mean.size(), c.n_layer);
+  for (const std::vector<float>& s : shape.key_mean) {
+    TESSERA_CHECK(static_cast<int64_t>(s.size()) == c.kv_dim(), kInvalidArgument, "KV cache: a key mean of {} values, kv dim {}",
+                  s.size(), c.kv_dim());
+  }
   kernels::KvLayerView proto;
   proto.type = shape.type;
   proto.hadamard = shape.hadamard;
@@ -35,6 +41,7 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheShape& shape) : shape_(shape
     kernels::KvLayerView v = proto;
     v.k = k_.data() + layer_bytes * l;
     v.v = v_.data() + layer_bytes * l;
+    if ((shape.type == DType::kQ8_0 || shape.type == DType::kQ4_0) && !shape_.key_mean.empty()) v.k_mean = shape_.key_mean[static_cast<size_t>(l)].data();
     views_.push_back(v);
   }
 }

@@ -37,6 +37,9 @@ struct KvCacheShape {
   int32_t block_size = 16;
   DType type = DType::kF16;
   bool hadamard = false;  // Q8_0 / Q4_0 K and V stored Hadamard-rotated (kernels/attention.h)
+  // Q8_0 / Q4_0 only: each layer's key mean, subtracted from the keys
+  // ([n_layer][kv_dim]; empty: none; KvLayerView::k_mean).
+  std::vector<std::vector<float>> key_mean{};
 };
 
 class KvCache {

@@ -97,6 +97,14 @@ class Model {
   // shorter one with the short factors (ForwardBatch::long_rope says which
   // per sequence). 0: one regime.
   virtual int64_t long_rope_after() const { return 0; }
+
+  // The constant a quantized KV cache subtracts from each layer's keys
+  // ([n_layer][kv_dim]; empty: none), from the file's `tessera.kv.key_mean`
+  // (kernels::KvLayerView::k_mean, quant/key_mean.h).
+  virtual const std::vector<std::vector<float>>& key_mean() const {
+    static const std::vector<std::vector<float>> none;
+    return none;
+  }
 };
 
 // Which sequences of a two-regime model (Model::long_rope_after) run in the

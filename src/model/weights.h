@@ -16,6 +16,9 @@ namespace tessera {
 // A QuaRot-rotated model (quant/rotate.h) whose ffn_down input is rotated at
 // run time: the rotation's seed (kernels::make_rotation(n_ff, seed)).
 inline constexpr const char* kFfnRotationKey = "tessera.rotation.ffn_down";
+// Each layer's key mean, which a quantized KV cache subtracts: n_layer * kv_dim floats
+// (Model::key_mean, quant/key_mean.h).
+inline constexpr const char* kKeyMeanKey = "tessera.kv.key_mean";
 
 // A W8A8 file whose codes are 4-bit (W4A8, -8..7): loaded as nibbles.
 inline constexpr const char* kW4A8Key = "tessera.w4a8";

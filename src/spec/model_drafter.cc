@@ -32,7 +32,7 @@ class ModelDrafter final : public Drafter {
       : model_(model),
         opt_(o),
         kv_({o.block_size, blocks_for(o)}),
-        cache_(model.config(), {blocks_for(o), o.block_size, o.kv_type, o.kv_hadamard}) {
+        cache_(model.config(), {blocks_for(o), o.block_size, o.kv_type, o.kv_hadamard, model.key_mean()}) {
     TESSERA_CHECK(o.block_size > 0 && o.max_batch_tokens > 0, kInvalidArgument, "bad drafter cache options");
     state_.ctx.pool = &pool;
     state_.ctx.isa = active_isa();
