@@ -1,13 +1,13 @@
 """QuaRot and W4A8 quality (issue 36): perplexity, its ratio to F32, and mean
 KL divergence from F32 on the first 100 000 bytes of
 ../shared/data/tinystories_val_prefix.txt at context 128 (every chunk, f16
-KV cache), for stories260K and stories1M, of: the rotated F32 model
+KV cache), for stories260K, stories1M and the trained mixture (MoE, on request), of: the rotated F32 model
 (invariance), Q4_0 and W4A8 by rounding, by GPTQ, by QuaRot then rounding
 and by QuaRot then GPTQ, and W8A8 with and without the rotation. Every
 file is made by `tessera quantize` from the F32 original (GPTQ calibrated
 on the built-in calibration text).
 
-usage: python3 bench/quarot_table.py [BUILD_DIR] [--models 260K,1M] [--json OUT]
+usage: python3 bench/quarot_table.py [BUILD_DIR] [--models 260K,1M,MoE] [--json OUT]
 Prints the docs/results JSON (docs/results/quarot_quality.json).
 """
 
@@ -20,6 +20,8 @@ import sys
 import tempfile
 
 from kv_quant_table import MODELS, ROOT, SHARED, run  # the same models, paths and runner
+# and the trained mixture that ships in the repository (models/stories-moe/PROVENANCE.md)
+MODELS = dict(MODELS, MoE=os.path.join(ROOT, "models/stories-moe/stories-moe-8x.gguf"))
 # (label, --type, --method): None for the F32 original.
 CONFIGS = [("F32", None, None), ("rotated F32", "f32", "quarot"),
            ("Q4_0 rtn", "q4_0", "rtn"), ("Q4_0 gptq", "q4_0", "gptq"), ("Q4_0 quarot", "q4_0", "quarot"),

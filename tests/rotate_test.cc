@@ -1,6 +1,6 @@
 // QuaRot's offline rotation (quant/rotate.h): computational invariance (the
 // rotated F32 model gives the original's logits within float rounding) on
-// every architecture it takes, the run-time rotation of ffn_down's input
+// every architecture it takes (mixtures included), the run-time rotation of ffn_down's input
 // being what makes the file correct, refusals that name the reason, and
 // the point of it: activations quantized to int8 lose less.
 #include <gtest/gtest.h>
@@ -121,11 +121,22 @@ TEST(Rotate, RefusesWhatARotationDoesNotCommuteWith) {
       EXPECT_NE(std::string(e.what()).find("post-norms"), std::string::npos) << e.what();
     }
   }
-  try {
-    rotated(random_model("mixtral", 128, false), true);
-    ADD_FAILURE() << "a mixture was rotated";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mixture of experts"), std::string::npos) << e.what();
+}
+
+TEST(Rotate, MixturesKeepTheirLogits) {
+  // The router and every expert read the rotated stream; the experts' down
+  // matrices (and gpt-oss's output biases) write it. No run-time rotation:
+  // a mixture's file never carries the key, asked for or not.
+  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "gpt-oss"}) {
+    SCOPED_TRACE(arch);
+    const std::string in = random_model(arch, 128, false);
+    const std::vector<float> want = logits_of(in, 128);
+    const std::string out = rotated(in, true);
+    const gguf::File f = gguf::File::open(out);
+    EXPECT_FALSE(f.has(kFfnRotationKey));
+    EXPECT_NE(0, std::memcmp(f.tensor("blk.0.ffn_down_exps.weight").data,
+                             gguf::File::open(in).tensor("blk.0.ffn_down_exps.weight").data, 64));
+    EXPECT_LT(relative_gap(want, logits_of(out, 128)), 2e-5);
   }
 }
 

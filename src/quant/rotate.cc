@@ -37,7 +37,8 @@ Dims read_dims(const gguf::File& in, const std::string& arch) {
   d.n_head_kv = static_cast<int64_t>(in.get_uint_or(arch + ".attention.head_count_kv", static_cast<uint64_t>(d.n_head)));
   d.head_dim = static_cast<int64_t>(
       in.get_uint_or(arch + ".attention.key_length", static_cast<uint64_t>(d.n_embd / std::max<int64_t>(d.n_head, 1))));
-  d.n_ff = static_cast<int64_t>(in.get_uint(arch + ".feed_forward_length"));
+  // A mixture may have no dense FFN width (its experts' is another key).
+  d.n_ff = static_cast<int64_t>(in.get_uint_or(arch + ".feed_forward_length", 1));
   TESSERA_CHECK(d.n_embd > 0 && d.n_head > 0 && d.n_head_kv > 0 && d.head_dim > 0 && d.n_ff > 0, kCorruptFile,
                 "rotate: {} has a zero dimension", in.path());
   const uint64_t value_length = in.get_uint_or(arch + ".attention.value_length", static_cast<uint64_t>(d.head_dim));
@@ -92,18 +93,19 @@ class Rotator {
       : in_(in), opt_(opt), arch_(in.get_string("general.architecture")), d_(read_dims(in, arch_)),
         res_(kernels::make_rotation(d_.n_embd, opt.seed)), head_(kernels::make_rotation(d_.head_dim, opt.seed + 1)),
         ffn_(kernels::make_rotation(d_.n_ff, opt.seed + 2)) {
-    static const std::set<std::string> kArchs = {"llama", "qwen2", "qwen3", "phi3"};
+    static const std::set<std::string> kArchs = {"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss"};
     TESSERA_CHECK(arch_.rfind("gemma", 0) != 0, kInvalidArgument,
                   "rotate: {} is '{}', whose post-norms (a scaled RMSNorm of each block's output before the residual "
                   "add) do not commute with a rotation of the residual stream", in.path(), arch_);
     TESSERA_CHECK(kArchs.count(arch_) != 0, kInvalidArgument,
-                  "rotate: architecture '{}' is not supported (llama, qwen2, qwen3, phi3)", arch_);
+                  "rotate: architecture '{}' is not supported (llama and mixtral, qwen2, qwen3, phi3, qwen2moe, "
+                  "qwen3moe, gpt-oss)", arch_);
+    // gpt-oss's FFN norm has llama.cpp's name for a norm after attention.
+    ffn_norm_ = arch_ == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight";
     for (const gguf::TensorInfo& t : in.tensors()) {
-      TESSERA_CHECK(!name_ends(t.name, "_exps.weight"), kInvalidArgument,
-                    "rotate: {} is a mixture of experts, which rotate does not handle yet", in.path());
-      TESSERA_CHECK(t.name.find("post_attention_norm") == std::string::npos &&
-                        t.name.find("post_ffw_norm") == std::string::npos && !name_ends(t.name, "attn_output.bias") &&
-                        !name_ends(t.name, "ffn_down.bias"),
+      if (name_ends(t.name, "_exps.weight")) moe_ = true;
+      TESSERA_CHECK((arch_ == "gpt-oss" || t.name.find("post_attention_norm") == std::string::npos) &&
+                        t.name.find("post_ffw_norm") == std::string::npos,
                     kInvalidArgument, "rotate: '{}' does not commute with a rotation of the residual stream", t.name);
       if (name_ends(t.name, "norm.weight") && t.name.find("attn_q_norm") == std::string::npos &&
           t.name.find("attn_k_norm") == std::string::npos) {
@@ -111,6 +113,12 @@ class Rotator {
       }
     }
     TESSERA_CHECK(norms_.count("output_norm.weight") != 0, kCorruptFile, "rotate: {} has no output_norm.weight", in.path());
+    if (moe_ && opt_.online_ffn) {
+      // No run-time rotation inside the experts (DecoderModel refuses the
+      // key with a mixture): their down matrices keep their input basis.
+      TESSERA_LOG_INFO("rotate: {} is a mixture of experts: no run-time rotation of ffn_down's input", in.path());
+      opt_.online_ffn = false;
+    }
   }
 
   void write(const std::string& out_path) {
@@ -146,7 +154,10 @@ class Rotator {
     });
   }
 
-  enum class Role { kCopy, kEmbedding, kOutput, kReaderAttn, kReaderFfn, kValue, kQkv, kValueBias, kAttnOut, kDown };
+  enum class Role {
+    kCopy, kEmbedding, kOutput, kReaderAttn, kReaderFfn, kValue, kQkv, kValueBias, kAttnOut, kDown, kWriterBias,
+    kDownExperts, kDownExpertsBias
+  };
 
   Role role(const std::string& name) const {
     if (name == "token_embd.weight") return Role::kEmbedding;
@@ -157,8 +168,18 @@ class Rotator {
     if (s == "attn_qkv.weight") return Role::kQkv;
     if (s == "attn_v.bias") return opt_.heads ? Role::kValueBias : Role::kCopy;
     if (s == "attn_output.weight") return Role::kAttnOut;
-    if (s == "ffn_gate.weight" || s == "ffn_up.weight") return Role::kReaderFfn;
-    if (s == "ffn_down.weight") return Role::kDown;
+    // Readers of the FFN norm: a dense FFN's gate and up, the router, the
+    // experts' gate and up ([n_expert][rows][n_embd]: rows of n_embd all
+    // the same), the shared expert's gate, up and gating vector.
+    if (s == "ffn_gate.weight" || s == "ffn_up.weight" || s == "ffn_gate_inp.weight" || s == "ffn_gate_exps.weight" ||
+        s == "ffn_up_exps.weight" || s == "ffn_gate_shexp.weight" || s == "ffn_up_shexp.weight" ||
+        s == "ffn_gate_inp_shexp.weight") {
+      return Role::kReaderFfn;
+    }
+    if (s == "ffn_down.weight" || s == "ffn_down_shexp.weight") return Role::kDown;
+    if (s == "attn_output.bias" || s == "ffn_down.bias" || s == "ffn_down_shexp.bias") return Role::kWriterBias;
+    if (s == "ffn_down_exps.weight") return Role::kDownExperts;
+    if (s == "ffn_down_exps.bias") return Role::kDownExpertsBias;
     return Role::kCopy;
   }
 
@@ -202,12 +223,19 @@ class Rotator {
         rotate_col_segments(m, res_);
         break;
       case Role::kReaderFfn:
-        scale_cols(m, norm_of(block_norm(name, "ffn_norm.weight")));
+        scale_cols(m, norm_of(block_norm(name, ffn_norm_.c_str())));
         rotate_row_segments(m, res_, 0);
         break;
       case Role::kDown:
-        if (opt_.online_ffn) rotate_row_segments(m, ffn_, 0);
+        if (opt_.online_ffn && name_ends(name, "ffn_down.weight")) rotate_row_segments(m, ffn_, 0);
         rotate_col_segments(m, res_);
+        break;
+      case Role::kWriterBias: kernels::rotate_f64(res_, m.v.data()); break;
+      case Role::kDownExperts:  // [n_expert][n_embd][n_ff_exp]: each expert's columns
+        for (int64_t r0 = 0; r0 < m.rows; r0 += d_.n_embd) rotate_col_segments(m, res_, r0);
+        break;
+      case Role::kDownExpertsBias:  // [n_expert][n_embd]
+        for (int64_t i = 0; i < static_cast<int64_t>(m.v.size()); i += d_.n_embd) kernels::rotate_f64(res_, m.v.data() + i);
         break;
       case Role::kCopy: break;
     }
@@ -220,6 +248,8 @@ class Rotator {
   Dims d_;
   kernels::Rotation res_, head_, ffn_;
   std::map<std::string, std::vector<float>> norms_;
+  std::string ffn_norm_;  // the block norm the FFN reads
+  bool moe_ = false;
 };
 
 }  // namespace

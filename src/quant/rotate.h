@@ -20,7 +20,11 @@
 //
 // Every rotated matrix is written in F32 (quantize it afterwards:
 // `tessera quantize --method quarot` does both). Pre-norm architectures
-// with RMSNorm only: llama, qwen2, qwen3, phi3. Gemma 2/3 refuse: their
+// with RMSNorm only: llama, qwen2, qwen3, phi3, and the mixtures (mixtral,
+// qwen2moe, qwen3moe, gpt-oss): the router, the experts' gate and up and the
+// shared expert's gate vector read the stream (W R^T), the experts' down
+// matrices and every output bias write it (R W, R b); a mixture gets no
+// run-time rotation (`online_ffn` is ignored). Gemma 2/3 refuse: their
 // post-norms (RMSNorm of the attention / FFN output, scaled, before the
 // residual add) are not invariant under a rotation of the stream.
 #pragma once
