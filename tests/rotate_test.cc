@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,22 +87,28 @@ TEST(Rotate, EveryPreNormArchitectureKeepsItsLogits) {
   }
 }
 
-TEST(Rotate, TheRunTimeRotationIsWhatKeepsTheFfn) {
-  // The same file without its key (ffn_down expects a rotated input it no
-  // longer gets) computes something else.
-  const std::string in = random_model("llama", 96, false);
-  const std::string out = rotated(in, true, ".keyless");
-  const gguf::File f = gguf::File::open(out);
+// `path` copied with metadata key `key` set to `value`, or without it.
+std::string with_key(const std::string& path, const char* key, std::optional<uint32_t> value) {
+  const gguf::File f = gguf::File::open(path);
   gguf::Writer w;
   for (const auto& [k, v] : f.metadata()) {
-    if (k != kFfnRotationKey) w.set_value(k, v);
+    if (k != key) w.set_value(k, v);
   }
+  if (value) w.set_u32(key, *value);
   for (const gguf::TensorInfo& t : f.tensors()) {
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims),
                  [&t](uint8_t* o, size_t n) { std::memcpy(o, t.data, n); });
   }
-  const std::string keyless = testing::temp_path("keyless.gguf");
-  w.write(keyless);
+  const std::string out = path + (value ? ".with.gguf" : ".without.gguf");
+  w.write(out);
+  return out;
+}
+
+TEST(Rotate, TheRunTimeRotationIsWhatKeepsTheFfn) {
+  // The same file without its key (ffn_down expects a rotated input it no
+  // longer gets) computes something else.
+  const std::string in = random_model("llama", 96, false);
+  const std::string keyless = with_key(rotated(in, true, ".keyless"), kFfnRotationKey, std::nullopt);
   EXPECT_GT(relative_gap(logits_of(in, 128), logits_of(keyless, 128)), 1e-2);
 }
 
@@ -112,15 +119,44 @@ TEST(Rotate, Stories260KKeepsItsLogits) {
   EXPECT_LT(relative_gap(logits_of(in, 512), logits_of(out, 512)), 2e-5);
 }
 
-TEST(Rotate, RefusesWhatARotationDoesNotCommuteWith) {
+TEST(Rotate, GemmaKeepsItsLogitsWithItsPostNormsRotatedAtRunTime) {
+  // A post-norm (scaled RMSNorm of a block's output) does not commute with
+  // R: it stays, and its output is rotated at run time. Without the key
+  // the same file computes something else.
   for (const char* arch : {"gemma2", "gemma3"}) {
-    try {
-      rotated(random_model(arch, 128, true), true);
-      ADD_FAILURE() << arch << " was rotated";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("post-norms"), std::string::npos) << e.what();
+    SCOPED_TRACE(arch);
+    const std::string in = random_model(arch, 96, true);
+    const std::vector<float> want = logits_of(in, 128);
+    for (bool online : {true, false}) {
+      const std::string out = rotated(in, online);
+      const gguf::File f = gguf::File::open(out);
+      EXPECT_TRUE(f.has(kPostNormRotationKey));
+      EXPECT_NE(f.find_tensor("output.weight"), nullptr);  // the tied output, untied
+      EXPECT_LT(relative_gap(want, logits_of(out, 128)), 2e-5) << (online ? "online" : "plain");
+      if (online) continue;
+      const std::string keyless = with_key(out, kPostNormRotationKey, std::nullopt);
+      if (std::string(arch) == "gemma2") {
+        EXPECT_THROW(load_model(keyless), Error);  // gemma2 reads no output matrix: the untied one is refused
+      } else {
+        EXPECT_GT(relative_gap(want, logits_of(keyless, 128)), 1e-2);
+      }
     }
   }
+}
+
+TEST(Rotate, RefusesWhatItCannotDo) {
+  // The post-norm key on a model without post-norms would never be applied.
+  const std::string llama = with_key(rotated(random_model("llama", 128, false), false, ".pn"), kPostNormRotationKey, 7);
+  try {
+    load_model(llama);
+    ADD_FAILURE() << "a llama took a post-norm rotation";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no post-norms"), std::string::npos) << e.what();
+  }
+  quant::RotateOptions o;
+  o.seed = uint64_t{1} << 40;  // the file's keys are 32-bit
+  EXPECT_THROW(quant::rotate_model(gguf::File::open(random_model("llama", 128, false)), o, testing::temp_path("big-seed.gguf")),
+               Error);
 }
 
 TEST(Rotate, MixturesKeepTheirLogits) {

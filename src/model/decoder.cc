@@ -109,6 +109,16 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
         kernels::make_rotation(cfg_.n_ff, ld.file().get_uint(kFfnRotationKey)));
   }
   key_mean_ = read_key_mean(ld, cfg_);
+  if (ld.file().has(kPostNormRotationKey)) {
+    // QuaRot on Gemma (quant/rotate.h): each post-norm's output is rotated
+    // into the stream's basis.
+    ld.use_key(kPostNormRotationKey);
+    TESSERA_CHECK(cfg_.arch == "gemma2" || cfg_.arch == "gemma3", kInvalidArgument,
+                  "{}: '{}' rotates post-norms' outputs; '{}' has no post-norms", ld.file().path(), kPostNormRotationKey,
+                  cfg_.arch);
+    post_rotation_ = std::make_shared<const kernels::Rotation>(
+        kernels::make_rotation(cfg_.n_embd, ld.file().get_uint(kPostNormRotationKey)));
+  }
   const char* w8a8 = std::getenv("TESSERA_W8A8");
   const char* w4a8 = std::getenv("TESSERA_W4A8");
   const bool w8 = w8a8 != nullptr && std::string_view(w8a8) == "1", w4 = w4a8 != nullptr && std::string_view(w4a8) == "1";
@@ -503,6 +513,7 @@ void DecoderModel::add_residual(const std::vector<float>& post_norm, const char*
       float* row = s.xb2.data() + t * E;
       kernels::rmsnorm(row, post_norm.data(), row, E, cfg_.rms_eps, s.ctx.isa);
     }
+    if (post_rotation_) kernels::rotate_rows(*post_rotation_, s.xb2.data(), T, E, s.ctx.isa);
     if (s.tap) s.tap(name, il, s.xb2.data(), T, E, E);
   }
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);

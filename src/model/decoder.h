@@ -170,6 +170,8 @@ class DecoderModel : public Model {
 
   // QuaRot (quant/rotate.h): ffn_down's input rotated at run time; null without.
   std::shared_ptr<const kernels::Rotation> ffn_rotation_;
+  // QuaRot on Gemma: each post-norm's output rotated by the stream's R; null without.
+  std::shared_ptr<const kernels::Rotation> post_rotation_;
   // A quantized KV cache's key means (Model::key_mean); empty without.
   std::vector<std::vector<float>> key_mean_;
 

@@ -16,6 +16,10 @@ namespace tessera {
 // A QuaRot-rotated model (quant/rotate.h) whose ffn_down input is rotated at
 // run time: the rotation's seed (kernels::make_rotation(n_ff, seed)).
 inline constexpr const char* kFfnRotationKey = "tessera.rotation.ffn_down";
+// Seed of the residual stream's rotation R = kernels::make_rotation(n_embd,
+// seed), applied at run time to each post-norm's output (Gemma 2/3 rotated
+// by quant/rotate.h: a scaled RMSNorm does not commute with R).
+inline constexpr const char* kPostNormRotationKey = "tessera.rotation.post_norm";
 // Each layer's key mean, which a quantized KV cache subtracts: n_layer * kv_dim floats
 // (Model::key_mean, quant/key_mean.h).
 inline constexpr const char* kKeyMeanKey = "tessera.kv.key_mean";

@@ -93,20 +93,23 @@ class Rotator {
       : in_(in), opt_(opt), arch_(in.get_string("general.architecture")), d_(read_dims(in, arch_)),
         res_(kernels::make_rotation(d_.n_embd, opt.seed)), head_(kernels::make_rotation(d_.head_dim, opt.seed + 1)),
         ffn_(kernels::make_rotation(d_.n_ff, opt.seed + 2)) {
-    static const std::set<std::string> kArchs = {"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss"};
-    TESSERA_CHECK(arch_.rfind("gemma", 0) != 0, kInvalidArgument,
-                  "rotate: {} is '{}', whose post-norms (a scaled RMSNorm of each block's output before the residual "
-                  "add) do not commute with a rotation of the residual stream", in.path(), arch_);
+    static const std::set<std::string> kArchs = {"llama", "qwen2", "qwen3", "phi3", "qwen2moe", "qwen3moe", "gpt-oss",
+                                                 "gemma2", "gemma3"};
     TESSERA_CHECK(kArchs.count(arch_) != 0, kInvalidArgument,
-                  "rotate: architecture '{}' is not supported (llama and mixtral, qwen2, qwen3, phi3, qwen2moe, "
-                  "qwen3moe, gpt-oss)", arch_);
+                  "rotate: architecture '{}' is not supported (llama and mixtral, qwen2, qwen3, phi3, gemma2, gemma3, "
+                  "qwen2moe, qwen3moe, gpt-oss)", arch_);
+    gemma_ = arch_ == "gemma2" || arch_ == "gemma3";
+    TESSERA_CHECK(opt.seed <= UINT32_MAX - 2, kInvalidArgument,
+                  "rotate: seed {} does not fit the file's 32-bit rotation keys (with seed + 2)", opt.seed);
     // gpt-oss's FFN norm has llama.cpp's name for a norm after attention.
     ffn_norm_ = arch_ == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight";
     for (const gguf::TensorInfo& t : in.tensors()) {
       if (name_ends(t.name, "_exps.weight")) moe_ = true;
-      TESSERA_CHECK((arch_ == "gpt-oss" || t.name.find("post_attention_norm") == std::string::npos) &&
-                        t.name.find("post_ffw_norm") == std::string::npos,
-                    kInvalidArgument, "rotate: '{}' does not commute with a rotation of the residual stream", t.name);
+      const bool post_norm = arch_ != "gpt-oss" && (t.name.find("post_attention_norm") != std::string::npos ||
+                                                    t.name.find("post_ffw_norm") != std::string::npos);
+      TESSERA_CHECK(!post_norm || gemma_, kInvalidArgument,
+                    "rotate: '{}' does not commute with a rotation of the residual stream", t.name);
+      if (post_norm) continue;  // Gemma's: kept, its output rotated at run time
       if (name_ends(t.name, "norm.weight") && t.name.find("attn_q_norm") == std::string::npos &&
           t.name.find("attn_k_norm") == std::string::npos) {
         norms_[t.name] = read_f32(t);
@@ -130,6 +133,7 @@ class Rotator {
     w.set_string("general.quantized_by", fmt::format("tessera quantize --method quarot --type f32 --rotation-seed {}{}", opt_.seed,
                                                      opt_.online_ffn ? "" : " --no-online-ffn"));
     if (opt_.online_ffn) w.set_u32(kFfnRotationKey, static_cast<uint32_t>(opt_.seed + 2));
+    if (gemma_) w.set_u32(kPostNormRotationKey, static_cast<uint32_t>(opt_.seed));
     const bool tied = in_.find_tensor("output.weight") == nullptr;
     for (const gguf::TensorInfo& t : in_.tensors()) {
       add(w, t.name, t);
@@ -220,7 +224,7 @@ class Rotator {
         if (opt_.heads) {
           for (int64_t h = 0; h < d_.n_head; ++h) rotate_row_segments(m, head_, h * d_.head_dim);
         }
-        rotate_col_segments(m, res_);
+        if (!gemma_) rotate_col_segments(m, res_);  // Gemma's post-norm reads it unrotated
         break;
       case Role::kReaderFfn:
         scale_cols(m, norm_of(block_norm(name, ffn_norm_.c_str())));
@@ -228,7 +232,7 @@ class Rotator {
         break;
       case Role::kDown:
         if (opt_.online_ffn && name_ends(name, "ffn_down.weight")) rotate_row_segments(m, ffn_, 0);
-        rotate_col_segments(m, res_);
+        if (!gemma_) rotate_col_segments(m, res_);
         break;
       case Role::kWriterBias: kernels::rotate_f64(res_, m.v.data()); break;
       case Role::kDownExperts:  // [n_expert][n_embd][n_ff_exp]: each expert's columns
@@ -250,6 +254,9 @@ class Rotator {
   std::map<std::string, std::vector<float>> norms_;
   std::string ffn_norm_;  // the block norm the FFN reads
   bool moe_ = false;
+  // Gemma 2/3: the post-norms stay, their outputs are rotated at run time
+  // (kPostNormRotationKey), so attn_output and ffn_down keep their outputs.
+  bool gemma_ = false;
 };
 
 }  // namespace

@@ -24,9 +24,11 @@
 // qwen2moe, qwen3moe, gpt-oss): the router, the experts' gate and up and the
 // shared expert's gate vector read the stream (W R^T), the experts' down
 // matrices and every output bias write it (R W, R b); a mixture gets no
-// run-time rotation (`online_ffn` is ignored). Gemma 2/3 refuse: their
-// post-norms (RMSNorm of the attention / FFN output, scaled, before the
-// residual add) are not invariant under a rotation of the stream.
+// run-time rotation (`online_ffn` is ignored). Gemma 2/3: their post-norms
+// (RMSNorm of the attention / FFN output, scaled, before the residual add)
+// do not commute with R, so they stay, attn_output and ffn_down keep their
+// output basis, and the file says `tessera.rotation.post_norm` = R's seed:
+// the model rotates each post-norm's output by R at run time.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "model/decoder.h"
+#include "model/weights.h"
 
 namespace tessera {
 namespace {
@@ -23,7 +24,8 @@ class Gemma2 final : public DecoderModel {
                      {.swa_period = 2, .swa_window = 4096, .softcap = true, .attn_softcap = 50.0f,
                       .final_softcap_default = 30.0f, .attention_scale = true},
                      /*neox=*/true) {
-    load_common(ld, /*rope_freqs=*/false, /*tied=*/true);
+    // llama.cpp's gemma2 reads no output matrix; a rotated file (quant/rotate.h) has its own.
+    load_common(ld, /*rope_freqs=*/false, /*tied=*/!ld.file().has(kPostNormRotationKey));
     for (int64_t il = 0; il < cfg_.n_layer; ++il) {
       load_attention(ld, il, /*bias=*/false, layers_[il]);
       load_post_norms(ld, il, layers_[il]);
