@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/thread_pool.h"
 #include "kernels/rotation.h"
 
 namespace tessera::kernels {
@@ -111,6 +112,26 @@ TEST_P(RotationIsa, RowsAreBitIdenticalToTheReference) {
     std::vector<float> want = x;
     for (int64_t t = 0; t < rows; ++t) rotate_ref(r, want.data() + t * stride);
     rotate_rows(r, x.data(), rows, stride, GetParam());
+    ASSERT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(float))) << "n " << n;
+  }
+}
+
+TEST_P(RotationIsa, RowsSplitOverAPoolAreTheSameBits) {
+  ThreadPool pool(2);
+  KernelContext ctx;
+  ctx.pool = &pool;
+  ctx.isa = GetParam();
+  ctx.force_parallel = true;
+  for (int64_t n : {172, 5632}) {
+    const Rotation r = make_rotation(n, 4);
+    const int64_t rows = 37;
+    std::vector<float> x(static_cast<size_t>(rows * n));
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    for (float& v : x) v = g(rng);
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < rows; ++t) rotate_ref(r, want.data() + t * n);
+    rotate_rows(r, x.data(), rows, n, ctx);
     ASSERT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(float))) << "n " << n;
   }
 }

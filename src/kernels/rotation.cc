@@ -161,4 +161,14 @@ void rotate_rows(const Rotation& r, float* x, int64_t n_rows, int64_t stride, Is
   for (int64_t t = 0; t < n_rows; ++t) fn(a, x + t * stride);
 }
 
+void rotate_rows(const Rotation& r, float* x, int64_t n_rows, int64_t stride, const KernelContext& ctx) {
+  // Work in the float matmuls' units: about log2(p) adds per value for the
+  // transform and m per value for the mixing.
+  int64_t log_p = 0;
+  while ((int64_t{1} << log_p) < r.p) ++log_p;
+  ThreadPool* pool = parallel_pool(ctx, n_rows * r.n * (log_p + r.m), kMinParallelFloatMatmulMacs);
+  if (pool == nullptr || n_rows < 2) return rotate_rows(r, x, n_rows, stride, ctx.isa);
+  pool->parallel_for(n_rows, 1, [&](int64_t t0, int64_t t1) { rotate_rows(r, x + t0 * stride, t1 - t0, stride, ctx.isa); });
+}
+
 }  // namespace tessera::kernels

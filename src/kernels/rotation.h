@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "kernels/kernel_context.h"
 
 namespace tessera::kernels {
 
@@ -40,6 +41,9 @@ Rotation make_rotation(int64_t n, uint64_t seed);
 
 // x[r] <- R x[r] for n_rows rows of r.n floats, `stride` apart.
 void rotate_rows(const Rotation& r, float* x, int64_t n_rows, int64_t stride, Isa isa);
+// The same, rows split over ctx's pool when there are enough of them (a
+// prompt's; each row's result does not depend on the split).
+void rotate_rows(const Rotation& r, float* x, int64_t n_rows, int64_t stride, const KernelContext& ctx);
 // The scalar reference of rotate_rows, one row.
 void rotate_ref(const Rotation& r, float* x);
 // x <- R x in double precision (offline weight transforms).

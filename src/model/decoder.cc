@@ -513,7 +513,7 @@ void DecoderModel::add_residual(const std::vector<float>& post_norm, const char*
       float* row = s.xb2.data() + t * E;
       kernels::rmsnorm(row, post_norm.data(), row, E, cfg_.rms_eps, s.ctx.isa);
     }
-    if (post_rotation_) kernels::rotate_rows(*post_rotation_, s.xb2.data(), T, E, s.ctx.isa);
+    if (post_rotation_) kernels::rotate_rows(*post_rotation_, s.xb2.data(), T, E, s.ctx);
     if (s.tap) s.tap(name, il, s.xb2.data(), T, E, E);
   }
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
@@ -549,7 +549,7 @@ void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, cons
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
   if (s.tap) tap_gate_activation(act, il, T, s);
   ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
-  if (ffn_rotation_) kernels::rotate_rows(*ffn_rotation_, s.ff_gate.data(), T, F, s.ctx.isa);
+  if (ffn_rotation_) kernels::rotate_rows(*ffn_rotation_, s.ff_gate.data(), T, F, s.ctx);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
   kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
