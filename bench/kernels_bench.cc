@@ -334,7 +334,8 @@ void qmoe_bench(benchmark::State& st, Isa isa, int64_t rows, int64_t cols, int64
 // multiply-adds per second (GMAC/s; its activations' quantization
 // included) and, for n > 1, `peak_frac`: that rate over the ISA's widest
 // int8 multiply-add alone on the same threads (kernels/peak.h).
-void w8a8_bench(benchmark::State& st, Isa isa, bool amx, int64_t rows, int64_t cols, int64_t n_tokens, int threads) {
+void w8a8_bench(benchmark::State& st, Isa isa, bool amx, int64_t rows, int64_t cols, int64_t n_tokens, int threads,
+                int bits) {
   if (!isa_supported(isa) || (amx && !amx_usable())) {
     st.SkipWithError("ISA not supported by this CPU");
     return;
@@ -344,8 +345,12 @@ void w8a8_bench(benchmark::State& st, Isa isa, bool amx, int64_t rows, int64_t c
   std::vector<float> w(static_cast<size_t>(rows * cols)), sw(static_cast<size_t>(rows));
   for (float& v : w) v = g(rng) * 0.02f;
   std::vector<int8_t> q(w.size());
-  quantize_rows_w8(w.data(), rows, cols, q.data(), sw.data());
-  const W8Matrix m = pack_w8(q.data(), sw.data(), rows, cols);
+  if (bits == 4) {
+    quantize_rows_w4(w.data(), rows, cols, q.data(), sw.data());
+  } else {
+    quantize_rows_w8(w.data(), rows, cols, q.data(), sw.data());
+  }
+  const W8Matrix m = bits == 4 ? pack_w4(q.data(), sw.data(), rows, cols) : pack_w8(q.data(), sw.data(), rows, cols);
   AlignedBuffer<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * rows));
   for (auto& v : x) v = g(rng);
   Workspace ws;
@@ -447,15 +452,18 @@ void register_all() {
       }
     }
   }
-  for (int table = 0; table < 4; ++table) {  // scalar, avx2, avx512 (VNNI), amx
-    const Isa isa = table == 3 ? Isa::kAvx512 : isas[table];
-    for (int threads : {1, 2}) {
-      for (int64_t n : {int64_t{1}, int64_t{128}, int64_t{512}}) {
-        const std::string name = "w8a8/" + std::string(table == 3 ? "amx" : isa_name(isa)) + "/2048x2048/n" +
-                                 std::to_string(n) + "/t" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), w8a8_bench, isa, table == 3, int64_t{2048}, int64_t{2048}, n, threads)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+  for (int bits : {8, 4}) {  // W8A8, W4A8 (decode reads the nibbles in place)
+    for (int table = 0; table < 4; ++table) {  // scalar, avx2, avx512 (VNNI), amx
+      const Isa isa = table == 3 ? Isa::kAvx512 : isas[table];
+      for (int threads : {1, 2}) {
+        for (int64_t n : {int64_t{1}, int64_t{128}, int64_t{512}}) {
+          const std::string name = std::string(bits == 4 ? "w4a8/" : "w8a8/") + std::string(table == 3 ? "amx" : isa_name(isa)) +
+                                   "/2048x2048/n" + std::to_string(n) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), w8a8_bench, isa, table == 3, int64_t{2048}, int64_t{2048}, n, threads,
+                                       bits)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }
