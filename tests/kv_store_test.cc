@@ -200,7 +200,8 @@ TEST(KvStoreDisk, KillNineMidWriteLeavesNoBrokenRecord) {
   // At least 10 rounds, and more (up to 60) until a record has landed and a
   // kill has caught a write in the middle: on a busy host a round's child
   // may not get that far in its 20-60 ms.
-  for (int round = 0; round < 60; ++round) {
+  int rounds = 0;
+  for (int round = 0; round < 60; ++round, ++rounds) {
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
@@ -219,8 +220,8 @@ TEST(KvStoreDisk, KillNineMidWriteLeavesNoBrokenRecord) {
   }
   DiskStore d(dir, 0);
   const DiskUsage u = d.usage();
-  EXPECT_GT(u.records, 0);
-  EXPECT_GT(u.temp_files, 0) << "no kill landed mid-write: the test proved nothing";
+  EXPECT_GT(u.records, 0) << rounds << " rounds";
+  EXPECT_GT(u.temp_files, 0) << "no kill landed mid-write in " << rounds << " rounds: the test proved nothing";
   const VerifyReport r = d.verify(false);
   EXPECT_EQ(r.records, u.records);
   EXPECT_TRUE(r.bad.empty()) << r.bad.front().first << ": " << r.bad.front().second;
