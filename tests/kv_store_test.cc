@@ -199,16 +199,21 @@ TEST(KvStoreDisk, KillNineMidWriteLeavesNoBrokenRecord) {
   const std::vector<uint8_t> payload = make_payload(size_t{8} << 20, 1);
   // At least 10 rounds, and more (up to 60) until a record has landed and a
   // kill has caught a write in the middle: on a busy host a round's child
-  // may not get that far in its 20-60 ms.
+  // may not get that far in its 20-60 ms. The records are encoded before the
+  // fork (under ASan, checksumming 8 MiB took longer than a whole round).
   int rounds = 0;
   for (int round = 0; round < 60; ++round, ++rounds) {
+    std::vector<std::pair<BlockRef, std::vector<uint8_t>>> records;
+    for (uint64_t i = 0; i < 2; ++i) {
+      const BlockRef r = make_ref(10000 * static_cast<uint64_t>(round + 1) + i);
+      records.emplace_back(r, encode_record(r, payload));
+    }
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
       DiskStore d(dir, 0);
-      for (uint64_t i = 0;; ++i) {
-        const BlockRef r = make_ref(10000 * static_cast<uint64_t>(round + 1) + i);
-        d.put(r.key, encode_record(r, payload));
+      for (;;) {
+        for (const auto& [r, rec] : records) d.put(r.key, rec);
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 40));
