@@ -15,7 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> read_lines(const std::string& path) {
+}  // namespace
+
+std::vector<std::string> read_request_lines(const std::string& path) {
   std::ifstream in(path);
   TESSERA_CHECK(in.good(), kIo, "cannot open '{}'", path);
   std::vector<std::string> lines;
@@ -28,8 +30,7 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-// Complete result lines already in the output; truncates a partial last line.
-int64_t count_done(const std::string& path) {
+int64_t count_done_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) return 0;
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -50,6 +51,8 @@ int64_t count_done(const std::string& path) {
   return done;
 }
 
+namespace {
+
 struct Pending {
   json result;
   bool done = false;
@@ -60,14 +63,21 @@ struct Pending {
 }  // namespace
 
 BatchJobResult run_batch_job(engine::Engine& eng, const BatchJobOptions& opt) {
+  const std::vector<std::string> lines = read_request_lines(opt.input_path);
+  return run_batch_lines(eng, lines, 0, opt.output_path, opt);
+}
+
+BatchJobResult run_batch_lines(engine::Engine& eng, std::span<const std::string> lines, int64_t first_index,
+                               const std::string& output_path, const BatchJobOptions& opt) {
   const auto t0 = engine::Clock::now();
   BatchJobResult res;
-  const std::vector<std::string> lines = read_lines(opt.input_path);
   res.total = static_cast<int64_t>(lines.size());
-  res.skipped = std::min<int64_t>(count_done(opt.output_path), res.total);
-  if (res.skipped > 0) TESSERA_LOG_INFO("batch: {} of {} requests already done, resuming", res.skipped, res.total);
-  std::ofstream out(opt.output_path, std::ios::binary | std::ios::app);
-  TESSERA_CHECK(out.good(), kIo, "cannot write '{}'", opt.output_path);
+  res.skipped = std::min<int64_t>(count_done_lines(output_path), res.total);
+  if (res.skipped > 0 && res.skipped < res.total) {
+    TESSERA_LOG_INFO("batch: {} of {} requests already done, resuming", res.skipped, res.total);
+  }
+  std::ofstream out(output_path, std::ios::binary | std::ios::app);
+  TESSERA_CHECK(out.good(), kIo, "cannot write '{}'", output_path);
 
   std::map<int64_t, Pending> pending;  // by input index
   int64_t next_submit = res.skipped, next_write = res.skipped;
@@ -82,8 +92,9 @@ BatchJobResult run_batch_job(engine::Engine& eng, const BatchJobOptions& opt) {
   while (next_write < res.total) {
     while (next_submit < res.total && static_cast<int64_t>(pending.size()) < opt.max_in_flight) {
       const int64_t idx = next_submit++;
+      const int64_t line_no = first_index + idx + 1;
       Pending& p = pending[idx];
-      p.result = {{"index", idx}};
+      p.result = {{"index", first_index + idx}};
       try {
         const json req = json::parse(lines[idx]);
         if (req.contains("id")) p.result["id"] = req["id"];
@@ -107,13 +118,13 @@ BatchJobResult run_batch_job(engine::Engine& eng, const BatchJobOptions& opt) {
           q.done = true;
         });
       } catch (const json::exception& e) {
-        p.result["error"] = fmt::format("line {}: invalid JSON: {}", idx + 1, e.what());
+        p.result["error"] = fmt::format("line {}: invalid JSON: {}", line_no, e.what());
         p.done = true;
       } catch (const FieldError& e) {
-        p.result["error"] = fmt::format("line {}: {}", idx + 1, e.what());
+        p.result["error"] = fmt::format("line {}: {}", line_no, e.what());
         p.done = true;
       } catch (const Error& e) {
-        p.result["error"] = fmt::format("line {}: {}", idx + 1, e.what());
+        p.result["error"] = fmt::format("line {}: {}", line_no, e.what());
         p.done = true;
       }
       if (p.result.contains("error")) ++res.failed;
@@ -128,6 +139,7 @@ BatchJobResult run_batch_job(engine::Engine& eng, const BatchJobOptions& opt) {
     }
   }
   flush_ready();
+  TESSERA_CHECK(out.good(), kIo, "cannot write '{}'", output_path);
   res.seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
   return res;
 }

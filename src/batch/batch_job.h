@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -29,5 +31,19 @@ struct BatchJobResult {
 };
 
 BatchJobResult run_batch_job(engine::Engine& engine, const BatchJobOptions& options);
+
+// The pieces run_batch_job is made of, for jobs split into shards
+// (batch/sharded_job.h).
+//
+// The request lines of a JSONL file (blank lines skipped).
+std::vector<std::string> read_request_lines(const std::string& path);
+// Complete result lines at the head of path (0 when absent); a partial last
+// line is cut off the file.
+int64_t count_done_lines(const std::string& path);
+// Runs lines[done..] (done: complete lines already in output_path), appending
+// results in order; each result's "index" (and an error's line number) is
+// first_index + its position in lines.
+BatchJobResult run_batch_lines(engine::Engine& engine, std::span<const std::string> lines, int64_t first_index,
+                               const std::string& output_path, const BatchJobOptions& options);
 
 }  // namespace tessera::server

@@ -5,6 +5,12 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "batch/batch_job.h"
+#include "batch/sharded_job.h"
+#include "dist/world.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
 
 namespace tessera::cli {
 namespace {
@@ -14,6 +20,7 @@ struct BatchArgs {
   SpecOptions spec;
   AdapterOptions adapters;
   server::BatchJobOptions job;
+  int64_t shards = 0;
 };
 
 TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](CLI::App& sub) {
@@ -24,13 +31,35 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
   sub.add_option("-i,--input", a->job.input_path, "Requests, one JSON object per line")->required();
   sub.add_option("-o,--output", a->job.output_path, "Results, one JSON object per line, in input order")->required();
   sub.add_option("--default-max-tokens", a->job.default_max_tokens, "max_tokens when a line has none")->capture_default_str();
+  sub.add_option("--shards", a->shards,
+                 "Split the job into N resumable shards (default under mpirun: 4 per rank; ranks take shard s mod ranks)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   return [a]() {
+    dist::World& world = dist::World::current();
+    // Ranks sharing a machine share its cores: a fixed share each, where an
+    // adaptive pool per rank would see the others as load and shrink.
+    if (world.distributed() && a->run.threads == 0) {
+      a->run.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
+    }
     const LoadedModel lm = load_model(a->run.model);
     const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config(lm);
     a->spec.apply(ec, *lm.model);
     a->adapters.apply(ec, *lm.model);
     engine::Engine eng(*lm.model, tok.get(), ec);
+    // Sharded when launched as ranks, asked to, or resuming shards a sharded
+    // run left (with any number of ranks).
+    if (world.distributed() || a->shards > 0 || std::filesystem::exists(a->job.output_path + ".parts")) {
+      const server::ShardedJobResult sr = server::run_sharded_batch_job(eng, world, {.job = a->job, .shards = a->shards});
+      const server::BatchJobResult& r = sr.totals;
+      if (world.rank() == 0) {
+        TESSERA_LOG_INFO("batch: {} requests, {} ranks, {} shards ({} complete before this run); {} skipped "
+                         "(already done), {} computed, {} rejected; {} output tokens in {:.2f} s ({:.1f} tokens/s)",
+                         r.total, world.size(), sr.shards, sr.shards_skipped, r.skipped, r.completed, r.failed,
+                         r.output_tokens, r.seconds, r.output_tokens / std::max(r.seconds, 1e-9));
+      }
+      return r.failed > 0 ? 2 : 0;
+    }
     const server::BatchJobResult r = server::run_batch_job(eng, a->job);
     TESSERA_LOG_INFO("batch: {} requests, {} skipped (already done), {} computed, {} rejected; {} output tokens in "
                      "{:.2f} s ({:.1f} tokens/s)",

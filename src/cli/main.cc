@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "dist/world.h"
 
 namespace tessera::cli {
 
@@ -17,6 +18,9 @@ std::vector<Command>& command_registry() {
 
 int main(int argc, char** argv) {
   using namespace tessera;
+  dist::World world(&argc, &argv);  // the ranks mpirun started, or this process alone
+  // One rank that fails ends them all (the others may be waiting for it).
+  auto failed = [&world](int code) { return world.distributed() ? world.abort(code), code : code; };
   CLI::App app{"Tessera: an LLM inference engine and server"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
@@ -39,13 +43,13 @@ int main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return failed(1);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory\n");
-    return 1;
+    return failed(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return failed(1);
   }
   return 0;
 }

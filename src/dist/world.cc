@@ -1,0 +1,95 @@
+#include "dist/world.h"
+
+// The C API only: mpi.h would otherwise pull in Open MPI's deprecated C++
+// bindings, which need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+
+namespace tessera::dist {
+namespace {
+
+World* g_current = nullptr;
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, message, &length);
+  fail(ErrorCode::kIo, "MPI {} failed: {}", what, std::string(message, static_cast<size_t>(length)));
+}
+
+}  // namespace
+
+World::World() = default;
+
+World::World(int* argc, char*** argv) {
+  if (launched_by_mpirun()) {
+    int provided = 0;
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
+    joined_ = true;
+    // Errors come back as codes (and become exceptions) instead of aborting
+    // inside MPI, so a rank can say what failed before it ends the job.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+  }
+  g_current = this;
+}
+
+World::~World() {
+  if (g_current == this) g_current = nullptr;
+  if (joined_) MPI_Finalize();
+}
+
+World& World::current() {
+  static World alone;
+  return g_current != nullptr ? *g_current : alone;
+}
+
+void World::barrier() {
+  if (!joined_) return;
+  MPI_Request request;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier");
+  for (int done = 0;;) {
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "barrier");
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void World::all_reduce_sum(std::span<int64_t> values) {
+  if (!joined_ || values.empty()) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_SUM,
+                      MPI_COMM_WORLD),
+        "all-reduce");
+}
+
+std::string World::broadcast(std::string value, int root) {
+  if (!joined_) return value;
+  int64_t length = static_cast<int64_t>(value.size());
+  check(MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "broadcast");
+  value.resize(static_cast<size_t>(length));
+  check(MPI_Bcast(value.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD), "broadcast");
+  return value;
+}
+
+void World::abort(int code) {
+  if (joined_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,52 @@
+// The processes that mpirun (Open MPI) started together: this process's rank,
+// how many there are, and the few collectives Tessera uses. Outside mpirun the
+// world is this process alone (rank 0 of 1) and MPI is never initialised, so
+// every command runs the same with and without a launcher.
+//
+// Only the thread that made the World calls it (MPI_THREAD_FUNNELED); the
+// engine's worker threads never do. mpi.h stays inside world.cc.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tessera::dist {
+
+class World {
+ public:
+  // Joins the world when launched by mpirun (OMPI_COMM_WORLD_SIZE or
+  // PMIX_RANK in the environment); otherwise a world of one.
+  World(int* argc, char*** argv);
+  ~World();  // MPI_Finalize, when joined
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  // The World main() made, for commands that ask (nullptr-free: a world of
+  // one until main makes its own).
+  static World& current();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_size() const { return local_size_; }  // ranks on this machine
+  bool distributed() const { return size_ > 1; }
+
+  // Waits for every rank without spinning a core: a non-blocking barrier
+  // polled with short sleeps, so a rank that finished early leaves its core
+  // to ranks still computing.
+  void barrier();
+  // Element-wise sums over ranks, in place, on every rank.
+  void all_reduce_sum(std::span<int64_t> values);
+  // root's string, on every rank.
+  std::string broadcast(std::string value, int root);
+  // Ends every rank at once (one failed rank must not leave the others
+  // waiting in a collective); exits with code when not distributed.
+  [[noreturn]] void abort(int code);
+
+ private:
+  World();  // a world of one
+  bool joined_ = false;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
+};
+
+}  // namespace tessera::dist
