@@ -78,6 +78,12 @@ void World::all_reduce_sum(std::span<int64_t> values) {
         "all-reduce");
 }
 
+void World::sum(std::span<float> values) {
+  if (!joined_ || values.empty()) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+        "all-reduce");
+}
+
 std::string World::broadcast(std::string value, int root) {
   if (!joined_) return value;
   int64_t length = static_cast<int64_t>(value.size());

@@ -11,14 +11,16 @@
 #include <span>
 #include <string>
 
+#include "dist/reducer.h"
+
 namespace tessera::dist {
 
-class World {
+class World : public Reducer {
  public:
   // Joins the world when launched by mpirun (OMPI_COMM_WORLD_SIZE or
   // PMIX_RANK in the environment); otherwise a world of one.
   World(int* argc, char*** argv);
-  ~World();  // MPI_Finalize, when joined
+  ~World() override;  // MPI_Finalize, when joined
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
@@ -37,6 +39,8 @@ class World {
   void barrier();
   // Element-wise sums over ranks, in place, on every rank.
   void all_reduce_sum(std::span<int64_t> values);
+  // Reducer: floats summed over the ranks, in place (MPI_Allreduce).
+  void sum(std::span<float> values) override;
   // root's string, on every rank.
   std::string broadcast(std::string value, int root);
   // Ends every rank at once (one failed rank must not leave the others

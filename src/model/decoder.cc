@@ -27,6 +27,20 @@ kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
   return w;
 }
 
+// Columns [c0, c0 + n) of every row: a strided view (row_bytes unchanged),
+// c0 and n whole blocks of the type.
+kernels::WeightView col_range(kernels::WeightView w, int64_t c0, int64_t n) {
+  if (c0 == 0 && n == w.cols) return w;
+  const DTypeTraits tr = dtype_traits(w.type);
+  TESSERA_CHECK(w.row_bytes > 0 && w.x_cols == 0, kInvalidArgument,
+                "a {} matrix cannot be split by columns (its rows are not whole blocks of a fixed size)", dtype_name(w.type));
+  TESSERA_CHECK(c0 % tr.block_size == 0 && n % tr.block_size == 0, kInvalidArgument,
+                "a {} matrix's columns cannot be split at {} (blocks of {} values)", dtype_name(w.type), n, tr.block_size);
+  w.data += static_cast<size_t>(c0 / tr.block_size) * tr.type_size;
+  w.cols = n;
+  return w;
+}
+
 // Divisors of the RoPE angles, one per rotary pair: positive and finite.
 std::vector<float> rope_divisors(ModelLoader& ld, const std::string& name, int64_t n) {
   std::vector<float> v = ld.vector(name, n);
@@ -128,6 +142,34 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
     fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined (run it dense: "
          "TESSERA_FFN_SPARSITY=0)", ld.file().path());
   }
+  split_ = ld.split();
+  if (split_.split()) split_config(ld.file().path());
+}
+
+void DecoderModel::split_config(const std::string& path) {
+  const int n = split_.size;
+  TESSERA_CHECK(split_.reducer != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
+                "shard {} of {} without a reducer", split_.rank, n);
+  const char* unsupported = cfg_.moe()                                           ? "a mixture of experts"
+                            : cfg_.arch == "gemma2" || cfg_.arch == "gemma3" ? "Gemma's post-norms and query scale"
+                            : ffn_rotation_                                    ? "QuaRot's online FFN rotation"
+                            : !ffn_thresholds_.empty()                         ? "contextual sparsity"
+                                                                               : nullptr;
+  TESSERA_CHECK(unsupported == nullptr, kInvalidArgument, "{}: tensor parallelism of {} is not supported yet", path,
+                unsupported == nullptr ? "" : unsupported);
+  TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0, kInvalidArgument,
+                "{}: {} KV heads and {} FFN neurons cannot be split evenly over {} ranks", path, cfg_.n_head_kv,
+                cfg_.n_ff, n);
+  cfg_.n_head /= n;
+  cfg_.n_head_kv /= n;
+  cfg_.n_ff /= n;
+  for (std::vector<float>& m : key_mean_) m = own_part(m, cfg_.kv_dim());
+}
+
+std::vector<float> DecoderModel::own_part(const std::vector<float>& whole, int64_t n) const {
+  if (whole.empty() || !split_.split()) return whole;
+  const auto first = whole.begin() + split_.rank * n;
+  return {first, first + n};
 }
 
 void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
@@ -198,13 +240,21 @@ kernels::PreparedWeight DecoderModel::prepare_linear(const kernels::WeightView& 
 }
 
 kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::string& name, int64_t cols,
-                                                  int64_t rows) const {
+                                                  int64_t rows, Share share) const {
   const gguf::TensorInfo* t = ld.file().find_tensor(name);
   if (t != nullptr && t->type == DType::kI8) {  // a W8A8 file
     if (!ffn_thresholds_.empty()) {
       fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined", ld.file().path());
     }
+    TESSERA_CHECK(!split_.split(), kInvalidArgument, "{}: tensor parallelism of W8A8 files is not supported yet",
+                  ld.file().path());
     return ld.w8a8_matrix(name, cols, rows);
+  }
+  const int64_t n = split_.size, r = split_.rank;
+  switch (share) {
+    case Share::kRows: return prepare_linear(row_range(ld.matrix(name, cols, rows * n), r * rows, rows));
+    case Share::kCols: return prepare_linear(col_range(ld.matrix(name, cols * n, rows), r * cols, cols));
+    case Share::kWhole: break;
   }
   return prepare_linear(ld.matrix(name, cols, rows));
 }
@@ -213,25 +263,27 @@ void DecoderModel::load_attention(ModelLoader& ld, int64_t il, bool bias, Decode
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
   AttentionWeights& w = L.attn;
-  w.wq = load_linear(ld, blk(il, "attn_q.weight"), E, Q);
-  w.wk = load_linear(ld, blk(il, "attn_k.weight"), E, KV);
-  w.wv = load_linear(ld, blk(il, "attn_v.weight"), E, KV);
-  w.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E);
+  const int64_t n = split_.size;
+  w.wq = load_linear(ld, blk(il, "attn_q.weight"), E, Q, Share::kRows);
+  w.wk = load_linear(ld, blk(il, "attn_k.weight"), E, KV, Share::kRows);
+  w.wv = load_linear(ld, blk(il, "attn_v.weight"), E, KV, Share::kRows);
+  w.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E, Share::kCols);
   if (bias) {
-    w.bq = ld.vector(blk(il, "attn_q.bias"), Q);
-    w.bk = ld.vector(blk(il, "attn_k.bias"), KV);
-    w.bv = ld.vector(blk(il, "attn_v.bias"), KV);
+    w.bq = own_part(ld.vector(blk(il, "attn_q.bias"), Q * n), Q);
+    w.bk = own_part(ld.vector(blk(il, "attn_k.bias"), KV * n), KV);
+    w.bv = own_part(ld.vector(blk(il, "attn_v.bias"), KV * n), KV);
   }
 }
 
 void DecoderModel::load_attention_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
-  const kernels::WeightView qkv = ld.matrix(blk(il, "attn_qkv.weight"), E, Q + 2 * KV);
-  L.attn.wq = prepare_linear(row_range(qkv, 0, Q));
-  L.attn.wk = prepare_linear(row_range(qkv, Q, KV));
-  L.attn.wv = prepare_linear(row_range(qkv, Q + KV, KV));
-  L.attn.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E);
+  const int64_t n = split_.size, r = split_.rank;  // this rank's heads of each part
+  const kernels::WeightView qkv = ld.matrix(blk(il, "attn_qkv.weight"), E, (Q + 2 * KV) * n);
+  L.attn.wq = prepare_linear(row_range(qkv, r * Q, Q));
+  L.attn.wk = prepare_linear(row_range(qkv, n * Q + r * KV, KV));
+  L.attn.wv = prepare_linear(row_range(qkv, n * (Q + KV) + r * KV, KV));
+  L.attn.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E, Share::kCols);
 }
 
 void DecoderModel::load_post_norms(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
@@ -247,19 +299,20 @@ void DecoderModel::load_qk_norm(ModelLoader& ld, int64_t il, DecoderLayer& L) co
 void DecoderModel::load_ffn(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-  L.ffn.gate = load_linear(ld, blk(il, "ffn_gate.weight"), E, F);
-  L.ffn.up = load_linear(ld, blk(il, "ffn_up.weight"), E, F);
-  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E);
+  L.ffn.gate = load_linear(ld, blk(il, "ffn_gate.weight"), E, F, Share::kRows);
+  L.ffn.up = load_linear(ld, blk(il, "ffn_up.weight"), E, F, Share::kRows);
+  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E, Share::kCols);
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
 void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-  const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F);
-  L.ffn.gate = prepare_linear(row_range(gate_up, 0, F));
-  L.ffn.up = prepare_linear(row_range(gate_up, F, F));
-  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E);
+  const int64_t n = split_.size, r = split_.rank;  // this rank's neurons of each part
+  const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F * n);
+  L.ffn.gate = prepare_linear(row_range(gate_up, r * F, F));
+  L.ffn.up = prepare_linear(row_range(gate_up, n * F + r * F, F));
+  L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E, Share::kCols);
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
 
@@ -508,6 +561,8 @@ std::span<const kernels::AttentionSeq> DecoderModel::layer_seqs(const ForwardBat
 void DecoderModel::add_residual(const std::vector<float>& post_norm, const char* name, int64_t il, int64_t T,
                                 ForwardState& s) const {
   const int64_t E = cfg_.n_embd;
+  // A split product's partial sums become the whole update on every rank.
+  if (split_.split()) split_.reducer->sum({s.xb2.data(), static_cast<size_t>(T * E)});
   if (!post_norm.empty()) {
     for (int64_t t = 0; t < T; ++t) {
       float* row = s.xb2.data() + t * E;

@@ -229,8 +229,20 @@ class DecoderModel : public Model {
   // The embeddings, output and experts keep their type.
   int int_bits_ = 0;
   kernels::PreparedWeight prepare_linear(const kernels::WeightView& w) const;
-  // A layer's matrix by name: a W8A8 file's (I8 + scales), else prepare_linear.
-  kernels::PreparedWeight load_linear(ModelLoader& ld, const std::string& name, int64_t cols, int64_t rows) const;
+  // Which part of a matrix a tensor-parallel shard holds (model/tensor_split.h):
+  // all of it, its rows (heads, neurons), or its columns (the products whose
+  // partial sums the ranks add up).
+  enum class Share { kWhole, kRows, kCols };
+  // A layer's matrix by name: a W8A8 file's (I8 + scales), else prepare_linear;
+  // rows x cols is this shard's part (the file's is size times one of them).
+  kernels::PreparedWeight load_linear(ModelLoader& ld, const std::string& name, int64_t cols, int64_t rows,
+                                      Share share = Share::kWhole) const;
+  // This shard's part (the rank's n values) of a vector split like rows.
+  std::vector<float> own_part(const std::vector<float>& whole, int64_t n) const;
+  // cfg_ becomes this shard's: heads, KV heads and FFN neurons divided by the
+  // number of ranks; refuses what cannot be split yet.
+  void split_config(const std::string& path);
+  TensorSplit split_;
   void decide_expert_layout(const gguf::File& f);
 };
 

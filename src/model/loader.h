@@ -17,12 +17,16 @@
 #include "kernels/qmoe.h"
 #include "format/model_config.h"
 #include "format/gguf.h"
+#include "model/tensor_split.h"
 
 namespace tessera {
 
 class ModelLoader {
  public:
-  explicit ModelLoader(const gguf::File& file) : f_(file) {}
+  explicit ModelLoader(const gguf::File& file, const TensorSplit& split = {}) : f_(file), split_(split) {}
+
+  // The share of the model this process holds (model/tensor_split.h).
+  const TensorSplit& split() const { return split_; }
 
   const gguf::File& file() const { return f_; }
 
@@ -51,6 +55,7 @@ class ModelLoader {
 
  private:
   const gguf::File& f_;
+  TensorSplit split_;
   std::set<std::string, std::less<>> keys_, tensors_;
 };
 

@@ -21,6 +21,7 @@
 #include "kv/forward_batch.h"
 #include "format/gguf.h"
 #include "model/kv_cache.h"
+#include "model/tensor_split.h"
 
 namespace tessera {
 
@@ -135,8 +136,9 @@ struct LoadedModel {
 
 // Opens a GGUF file, or a Hugging Face folder, and builds the model its
 // architecture names. Throws Error with a precise message for anything
-// missing or unsupported.
-LoadedModel load_model(const std::string& path);
+// missing or unsupported. `split`: load this rank's shard of a
+// tensor-parallel model (model/tensor_split.h).
+LoadedModel load_model(const std::string& path, const TensorSplit& split = {});
 
 // The model's tokenizer: the GGUF's tokenizer.* metadata, or the folder's
 // tokenizer.json (with tokenizer_config.json).

@@ -34,7 +34,7 @@ const std::map<std::string, Factory, std::less<>>& factories() {
 
 bool architecture_supported(std::string_view arch) { return factories().count(arch) != 0; }
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, const TensorSplit& split) {
   LoadedModel m;
   if (hf::is_folder(path)) {
     m.hf_folder = path;
@@ -49,7 +49,7 @@ LoadedModel load_model(const std::string& path) {
     for (const auto& [name, _] : factories()) known += (known.empty() ? "" : ", ") + name;
     fail(ErrorCode::kCorruptFile, "{}: architecture '{}' is not supported (supported: {})", path, arch, known);
   }
-  ModelLoader loader(*m.file);
+  ModelLoader loader(*m.file, split);
   try {
     m.model = it->second(loader);
   } catch (const Error& e) {
