@@ -1,68 +1,27 @@
 // Tensor parallelism's arithmetic (model/tensor_split.h) in one process: the
-// shards of a model, each on its own thread with an in-process reducer (the
-// part MPI's all-reduce plays across processes), give the whole model's
+// shards of a model, each on its own thread with an in-process group (testing::ThreadGroup,
+// in the part MPI's all-reduce plays across processes), give the whole model's
 // logits within the reduction's reordering and its greedy tokens; in F32 and
 // in Q8_0 (column views of whole blocks), and with the fused tensors of
 // Phi-3. A split that does not divide is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "engine/sequence_runner.h"
+#include "model/tensor_parallel.h"
 #include "model/synthetic.h"
 #include "quant/quantize_model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/test_util.h"
+#include "util/thread_group.h"
 
 namespace tessera {
 namespace {
-
-// The ranks' threads meet here; the last to arrive adds the parts in rank
-// order and hands every rank the same sum.
-class ThreadReducers {
- public:
-  explicit ThreadReducers(int n) : parts_(static_cast<size_t>(n)) {
-    for (int r = 0; r < n; ++r) handles_.push_back(std::make_unique<Handle>(*this, r));
-  }
-  dist::Reducer* rank(int r) { return handles_[static_cast<size_t>(r)].get(); }
-
- private:
-  struct Handle final : dist::Reducer {
-    Handle(ThreadReducers& g, int r) : group(g), rank(r) {}
-    void sum(std::span<float> values) override { group.sum(rank, values); }
-    ThreadReducers& group;
-    int rank;
-  };
-  void sum(int rank, std::span<float> values) {
-    std::unique_lock lock(mu_);
-    parts_[static_cast<size_t>(rank)] = values;
-    const uint64_t generation = generation_;
-    if (++arrived_ < static_cast<int>(parts_.size())) {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-      return;
-    }
-    std::vector<float> total(values.size(), 0.0f);
-    for (const std::span<float> p : parts_) {
-      EXPECT_EQ(p.size(), total.size());
-      for (size_t i = 0; i < total.size(); ++i) total[i] += p[i];
-    }
-    for (const std::span<float> p : parts_) std::copy(total.begin(), total.end(), p.begin());
-    arrived_ = 0;
-    ++generation_;
-    cv_.notify_all();
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::span<float>> parts_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<std::unique_ptr<Handle>> handles_;
-};
 
 struct Run {
   std::vector<float> prompt_logits;  // [n_prompt, n_vocab]
@@ -92,9 +51,9 @@ Run run(const Model& m, const std::vector<int32_t>& prompt, int n) {
 void expect_split_matches_whole(const std::string& path, int n, const std::vector<int32_t>& prompt) {
   const LoadedModel whole = load_model(path);
   const Run want = run(*whole.model, prompt, 24);
-  ThreadReducers reducers(n);
+  testing::ThreadGroup groups(n);
   std::vector<LoadedModel> shards;
-  for (int r = 0; r < n; ++r) shards.push_back(load_model(path, {.rank = r, .size = n, .reducer = reducers.rank(r)}));
+  for (int r = 0; r < n; ++r) shards.push_back(load_model(path, {.rank = r, .size = n, .group = groups.rank(r)}));
   EXPECT_EQ(shards[0].model->config().n_head, whole.model->config().n_head / n);
   EXPECT_EQ(shards[0].model->config().n_ff, whole.model->config().n_ff / n);
   std::vector<Run> got(static_cast<size_t>(n));
@@ -158,13 +117,106 @@ TEST(TensorSplit, FamiliesWithBiasesAndFusedTensors) {
 
 TEST(TensorSplit, RefusesWhatItCannotSplit) {
   TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
-  ThreadReducers reducers(3);
+  testing::ThreadGroup groups(3);
   try {
-    load_model(testing::stories260k_path(), {.rank = 0, .size = 3, .reducer = reducers.rank(0)});
+    load_model(testing::stories260k_path(), {.rank = 0, .size = 3, .group = groups.rank(0)});
     FAIL() << "4 KV heads split over 3 ranks";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot be split evenly over 3 ranks"), std::string::npos) << e.what();
   }
+}
+
+// Every request's tokens, by the order they were added.
+std::vector<std::vector<int32_t>> serve(const Model& m, const Tokenizer* tok) {
+  engine::EngineConfig c;
+  c.max_model_len = 512;
+  c.threads = 1;
+  c.kv_type = DType::kF32;
+  c.seed = 7;
+  c.max_num_batched_tokens = 64;  // long prompts in chunks, beside other requests' decodes
+  engine::Engine e(m, tok, c);
+  std::vector<int32_t> shared{1};
+  for (int i = 0; i < 70; ++i) shared.push_back(3 + (i * 37) % 500);
+  std::map<engine::RequestId, std::vector<int32_t>> out;
+  std::vector<engine::RequestId> ids;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = shared;  // a shared prefix: cached blocks, copied on write
+    for (int j = 0; j <= i; ++j) prompt.push_back(10 + i * 7 + j);
+    engine::SamplingParams p = testing::greedy(20 + 3 * i);
+    if (i % 2) {
+      p.temperature = 0.9f;
+      p.seed = 100 + i;
+      p.n = i == 3 ? 3 : 1;  // forks: children append into a shared partial block
+    }
+    ids.push_back(e.add_request(prompt, p));
+  }
+  while (e.has_unfinished()) {
+    for (const engine::RequestOutput& o : e.step()) {
+      std::vector<int32_t>& t = out[o.id];
+      t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+  }
+  std::vector<std::vector<int32_t>> tokens;
+  for (const auto& [id, t] : out) tokens.push_back(t);
+  return tokens;
+}
+
+// The engine on rank 0 (a TensorParallelModel), the other ranks following
+// its steps: every request's tokens equal the whole model's engine's.
+TEST(TensorParallel, EngineOnRankZeroServesAsTheWholeModel) {
+  TESSERA_REQUIRE_SHARED("models/stories1M/stories1M.gguf");
+  const std::string path = testing::shared_path("models/stories1M/stories1M.gguf");
+  const auto& tok = testing::stories260k().tok;  // the same tokenizer
+  const LoadedModel whole = load_model(path);
+  const std::vector<std::vector<int32_t>> want = serve(*whole.model, tok.get());
+  for (const int n : {2, 4}) {
+    testing::ThreadGroup group(n);
+    std::vector<LoadedModel> shards;
+    for (int r = 0; r < n; ++r) shards.push_back(load_model(path, {.rank = r, .size = n, .group = group.rank(r)}));
+    std::vector<int64_t> followed(static_cast<size_t>(n), 0);
+    std::vector<std::thread> followers;
+    for (int r = 1; r < n; ++r) {
+      followers.emplace_back([&, r] {
+        ThreadPool pool(1);
+        followed[static_cast<size_t>(r)] = follow_steps(*shards[static_cast<size_t>(r)].model, *group.rank(r), pool);
+      });
+    }
+    std::vector<std::vector<int32_t>> got;
+    {
+      TensorParallelModel rank0(std::move(shards[0].model), *group.rank(0));
+      got = serve(rank0, tok.get());
+    }  // rank 0's model gone: the followers stop
+    for (std::thread& t : followers) t.join();
+    EXPECT_EQ(got, want) << n << " ranks";
+    for (int r = 1; r < n; ++r) EXPECT_GT(followed[static_cast<size_t>(r)], 20) << "rank " << r;
+  }
+}
+
+// What a step cannot carry to the other ranks is refused, not computed wrongly.
+TEST(TensorParallel, RefusesStepsTheOtherRanksCannotFollow) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+  testing::ThreadGroup group(1);  // rank 0 alone: the refusal comes before any broadcast
+  const LoadedModel whole = load_model(testing::stories260k_path());
+  TensorParallelModel rank0(load_model(testing::stories260k_path()).model, *group.rank(0));
+  KvCache kv(rank0.config(), KvCacheShape{8, 16, DType::kF32});
+  ForwardState st;
+  ForwardBatch b;
+  b.tokens = {1};
+  b.positions = {0};
+  b.slots = {16};
+  const int32_t table[] = {1};
+  const float row[64] = {};
+  b.seqs.push_back({0, 1, 1, table});
+  b.embd_rows = {row};
+  try {
+    rank0.forward(b, kv, st);
+    FAIL() << "a soft prompt's row went to a tensor-parallel step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not support soft prompts"), std::string::npos) << e.what();
+  }
+  b.embd_rows.clear();
+  b.key_shifts.push_back({16, 1});
+  EXPECT_THROW(rank0.forward(b, kv, st), Error);
 }
 
 }  // namespace

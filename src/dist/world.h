@@ -11,11 +11,11 @@
 #include <span>
 #include <string>
 
-#include "dist/reducer.h"
+#include "dist/group.h"
 
 namespace tessera::dist {
 
-class World : public Reducer {
+class World : public Group {
  public:
   // Joins the world when launched by mpirun (OMPI_COMM_WORLD_SIZE or
   // PMIX_RANK in the environment); otherwise a world of one.
@@ -39,10 +39,10 @@ class World : public Reducer {
   void barrier();
   // Element-wise sums over ranks, in place, on every rank.
   void all_reduce_sum(std::span<int64_t> values);
-  // Reducer: floats summed over the ranks, in place (MPI_Allreduce).
+  // Group: floats summed over the ranks, in place (MPI_Allreduce); root's
+  // string on every rank (MPI_Bcast).
   void sum(std::span<float> values) override;
-  // root's string, on every rank.
-  std::string broadcast(std::string value, int root);
+  std::string broadcast(std::string value, int root) override;
   // Ends every rank at once (one failed rank must not leave the others
   // waiting in a collective); exits with code when not distributed.
   [[noreturn]] void abort(int code);

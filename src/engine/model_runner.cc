@@ -11,14 +11,17 @@ ModelRunner::ModelRunner(const Model& model, KvCache& kv, ThreadPool& pool) : mo
 }
 
 std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
-  kv_.apply(out.copies);
   const int32_t bs = kv_.shape().block_size;
+  // Copy-on-write goes first: here when blocks are loaded this step (a load
+  // may fill a copy's destination), else with the step (ForwardBatch::copies).
+  if (!out.loads.empty()) kv_.apply(out.copies);
   for (const KvLoad& l : out.loads) {
     std::vector<int64_t> slots;
     for (int64_t p = l.from; p < l.to; ++p) slots.push_back(l.req->blocks.slot(p, bs));
     kv_.write(*l.req->preloaded, l.from, l.to, slots);
   }
   batch_.clear();
+  if (out.loads.empty()) batch_.copies = out.copies;
   batch_.key_shifts = out.key_shifts;  // bounded policies' evictions this step
   for (const ScheduledRequest& s : out.scheduled) {
     Request& r = *s.req;

@@ -30,6 +30,10 @@ struct ForwardBatch {
   // virtual tokens; adapters/soft_prompt.h): [n_tokens], nullptr for a token
   // looked up as usual; empty when no token of the step has one.
   std::vector<const float*> embd_rows;
+  // Copy-on-write copies the KV manager asked for this step, carried out
+  // before anything else (so the step's whole effect on the cache travels
+  // with it: model/tensor_parallel.h).
+  std::vector<kv::CopyOp> copies;
   // Kept keys of bounded caches that moved to new positions (kv/kv_policy.h):
   // rotated in every layer before the step's tokens run. Empty: none.
   std::vector<kv::KeyShift> key_shifts;
@@ -53,6 +57,7 @@ struct ForwardBatch {
     seq_lora.clear();
     embd_rows.clear();
     key_shifts.clear();
+    copies.clear();
     key_depth.clear();
     long_rope.clear();
   }  // skip_layers stays: it describes the caller, not the step's tokens

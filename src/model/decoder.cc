@@ -148,8 +148,8 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
 
 void DecoderModel::split_config(const std::string& path) {
   const int n = split_.size;
-  TESSERA_CHECK(split_.reducer != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
-                "shard {} of {} without a reducer", split_.rank, n);
+  TESSERA_CHECK(split_.group != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
+                "shard {} of {} without a group", split_.rank, n);
   const char* unsupported = cfg_.moe()                                           ? "a mixture of experts"
                             : cfg_.arch == "gemma2" || cfg_.arch == "gemma3" ? "Gemma's post-norms and query scale"
                             : ffn_rotation_                                    ? "QuaRot's online FFN rotation"
@@ -562,7 +562,7 @@ void DecoderModel::add_residual(const std::vector<float>& post_norm, const char*
                                 ForwardState& s) const {
   const int64_t E = cfg_.n_embd;
   // A split product's partial sums become the whole update on every rank.
-  if (split_.split()) split_.reducer->sum({s.xb2.data(), static_cast<size_t>(T * E)});
+  if (split_.split()) split_.group->sum({s.xb2.data(), static_cast<size_t>(T * E)});
   if (!post_norm.empty()) {
     for (int64_t t = 0; t < T; ++t) {
       float* row = s.xb2.data() + t * E;
@@ -845,6 +845,7 @@ void DecoderModel::shift_keys(const std::vector<kv::KeyShift>& shifts, KvCache& 
 }
 
 void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& s) const {
+  kv.apply(batch.copies);
   if (!batch.key_shifts.empty()) shift_keys(batch.key_shifts, kv, s);
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, V = cfg_.n_vocab;
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());

@@ -4,20 +4,20 @@
 // and neurons (whole heads: each rank attends over its own heads, its KV cache
 // holds only them); the output projection and down keep the matching
 // columns, so each rank's product is a partial sum of the residual update,
-// which `reducer` sums over the ranks before it joins the stream (one
+// which `group` sums over the ranks before it joins the stream (one
 // all-reduce after attention and one after the FFN, per layer). Biases of
 // those products are added by rank 0 only. Norms, embeddings and the output
 // matrix are whole on every rank.
 #pragma once
 
-#include "dist/reducer.h"
+#include "dist/group.h"
 
 namespace tessera {
 
 struct TensorSplit {
   int rank = 0;
   int size = 1;
-  dist::Reducer* reducer = nullptr;  // required when size > 1
+  dist::Group* group = nullptr;  // required when size > 1
   bool split() const { return size > 1; }
 };
 

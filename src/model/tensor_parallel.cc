@@ -1,0 +1,167 @@
+#include "model/tensor_parallel.h"
+
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+
+namespace tessera {
+namespace {
+
+enum class Kind : uint8_t { kStop = 0, kStep = 1 };
+
+// A step's bytes: fixed-size values and length-prefixed vectors, host order
+// (every rank runs this binary on the same kind of machine).
+class Writer {
+ public:
+  template <class T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v) {
+    put<uint64_t>(v.size());
+    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <class T>
+  T get() {
+    T v;
+    TESSERA_CHECK(pos_ + sizeof v <= in_.size(), kInternal, "tensor parallelism: a step message is cut short");
+    std::memcpy(&v, in_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  template <class T>
+  void get_vector(std::vector<T>& v) {
+    const uint64_t n = get<uint64_t>();
+    TESSERA_CHECK(pos_ + n * sizeof(T) <= in_.size(), kInternal, "tensor parallelism: a step message is cut short");
+    v.resize(n);
+    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+  }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+template <class T>
+bool any_set(const std::vector<T*>& v) {
+  for (T* p : v) {
+    if (p != nullptr) return true;
+  }
+  return false;
+}
+
+// What a step carries beyond numbers, which the other ranks could not follow.
+void check_followable(const ForwardBatch& b) {
+  const char* what = any_set(b.seq_lora)       ? "LoRA adapters"
+                     : any_set(b.embd_rows)    ? "soft prompts"
+                     : !b.key_shifts.empty()   ? "bounded KV caches (shifted keys)"
+                     : any_set(b.key_depth)    ? "SpAtten's cascade"
+                                               : nullptr;
+  for (const kernels::AttentionSeq& q : b.seqs) {
+    if (what == nullptr && (q.key_pos != nullptr || q.key_mass != nullptr)) what = "bounded KV caches (H2O, SpAtten, windows)";
+  }
+  TESSERA_CHECK(what == nullptr, kInvalidArgument, "tensor parallelism (--tp) does not support {} yet", what);
+}
+
+std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
+  check_followable(b);
+  Writer w;
+  w.put(Kind::kStep);
+  w.put<uint64_t>(reinterpret_cast<uintptr_t>(&kv));  // which of rank 0's caches
+  const KvCacheShape& shape = kv.shape();
+  w.put(shape.num_blocks);
+  w.put(shape.block_size);
+  w.put(shape.type);
+  w.put<uint8_t>(shape.hadamard ? 1 : 0);
+  w.put_vector(b.copies);
+  w.put_vector(b.tokens);
+  w.put_vector(b.positions);
+  w.put_vector(b.slots);
+  w.put_vector(b.long_rope);
+  w.put_vector(b.skip_layers);
+  w.put<uint64_t>(b.seqs.size());
+  for (const kernels::AttentionSeq& q : b.seqs) {
+    w.put(q.q_begin);
+    w.put(q.q_len);
+    w.put(q.kv_len);
+    const int64_t n_blocks = (q.kv_len + shape.block_size - 1) / shape.block_size;
+    w.put_vector(std::vector<int32_t>(q.block_table, q.block_table + n_blocks));
+  }
+  return w.take();
+}
+
+}  // namespace
+
+TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> shard, dist::Group& group)
+    : shard_(std::move(shard)), group_(group) {}
+
+TensorParallelModel::~TensorParallelModel() {
+  Writer w;
+  w.put(Kind::kStop);
+  group_.broadcast(w.take(), 0);
+}
+
+void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const {
+  group_.broadcast(encode_step(batch, kv), 0);
+  shard_->forward(batch, kv, state);
+}
+
+int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
+  std::map<uint64_t, std::unique_ptr<KvCache>> caches;  // by rank 0's cache
+  ForwardState state;
+  state.ctx.pool = &pool;
+  state.ctx.isa = active_isa();
+  state.ctx.ws = &state.ws;
+  ForwardBatch b;
+  std::vector<std::vector<int32_t>> tables;
+  for (int64_t steps = 0;; ++steps) {
+    const std::string message = group.broadcast("", 0);
+    Reader r(message);
+    if (r.get<Kind>() == Kind::kStop) return steps;
+    const uint64_t id = r.get<uint64_t>();
+    KvCacheShape shape;
+    shape.num_blocks = r.get<int32_t>();
+    shape.block_size = r.get<int32_t>();
+    shape.type = r.get<DType>();
+    shape.hadamard = r.get<uint8_t>() != 0;
+    shape.key_mean = shard.key_mean();
+    std::unique_ptr<KvCache>& kv = caches[id];
+    if (!kv || kv->shape().num_blocks != shape.num_blocks || kv->shape().block_size != shape.block_size ||
+        kv->shape().type != shape.type || kv->shape().hadamard != shape.hadamard) {
+      kv = std::make_unique<KvCache>(shard.config(), shape);  // a new cache at that address
+    }
+    b.clear();
+    r.get_vector(b.copies);
+    r.get_vector(b.tokens);
+    r.get_vector(b.positions);
+    r.get_vector(b.slots);
+    r.get_vector(b.long_rope);
+    r.get_vector(b.skip_layers);
+    tables.resize(r.get<uint64_t>());
+    for (std::vector<int32_t>& t : tables) {
+      kernels::AttentionSeq q;
+      q.q_begin = r.get<int32_t>();
+      q.q_len = r.get<int32_t>();
+      q.kv_len = r.get<int32_t>();
+      r.get_vector(t);
+      q.block_table = t.data();
+      b.seqs.push_back(q);
+    }
+    shard.forward(b, *kv, state);
+  }
+}
+
+}  // namespace tessera

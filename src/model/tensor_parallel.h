@@ -1,0 +1,47 @@
+// Tensor parallelism across ranks (docs/DISTRIBUTED.md). Every rank loads
+// its shard (model/tensor_split.h). Rank 0 runs everything else — the
+// engine, its scheduler and KV manager, sampling, HTTP — on a
+// TensorParallelModel: before computing a step on its own shard, it hands
+// the step (ForwardBatch: tokens, positions, slots, block tables,
+// copy-on-write copies, RoPE regimes, skipped layers; no logit rows) to the
+// other ranks. They run follow_steps(): the same forward pass on their shard
+// and their own KV cache (the same blocks, holding their heads), so the
+// all-reduces inside the pass meet rank 0's. Only rank 0 computes logits.
+//
+// Per-step state that is not in the batch's numbers is refused with a clear
+// error rather than computed wrongly: LoRA adapters, soft prompts, bounded
+// KV policies (key positions, scores, shifts, SpAtten's depths), and writes
+// into the cache outside a step (Prompt Cache modules, the KV store).
+#pragma once
+
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "dist/group.h"
+#include "model/model.h"
+
+namespace tessera {
+
+class TensorParallelModel final : public Model {
+ public:
+  // shard: rank 0's shard of the model; group: every rank's (rank 0 is this one).
+  TensorParallelModel(std::unique_ptr<Model> shard, dist::Group& group);
+  ~TensorParallelModel() override;  // tells the other ranks to stop
+
+  const ModelConfig& config() const override { return shard_->config(); }
+  void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
+  size_t bytes_per_token() const override { return shard_->bytes_per_token(); }
+  MatmulWork matmul_work() const override { return shard_->matmul_work(); }
+  int64_t long_rope_after() const override { return shard_->long_rope_after(); }
+  const std::vector<std::vector<float>>& key_mean() const override { return shard_->key_mean(); }
+
+ private:
+  std::unique_ptr<Model> shard_;
+  dist::Group& group_;
+};
+
+// Ranks 1..N-1: runs the steps rank 0 hands out on `shard` until rank 0 says
+// stop. Returns the number of steps run.
+int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool);
+
+}  // namespace tessera
