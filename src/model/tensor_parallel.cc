@@ -76,6 +76,17 @@ void check_followable(const ForwardBatch& b) {
   TESSERA_CHECK(what == nullptr, kInvalidArgument, "tensor parallelism (--tp) does not support {} yet", what);
 }
 
+// The step's plain vectors, in message order (both directions).
+template <class Batch, class F>
+void batch_vectors(Batch& b, F&& f) {
+  f(b.copies);
+  f(b.tokens);
+  f(b.positions);
+  f(b.slots);
+  f(b.long_rope);
+  f(b.skip_layers);
+}
+
 std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
   check_followable(b);
   Writer w;
@@ -86,12 +97,7 @@ std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
   w.put(shape.block_size);
   w.put(shape.type);
   w.put<uint8_t>(shape.hadamard ? 1 : 0);
-  w.put_vector(b.copies);
-  w.put_vector(b.tokens);
-  w.put_vector(b.positions);
-  w.put_vector(b.slots);
-  w.put_vector(b.long_rope);
-  w.put_vector(b.skip_layers);
+  batch_vectors(b, [&w](const auto& v) { w.put_vector(v); });
   w.put<uint64_t>(b.seqs.size());
   for (const kernels::AttentionSeq& q : b.seqs) {
     w.put(q.q_begin);
@@ -144,12 +150,7 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
       kv = std::make_unique<KvCache>(shard.config(), shape);  // a new cache at that address
     }
     b.clear();
-    r.get_vector(b.copies);
-    r.get_vector(b.tokens);
-    r.get_vector(b.positions);
-    r.get_vector(b.slots);
-    r.get_vector(b.long_rope);
-    r.get_vector(b.skip_layers);
+    batch_vectors(b, [&r](auto& v) { r.get_vector(v); });
     tables.resize(r.get<uint64_t>());
     for (std::vector<int32_t>& t : tables) {
       kernels::AttentionSeq q;
