@@ -38,10 +38,11 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
     dist::World& world = dist::World::current();
     // Ranks sharing a machine share its cores: a fixed share each, where an
     // adaptive pool per rank would see the others as load and shrink.
-    if (world.distributed() && a->run.threads == 0) {
+    const bool sharded = world.distributed() && a->run.tp == 1;  // under --tp the ranks hold one model
+    if (sharded && a->run.threads == 0) {
       a->run.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
     }
-    const LoadedModel lm = load_model(a->run.model);
+    const LoadedModel lm = a->run.load();
     const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config(lm);
     a->spec.apply(ec, *lm.model);
@@ -49,7 +50,7 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
     engine::Engine eng(*lm.model, tok.get(), ec);
     // Sharded when launched as ranks, asked to, or resuming shards a sharded
     // run left (with any number of ranks).
-    if (world.distributed() || a->shards > 0 || std::filesystem::exists(a->job.output_path + ".parts")) {
+    if (sharded || a->shards > 0 || std::filesystem::exists(a->job.output_path + ".parts")) {
       const server::ShardedJobResult sr = server::run_sharded_batch_job(eng, world, {.job = a->job, .shards = a->shards});
       const server::BatchJobResult& r = sr.totals;
       if (world.rank() == 0) {

@@ -184,7 +184,7 @@ int run_chat(ChatArgs& a) {
     return chat_loop(remote, a.url, [&](const std::string& name) { remote.set_model(name == "none" ? "" : name); });
   }
   a.run.resolve_model();
-  const LoadedModel lm = load_model(a.run.model);
+  const LoadedModel lm = a.run.load();
   const auto tok = load_tokenizer(lm);
   std::optional<server::ChatTemplate> tmpl = resolve_chat_template(a.chat_template, *lm.file);
   if (!tmpl) {

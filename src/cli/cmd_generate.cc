@@ -38,7 +38,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const auto t0 = engine::Clock::now();
     const kv::KvPolicy kv_policy = a->kv_policy.get();
     a->run.resolve_model();
-    const LoadedModel lm = load_model(a->run.model);
+    const LoadedModel lm = a->run.load();
     const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config(lm);
     a->spec.apply(ec, *lm.model);

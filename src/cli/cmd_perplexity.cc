@@ -76,7 +76,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
   sub.add_option("--kl", a->kl, "KL divergence from the base saved in FILE (with --kl-base)")
       ->excludes(sub.get_option("--kl-base"));
   return [a]() {
-    const LoadedModel lm = load_model(a->run.model);
+    const LoadedModel lm = a->run.load();
     const auto tok = load_tokenizer(lm);
     const std::string text = read_text_file(a->file);
     const std::vector<int32_t> tokens = tok->encode(text, /*add_special=*/true);

@@ -16,6 +16,7 @@
 
 #include "cli/command.h"
 #include "cli/common_options.h"
+#include "dist/world.h"
 #include "core/thread_pool.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -120,6 +121,9 @@ int serve(ServeArgs& a) {
   if (a.http_threads > 0) {
     TESSERA_LOG_WARN("--http-threads is ignored: connections are served by one event-loop thread (docs/SERVER.md)");
   }
+  // --tp: ranks other than 0 serve no HTTP; they follow rank 0's steps
+  // (RunOptions::load does not return on them).
+  if (a.run.tp > 1 && dist::World::current().rank() != 0) a.run.load();
   server::HttpServer http(http_opt, metrics);
   http.bind();
   std::fprintf(stderr, "listening on http://%s:%d\n", http_opt.host.c_str(), http.bound_port());
@@ -127,7 +131,7 @@ int serve(ServeArgs& a) {
   http.start();
 
   const auto t0 = engine::Clock::now();
-  const LoadedModel lm = load_model(a.run.model);
+  const LoadedModel lm = a.run.load();
   const auto tok = load_tokenizer(lm);
   engine::EngineConfig ec = a.run.engine_config(lm);
   a.spec.apply(ec, *lm.model);

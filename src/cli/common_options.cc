@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "adapters/lora_gguf.h"
 #include "cli/text_file.h"
@@ -10,7 +11,9 @@
 #include "grammar/json_schema.h"
 #include "kernels/attention.h"
 #include "core/log.h"
+#include "dist/world.h"
 #include "model/fingerprint.h"
+#include "model/tensor_parallel.h"
 #include "template/chat_template.h"
 #include "adapters/soft_prompt_file.h"
 #include "spec/model_drafter.h"
@@ -42,6 +45,10 @@ void RunOptions::add_to(CLI::App& app, bool engine_options, bool model_optional)
                                           : "GGUF file or Hugging Face folder");
   if (!model_optional) m->required();
   app.add_option("-t,--threads", threads, kThreadsHelp);
+  app.add_option("--tp", tp,
+                 "Tensor parallelism: split the model's heads and FFN over N ranks (run under mpirun -np N; "
+                 "docs/DISTRIBUTED.md)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("-c,--ctx", ctx, "Context length (default: the model's)");
   app.add_option("--kv-type", kv_type, "KV cache type: f32, f16, bf16, q8_0, q4_0 (quantized: int8 / 4-bit codes, an fp16 scale per 32 values of a head)")->capture_default_str();
   app.add_flag("--kv-hadamard", kv_hadamard,
@@ -161,6 +168,9 @@ std::vector<std::pair<std::string, std::string>> AdapterOptions::named_soft_prom
 }
 
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
+  // A shard's matrices are parts of the file's: an adapter's would have to be split alike.
+  TESSERA_CHECK(dynamic_cast<const TensorParallelModel*>(&base) == nullptr || (lora.empty() && soft_prompt.empty()),
+                kInvalidArgument, "--tp does not support LoRA adapters or soft prompts yet");
   TESSERA_CHECK(scope == AdapterScope::kServer || scope == AdapterScope::kChat || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;
@@ -179,6 +189,27 @@ void AdapterOptions::apply(engine::EngineConfig& c, const Model& base) const {
     TESSERA_CHECK(!c.soft_prompt, kInvalidArgument, "give at most one --soft-prompt FILE");
     c.soft_prompt = adapters::load_soft_prompt(path, base.config());
   }
+}
+
+LoadedModel RunOptions::load() {
+  if (tp == 1) return load_model(model);
+  dist::World& world = dist::World::current();
+  TESSERA_CHECK(world.size() == tp, kInvalidArgument, "--tp {} needs {} ranks (mpirun -np {}); this job has {}", tp, tp,
+                tp, world.size());
+  TESSERA_CHECK(kv_store.empty(), kInvalidArgument, "--tp does not support --kv-store yet");
+  if (threads == 0) {  // the machine's cores shared by its ranks, fixed
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
+  }
+  LoadedModel lm = load_model(model, {.rank = world.rank(), .size = tp, .group = &world});
+  if (world.rank() != 0) {
+    ThreadPool pool(threads);
+    const int64_t steps = follow_steps(*lm.model, world, pool);
+    TESSERA_LOG_INFO("rank {}: followed {} steps", world.rank(), steps);
+    lm = {};
+    world.exit(0);
+  }
+  lm.model = std::make_unique<TensorParallelModel>(std::move(lm.model), world);
+  return lm;
 }
 
 void SpecOptions::apply(engine::EngineConfig& c, const Model& target) {

@@ -52,6 +52,7 @@ struct RunOptions {
   int64_t kv_store_max_bytes = 0;
   double kv_store_wait = 2.0;
   std::string kv_store_write = "through";
+  int tp = 1;  // --tp: ranks the model is split over (mpirun -np tp)
 
   // model_optional: -m may be omitted; resolve_model() then picks the
   // bundled stories260K (models/ in the repository or the install).
@@ -63,6 +64,10 @@ struct RunOptions {
   // The same, with what needs the loaded model (the weights' fingerprint
   // when --kv-store is given).
   engine::EngineConfig engine_config(const LoadedModel& lm) const;
+  // The model of -m. With --tp N (under mpirun -np N): this rank's shard;
+  // rank 0 gets a TensorParallelModel and goes on with the command, the
+  // other ranks follow rank 0's steps here and exit when it is done.
+  LoadedModel load();
 };
 
 // --long-rope sequence|context (model/model.h LongRopeMode); throws Error

@@ -5,6 +5,9 @@
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -34,9 +37,22 @@ World::World() = default;
 
 World::World(int* argc, char*** argv) {
   if (launched_by_mpirun()) {
+    // One thread at a time, not always the same one: the server's engine
+    // thread runs the tensor-parallel steps, the main thread the rest.
+    // MPI's own threads start here: with SIGINT and SIGTERM blocked, so
+    // those signals reach this process's threads (tessera serve's waiter
+    // shuts down cleanly), never a helper thread whose default kills it.
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, &old);
     int provided = 0;
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    check(rc, "init");
     joined_ = true;
+    TESSERA_CHECK(provided >= MPI_THREAD_SERIALIZED, kIo, "this MPI does not allow calls from more than one thread");
     // Errors come back as codes (and become exceptions) instead of aborting
     // inside MPI, so a rank can say what failed before it ends the job.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -91,6 +107,14 @@ std::string World::broadcast(std::string value, int root) {
   value.resize(static_cast<size_t>(length));
   check(MPI_Bcast(value.data(), static_cast<int>(length), MPI_CHAR, root, MPI_COMM_WORLD), "broadcast");
   return value;
+}
+
+void World::exit(int code) {
+  if (joined_) {
+    joined_ = false;
+    MPI_Finalize();
+  }
+  std::exit(code);
 }
 
 void World::abort(int code) {

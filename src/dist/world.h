@@ -3,7 +3,8 @@
 // world is this process alone (rank 0 of 1) and MPI is never initialised, so
 // every command runs the same with and without a launcher.
 //
-// Only the thread that made the World calls it (MPI_THREAD_FUNNELED); the
+// One thread calls it at a time (MPI_THREAD_SERIALIZED): the main thread,
+// or the server's engine thread while it runs tensor-parallel steps; the
 // engine's worker threads never do. mpi.h stays inside world.cc.
 #pragma once
 
@@ -46,6 +47,9 @@ class World : public Group {
   // Ends every rank at once (one failed rank must not leave the others
   // waiting in a collective); exits with code when not distributed.
   [[noreturn]] void abort(int code);
+  // Ends this rank normally (MPI_Finalize, which waits for the others to
+  // finalize too), then the process with `code`.
+  [[noreturn]] void exit(int code);
 
  private:
   World();  // a world of one

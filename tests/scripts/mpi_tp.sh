@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Tensor parallelism over Open MPI ranks (issue 39): `mpirun -np 2 tessera
+# ... --tp 2`, each rank holding half of every layer's heads and FFN neurons:
+#  - generate: greedy tokens equal one process's (stories260K, stories1M, and
+#    random qwen2 / qwen3 / phi3 files: biases, q/k norms, fused tensors,
+#    Q8_0 columns split at whole blocks);
+#  - perplexity: equal to every printed digit;
+#  - serve: concurrent completions equal `tessera generate`'s; SIGTERM to rank
+#    0 shuts every rank down cleanly (mpirun exits 0);
+#  - what cannot be split or followed is refused on every rank, no hang:
+#    --tp without its ranks, heads that do not divide, a LoRA adapter.
+#
+# usage: tests/scripts/mpi_tp.sh BUILD_DIR   (from the repo root)
+set -euo pipefail
+TESSERA="${1:-build}/tessera"
+SHARED=${TESSERA_SHARED:-../shared}
+S260="$SHARED/models/stories260K/stories260K.gguf"
+S1M="$SHARED/models/stories1M/stories1M.gguf"
+LORA="$SHARED/models/stories260K/lora-shakespeare.gguf"
+VOCAB="$SHARED/models/vocab/ggml-vocab-llama-spm.gguf"
+[ -x "$TESSERA" ] || { echo "no $TESSERA (build it first)"; exit 1; }
+for f in "$S260" "$S1M" "$LORA" "$VOCAB"; do [ -f "$f" ] || { echo "FAIL: missing shared test data $f"; exit 1; }; done
+command -v mpirun >/dev/null || { echo "FAIL: no mpirun (scripts/setup installs openmpi-bin)"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI2=(timeout 120 mpirun --oversubscribe -np 2)
+
+TMP=$(mktemp -d)
+JOB=""
+cleanup() {
+  [ -n "$JOB" ] && kill -KILL -- "-$JOB" 2>/dev/null
+  pkill -KILL -f -- "--port-file $TMP/" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Random family files: biases (qwen2), q/k norms (qwen3), fused QKV and
+# gate/up (phi3), and a Q8_0 llama (its output and down columns split at
+# whole 32-value blocks).
+for arch in qwen2 qwen3 phi3; do
+  "$TESSERA" make-model --arch "$arch" --vocab-from "$VOCAB" -o "$TMP/$arch.gguf" 2>/dev/null
+done
+"$TESSERA" make-model --arch llama --type q8_0 --vocab-from "$VOCAB" -o "$TMP/llama-q8_0.gguf" 2>/dev/null
+
+PROMPT="Once upon a time, there was a little girl named Lily. She"
+for m in "$S260" "$S1M" "$TMP/qwen2.gguf" "$TMP/qwen3.gguf" "$TMP/phi3.gguf" "$TMP/llama-q8_0.gguf"; do
+  one=$("$TESSERA" generate -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos -t 2 2>/dev/null) || fail "$m: one process failed"
+  two=$("${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos 2>"$TMP/gen.log") ||
+    { fail "$m: --tp 2 failed"; tail -5 "$TMP/gen.log"; }
+  [ "$one" = "$two" ] || fail "$(basename "$m"): --tp 2 greedy differs: '$two' vs '$one'"
+done
+
+head -c 30000 "$SHARED/data/tinystories_val_prefix.txt" >"$TMP/text.txt"
+for m in "$S260" "$S1M"; do
+  one=$("$TESSERA" perplexity -m "$m" -f "$TMP/text.txt" -c 128 -t 2 2>&1 | grep -o 'PPL = [0-9.]* +/- [0-9.]*')
+  two=$("${MPI2[@]}" "$TESSERA" perplexity --tp 2 -m "$m" -f "$TMP/text.txt" -c 128 2>&1 | grep -o 'PPL = [0-9.]* +/- [0-9.]*')
+  [ -n "$one" ] && [ "$one" = "$two" ] || fail "$(basename "$m"): perplexity --tp 2 '$two' vs '$one'"
+done
+
+# serve --tp 2: rank 0 serves HTTP, rank 1 follows its steps.
+setsid mpirun --oversubscribe -np 2 "$TESSERA" serve --tp 2 -m "$S1M" --port 0 2>"$TMP/serve.log" &
+JOB=$!
+url=""
+for _ in $(seq 1 300); do
+  url=$(grep -o -m1 'listening on http://[0-9.]*:[0-9]*' "$TMP/serve.log" | sed 's/listening on //') || true
+  [ -n "$url" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && break
+  sleep 0.1
+done
+[ -n "$url" ] || { fail "serve --tp 2 did not start"; cat "$TMP/serve.log"; }
+if [ -n "$url" ]; then
+  i=0
+  for p in "Once upon a time" "Tom had a big dog" "The sun was hot" "Lily wanted to play"; do
+    body=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 32, "temperature": 0}))' "$p")
+    curl -s --max-time 60 "$url/v1/completions" -H 'Content-Type: application/json' -d "$body" |
+      /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")' >"$TMP/served.$i" &
+    "$TESSERA" generate -m "$S1M" -p "$p" -n 32 --temp 0 -t 1 2>/dev/null >"$TMP/want.$i"
+    i=$((i + 1))
+  done
+  wait $(jobs -p | grep -v "^$JOB$") 2>/dev/null || true
+  for j in 0 1 2 3; do
+    [ "$(cat "$TMP/served.$j")" = "$(cat "$TMP/want.$j")" ] || fail "serve --tp 2, prompt $j: '$(cat "$TMP/served.$j")' vs '$(cat "$TMP/want.$j")'"
+  done
+  rank0=""
+  for p in $(pgrep -f -- "serve --tp 2 -m $S1M"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tessera ] &&
+      tr '\0' '\n' <"/proc/$p/environ" | grep -qx 'OMPI_COMM_WORLD_RANK=0' && rank0=$p
+  done
+  kill -TERM "$rank0"
+  rc=0
+  timeout 30 tail --pid="$JOB" -f /dev/null || rc=124
+  wait "$JOB" || rc=$?
+  JOB=""
+  [ "$rc" = 0 ] || { fail "serve --tp 2: mpirun exited $rc after SIGTERM to rank 0"; tail -5 "$TMP/serve.log"; }
+fi
+
+# Refusals: a clear line, every rank ends (timeout: 124 means a hang).
+expect_error() {  # WHAT NEEDLE CMD...
+  local what=$1 needle=$2 rc=0
+  shift 2
+  "$@" >/dev/null 2>"$TMP/err.log" || rc=$?
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "$what: exit $rc (124: a rank hung)"
+  grep -q "$needle" "$TMP/err.log" || { fail "$what: no '$needle'"; tail -5 "$TMP/err.log"; }
+}
+expect_error "--tp 2 alone" "error: --tp 2 needs 2 ranks (mpirun -np 2); this job has 1" \
+  timeout 60 "$TESSERA" generate --tp 2 -m "$S260" -p hi -n 4
+expect_error "4 KV heads over 3 ranks" "cannot be split evenly over 3 ranks" \
+  timeout 60 mpirun --oversubscribe -np 3 "$TESSERA" generate --tp 3 -m "$S260" -p hi -n 4
+expect_error "a LoRA adapter" "error: --tp does not support LoRA adapters or soft prompts yet" \
+  "${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --lora "$LORA" -p hi -n 4
+
+[ "$failures" = 0 ] && echo "mpi_tp: all checks passed"
+exit $((failures > 0))
