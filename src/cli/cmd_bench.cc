@@ -19,6 +19,7 @@
 #include "kernels/membw.h"
 #include "kernels/peak.h"
 #include "kernels/sparse.h"
+#include "dist/world.h"
 #include "model/model.h"
 
 namespace tessera::cli {
@@ -27,6 +28,7 @@ namespace {
 struct BenchArgs {
   std::string model;
   int threads = 0;
+  int tp = 1;
   int64_t n_prompt = 128, n_gen = 64;
   int reps = 5;
   bool json = false, membw = false, no_membw = false, peak = false;
@@ -275,6 +277,7 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   if (!a.no_membw && opt.n_gen > 0) {
     opt.before_tg = [&] { tg_bw.push_back(kernels::measure_read_bandwidth(pool, size_t{256} << 20, 3).gbps_median); };
   }
+  if (a.tp > 1) opt.comm_clock = [] { return dist::World::current().sum_stats().seconds; };
   const engine::BenchResult r = engine::run_bench(*lm.model, opt, pool);
   const size_t bpt = lm.model->bytes_per_token();
   const std::string type = dominant_type(lm);
@@ -290,6 +293,10 @@ int run_single(const BenchArgs& a, const LoadedModel& lm, ThreadPool& pool, cons
   j["tg_tokens"] = a.n_gen;
   j["tg_tps"] = r.tg_tps;
   j["tg_samples"] = r.tg_samples;
+  if (a.tp > 1) {  // the all-reduces' share of the timed passes, on rank 0
+    j["allreduce_share_pp"] = r.pp_seconds > 0 ? r.pp_comm_seconds / r.pp_seconds : 0.0;
+    j["allreduce_share_tg"] = r.tg_seconds > 0 ? r.tg_comm_seconds / r.tg_seconds : 0.0;
+  }
   const double imbalance = expert_load(lm.model->config(), r.expert_tokens, j);
   const DecodeRoofline d = decode_roofline(m.bw_gbps, tg_bw, r, bpt, j);
   const PromptPeak p = prompt_peak(a, lm, type, m, r.pp_tps, j);
@@ -310,6 +317,8 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
   auto a = std::make_shared<BenchArgs>();
   sub.add_option("-m,--model", a->model, "GGUF model (omit with --membw / --peak)");
   sub.add_option("-t,--threads", a->threads, kThreadsHelp);
+  sub.add_option("--tp", a->tp, "Tensor parallelism over N ranks (mpirun -np N; docs/DISTRIBUTED.md)")
+      ->check(CLI::Range(1, 1024));
   sub.add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (ppN)")->capture_default_str();
   sub.add_option("-n,--n-gen", a->n_gen, "Generated tokens (tgN)")->capture_default_str();
   sub.add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str();
@@ -323,6 +332,15 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
   sub.add_option("--batched", a->batched, "Batch sizes, e.g. 1,4,16,32: like llama-batched-bench (-p prompt tokens "
                  "per sequence, -n decode steps), decode tokens/s summed over the sequences")->delimiter(',');
   return [a]() {
+    LoadedModel split;  // --tp: this rank's shard (the other ranks stay in load(), following rank 0)
+    if (a->tp > 1) {
+      RunOptions ro;
+      ro.model = a->model;
+      ro.tp = a->tp;
+      ro.threads = a->threads;
+      split = ro.load();
+      a->threads = ro.threads;
+    }
     ThreadPool pool(a->threads);
     nlohmann::json j;
     j["threads"] = pool.size();
@@ -333,7 +351,8 @@ TESSERA_COMMAND("bench", "Prompt-processing and generation speed (like llama-ben
       TESSERA_CHECK(a->membw || a->peak, kInvalidArgument, "give -m FILE (or --membw / --peak)");
       return print_machine(*a, m, pool, j);
     }
-    const LoadedModel lm = load_model(a->model);
+    const LoadedModel lm = split.model ? std::move(split) : load_model(a->model);
+    if (a->tp > 1) j["tp"] = a->tp;
     if (!a->batched.empty()) return run_batched(*a, lm, pool, j);
     return run_single(*a, lm, pool, m, j);
   };

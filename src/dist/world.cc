@@ -96,8 +96,12 @@ void World::all_reduce_sum(std::span<int64_t> values) {
 
 void World::sum(std::span<float> values) {
   if (!joined_ || values.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   check(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
         "all-reduce");
+  sum_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++sum_stats_.calls;
+  sum_stats_.bytes += static_cast<int64_t>(values.size_bytes());
 }
 
 std::string World::broadcast(std::string value, int root) {

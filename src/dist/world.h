@@ -51,10 +51,20 @@ class World : public Group {
   // finalize too), then the process with `code`.
   [[noreturn]] void exit(int code);
 
+  // Time spent in sum() (wall, this rank) and what it moved, since start:
+  // tensor parallelism's communication share (tessera bench --tp).
+  struct SumStats {
+    double seconds = 0.0;
+    int64_t calls = 0;
+    int64_t bytes = 0;
+  };
+  const SumStats& sum_stats() const { return sum_stats_; }
+
  private:
   World();  // a world of one
   bool joined_ = false;
   int rank_ = 0, size_ = 1, local_size_ = 1;
+  SumStats sum_stats_;
 };
 
 }  // namespace tessera::dist

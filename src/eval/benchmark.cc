@@ -23,6 +23,7 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
   for (int64_t i = 0; i < opt.n_prompt; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 1) % V));
   BenchResult res;
   auto now = [] { return std::chrono::steady_clock::now(); };
+  auto comm = [&opt] { return opt.comm_clock ? opt.comm_clock() : 0.0; };
   // One untimed warm-up of each, so page faults on the mapped weights are not counted.
   if (opt.n_prompt > 0) runner.append(prompt);
   runner.reset();
@@ -32,15 +33,20 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
   for (int r = 0; r < opt.reps; ++r) {
     if (opt.n_prompt > 0) {
       runner.reset();
+      const double c0 = comm();
       const auto t0 = now();
       runner.append(prompt);
-      res.pp_samples.push_back(static_cast<double>(opt.n_prompt) / std::chrono::duration<double>(now() - t0).count());
+      const double s = std::chrono::duration<double>(now() - t0).count();
+      res.pp_samples.push_back(static_cast<double>(opt.n_prompt) / s);
+      res.pp_seconds += s;
+      res.pp_comm_seconds += comm() - c0;
     }
     if (opt.n_gen > 0) {
       runner.reset();
       if (opt.before_tg) opt.before_tg();
       int32_t tok = 1;
       st.ffn_neurons = st.ffn_kept = st.ffn_union_rows = 0;
+      const double c0 = comm();
       const auto t0 = now();
       for (int64_t i = 0; i < opt.n_gen; ++i) {
         const int32_t ids[1] = {tok};
@@ -50,7 +56,10 @@ BenchResult run_bench(const Model& model, const BenchOptions& opt, ThreadPool& p
         // tg does not sample at all).
         tok = static_cast<int32_t>(kernels::argmax(logits.data(), static_cast<int64_t>(logits.size()), active_isa()));
       }
-      res.tg_samples.push_back(static_cast<double>(opt.n_gen) / std::chrono::duration<double>(now() - t0).count());
+      const double s = std::chrono::duration<double>(now() - t0).count();
+      res.tg_samples.push_back(static_cast<double>(opt.n_gen) / s);
+      res.tg_seconds += s;
+      res.tg_comm_seconds += comm() - c0;
       neurons += st.ffn_neurons;
       kept += st.ffn_kept;
       union_rows += st.ffn_union_rows;

@@ -24,6 +24,10 @@ struct BenchOptions {
   // machine's bandwidth at that moment, for a roofline fraction per
   // repetition); its own time is not counted.
   std::function<void()> before_tg;
+  // Seconds this process has spent communicating so far (tensor
+  // parallelism's all-reduces: dist::World::sum_stats), read around each
+  // timed pass; null: none.
+  std::function<double()> comm_clock;
 };
 
 struct BenchResult {
@@ -31,6 +35,8 @@ struct BenchResult {
   double tg_tps = 0.0;               // median
   std::vector<double> pp_samples;    // tokens/s of each repetition
   std::vector<double> tg_samples;
+  // Timed passes' seconds, and their communication seconds (comm_clock).
+  double pp_seconds = 0.0, tg_seconds = 0.0, pp_comm_seconds = 0.0, tg_comm_seconds = 0.0;
   // A mixture's load over every pass: tokens per (layer, expert), [n_layer * n_expert].
   std::vector<int64_t> expert_tokens;
   // Contextual sparsity over the tg repetitions (model/ffn_sparsity.h):
