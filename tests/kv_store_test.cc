@@ -201,8 +201,9 @@ TEST(KvStoreDisk, KillNineMidWriteLeavesNoBrokenRecord) {
   // kill has caught a write in the middle: on a busy host a round's child
   // may not get that far in its 20-60 ms. The records are encoded before the
   // fork (under ASan, checksumming 8 MiB took longer than a whole round).
-  int rounds = 0;
-  for (int round = 0; round < 60; ++round, ++rounds) {
+  int rounds = 0;  // run so far
+  for (int round = 0; round < 60; ++round) {
+    rounds = round + 1;
     std::vector<std::pair<BlockRef, std::vector<uint8_t>>> records;
     for (uint64_t i = 0; i < 2; ++i) {
       const BlockRef r = make_ref(10000 * static_cast<uint64_t>(round + 1) + i);

@@ -60,9 +60,10 @@ void add_key_means(const LoadedModel& lm, const CalibrationOptions& calib, quant
   std::vector<int32_t> tokens = calibration_tokens(lm, calib, &co);
   if (static_cast<int64_t>(tokens.size()) > co.max_tokens) tokens.resize(static_cast<size_t>(co.max_tokens));
   const ModelConfig& c = lm.model->config();
-  TESSERA_CHECK(c.attn_softcap == 0.0f && c.arch != "gpt-oss", kInvalidArgument,
+  const char* obstacle = key_shift_obstacle(c);
+  TESSERA_CHECK(obstacle == nullptr, kInvalidArgument,
                 "--center-keys: '{}' attention has {}, whose scores are not shift-invariant", c.arch,
-                c.attn_softcap != 0.0f ? "soft-capping" : "sinks");
+                obstacle == nullptr ? "" : obstacle);
   const std::vector<float> means = quant::flatten_key_means(quant::key_means(*lm.model, tokens, co.n_ctx, co.bos, pool));
   std::fprintf(stderr, "center-keys: each layer's mean key over %lld calibration tokens\n", static_cast<long long>(tokens.size()));
   opt.metadata = [prev = opt.metadata, means](gguf::Writer& w) {

@@ -85,9 +85,10 @@ namespace {
 std::vector<std::vector<float>> read_key_mean(ModelLoader& ld, const ModelConfig& c) {
   if (!ld.file().has(kKeyMeanKey)) return {};
   ld.use_key(kKeyMeanKey);
-  TESSERA_CHECK(c.attn_softcap == 0.0f && c.arch != "gpt-oss", kInvalidArgument,
+  const char* obstacle = key_shift_obstacle(c);
+  TESSERA_CHECK(obstacle == nullptr, kInvalidArgument,
                 "{}: '{}' shifts the keys, which attention with {} does not allow (its scores are not shift-invariant)",
-                ld.file().path(), kKeyMeanKey, c.attn_softcap != 0.0f ? "soft-capping" : "sinks");
+                ld.file().path(), kKeyMeanKey, obstacle == nullptr ? "" : obstacle);
   const std::vector<float> all = gguf::array_as_floats(ld.file().get_array(kKeyMeanKey), kKeyMeanKey);
   TESSERA_CHECK(static_cast<int64_t>(all.size()) == c.n_layer * c.kv_dim(), kCorruptFile,
                 "{}: '{}' has {} values; {} layers x kv dim {} need {}", ld.file().path(), kKeyMeanKey, all.size(),

@@ -10,6 +10,7 @@
 #include "kernels/matmul.h"
 #include "kernels/qmoe.h"
 #include "format/gguf.h"
+#include "format/model_config.h"
 
 namespace tessera {
 
@@ -23,6 +24,13 @@ inline constexpr const char* kPostNormRotationKey = "tessera.rotation.post_norm"
 // Each layer's key mean, which a quantized KV cache subtracts: n_layer * kv_dim floats
 // (Model::key_mean, quant/key_mean.h).
 inline constexpr const char* kKeyMeanKey = "tessera.kv.key_mean";
+// Why this model's keys cannot be stored minus a constant (its attention
+// scores are not shift-invariant): "soft-capping", "sinks"; nullptr when
+// they can.
+inline const char* key_shift_obstacle(const ModelConfig& c) {
+  if (c.attn_softcap != 0.0f) return "soft-capping";
+  return c.arch == "gpt-oss" ? "sinks" : nullptr;
+}
 
 // A W8A8 file whose codes are 4-bit (W4A8, -8..7): loaded as nibbles.
 inline constexpr const char* kW4A8Key = "tessera.w4a8";
