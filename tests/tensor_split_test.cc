@@ -2,8 +2,9 @@
 // shards of a model, each on its own thread with an in-process group (testing::ThreadGroup,
 // in the part MPI's all-reduce plays across processes), give the whole model's
 // logits within the reduction's reordering and its greedy tokens; in F32 and
-// in Q8_0 (column views of whole blocks), and with the fused tensors of
-// Phi-3. A split that does not divide is refused.
+// in Q8_0 (column views of whole blocks), for every family (biases, fused
+// tensors, Gemma's post-norms, mixtures' experts). A split that does not
+// divide is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,18 +102,44 @@ TEST(TensorSplit, Stories1MInTwoAndFourShardsF32AndQ8_0) {
   expect_split_matches_whole(q8, 2, story_prompt());
 }
 
+std::string family_file(const std::string& arch, DType type = DType::kF32) {
+  const std::string path = testing::temp_path("split-" + arch + "-" + std::string(dtype_name(type)) + ".gguf");
+  SyntheticModelSpec spec;
+  spec.arch = arch;
+  spec.type = type;
+  spec.n_vocab = 320;
+  spec.n_ctx = 512;
+  write_synthetic_model(spec, path, 1);
+  return path;
+}
+
+const std::vector<int32_t> kFamilyPrompt = {1, 17, 250, 3, 99, 42, 7, 300, 12};
+
 TEST(TensorSplit, FamiliesWithBiasesAndFusedTensors) {
   // qwen2 (Q, K, V biases), qwen3 (per-head norms), phi3 (fused QKV and gate/up).
-  for (const char* arch : {"qwen2", "qwen3", "phi3"}) {
-    const std::string path = testing::temp_path(std::string("split-") + arch + ".gguf");
-    SyntheticModelSpec spec;
-    spec.arch = arch;
-    spec.n_vocab = 320;
-    spec.n_ctx = 512;
-    write_synthetic_model(spec, path, 1);
-    const std::vector<int32_t> prompt = {1, 17, 250, 3, 99, 42, 7, 300, 12};
-    expect_split_matches_whole(path, 2, prompt);
+  for (const char* arch : {"qwen2", "qwen3", "phi3"}) expect_split_matches_whole(family_file(arch), 2, kFamilyPrompt);
+}
+
+TEST(TensorSplit, GemmaWithPostNormsAfterTheSum) {
+  // Post-norms normalise the summed update; soft-capping and the query
+  // scale read the file's head count.
+  for (const char* arch : {"gemma2", "gemma3"}) expect_split_matches_whole(family_file(arch), 2, kFamilyPrompt);
+}
+
+TEST(TensorSplit, MixturesSplitEveryExpertsNeurons) {
+  // Each expert's gate / up rows and down columns (and the shared expert's)
+  // split like a dense FFN; the router whole; gpt-oss's sinks split by head,
+  // its output and down biases added by rank 0.
+  for (const char* arch : {"mixtral", "qwen2moe", "qwen3moe", "gpt-oss"}) {
+    expect_split_matches_whole(family_file(arch), 2, kFamilyPrompt);
   }
+  // Q8_0 experts, repacked and (TESSERA_EXPERTS_IN_PLACE=1) read in place
+  // through column views of the mapped file.
+  const std::string q8 = family_file("mixtral", DType::kQ8_0);
+  expect_split_matches_whole(q8, 2, kFamilyPrompt);
+  setenv("TESSERA_EXPERTS_IN_PLACE", "1", 1);
+  expect_split_matches_whole(q8, 2, kFamilyPrompt);
+  unsetenv("TESSERA_EXPERTS_IN_PLACE");
 }
 
 TEST(TensorSplit, RefusesWhatItCannotSplit) {

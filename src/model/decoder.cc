@@ -74,8 +74,8 @@ void ffn_activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa) 
   kernels::silu_mul(gate, up, n, isa);
 }
 
-float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b) {
-  const int64_t d = c.n_layer == n_layer_27b ? c.n_embd / c.n_head : c.head_dim;
+float gemma_query_scale(const ModelConfig& c, int64_t n_head, int64_t n_layer_27b) {
+  const int64_t d = c.n_layer == n_layer_27b ? c.n_embd / n_head : c.head_dim;
   return 1.0f / std::sqrt(static_cast<float>(d));
 }
 
@@ -151,19 +151,19 @@ void DecoderModel::split_config(const std::string& path) {
   const int n = split_.size;
   TESSERA_CHECK(split_.group != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
                 "shard {} of {} without a group", split_.rank, n);
-  const char* unsupported = cfg_.moe()                                           ? "a mixture of experts"
-                            : cfg_.arch == "gemma2" || cfg_.arch == "gemma3" ? "Gemma's post-norms and query scale"
-                            : ffn_rotation_                                    ? "QuaRot's online FFN rotation"
-                            : !ffn_thresholds_.empty()                         ? "contextual sparsity"
-                                                                               : nullptr;
+  const char* unsupported = ffn_rotation_              ? "QuaRot's online FFN rotation"
+                            : !ffn_thresholds_.empty() ? "contextual sparsity"
+                                                       : nullptr;
   TESSERA_CHECK(unsupported == nullptr, kInvalidArgument, "{}: tensor parallelism of {} is not supported yet", path,
                 unsupported == nullptr ? "" : unsupported);
-  TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0, kInvalidArgument,
-                "{}: {} KV heads and {} FFN neurons cannot be split evenly over {} ranks", path, cfg_.n_head_kv,
-                cfg_.n_ff, n);
+  TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0 && cfg_.n_ff_exp % n == 0 && cfg_.n_ff_shexp % n == 0,
+                kInvalidArgument, "{}: {} KV heads and {} FFN neurons ({} per expert, {} shared) cannot be split evenly "
+                "over {} ranks", path, cfg_.n_head_kv, cfg_.n_ff, cfg_.n_ff_exp, cfg_.n_ff_shexp, n);
   cfg_.n_head /= n;
   cfg_.n_head_kv /= n;
   cfg_.n_ff /= n;
+  cfg_.n_ff_exp /= n;  // each expert's neurons, as a dense FFN's
+  cfg_.n_ff_shexp /= n;
   for (std::vector<float>& m : key_mean_) m = own_part(m, cfg_.kv_dim());
 }
 
@@ -335,7 +335,8 @@ void DecoderModel::decide_expert_layout(const gguf::File& f) {
 
 void DecoderModel::load_attention_bias_and_sinks(ModelLoader& ld, int64_t il, DecoderLayer& L) const {
   L.attn.bo = ld.vector(blk(il, "attn_output.bias"), cfg_.n_embd);
-  L.attn.sinks = ld.vector(blk(il, "attn_sinks.weight"), cfg_.n_head);
+  if (split_.rank != 0) L.attn.bo.clear();  // added once, by rank 0, before the sum
+  L.attn.sinks = own_part(ld.vector(blk(il, "attn_sinks.weight"), cfg_.n_head * split_.size), cfg_.n_head);
 }
 
 void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const char* norm) const {
@@ -346,6 +347,8 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const 
   const std::string gate_name = blk(il, "ffn_gate_exps.weight");
   const gguf::TensorInfo* g = ld.file().find_tensor(gate_name);
   if (g != nullptr && g->type == DType::kQMoE) {
+    TESSERA_CHECK(!split_.split(), kInvalidArgument, "{}: tensor parallelism of QMoE experts is not supported yet",
+                  ld.file().path());
     m.qmoe = true;
     m.q_gate = ld.qmoe_experts(gate_name, E, F, NE);
     m.q_up = ld.qmoe_experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
@@ -355,19 +358,30 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const 
   }
   if (cfg_.n_ff_shexp > 0) {
     const int64_t S = cfg_.n_ff_shexp;
+    const int64_t n = split_.size, r = split_.rank;  // this rank's shared neurons
     m.shared_gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp_shexp.weight"), E, 1));
-    m.shared.gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S));
-    m.shared.up = kernels::prepare_weight(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S));
-    m.shared.down = kernels::prepare_weight(ld.matrix(blk(il, "ffn_down_shexp.weight"), S, E));
+    m.shared.gate = kernels::prepare_weight(row_range(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S * n), r * S, S));
+    m.shared.up = kernels::prepare_weight(row_range(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S * n), r * S, S));
+    m.shared.down = kernels::prepare_weight(col_range(ld.matrix(blk(il, "ffn_down_shexp.weight"), S * n, E), r * S, S));
   }
 }
 
 void DecoderModel::load_moe_biases(ModelLoader& ld, int64_t il, MoeWeights& m) const {
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert, n = split_.size, r = split_.rank;
   m.router_bias = ld.vector(blk(il, "ffn_gate_inp.bias"), NE);
-  m.gate_bias = ld.vectors(blk(il, "ffn_gate_exps.bias"), F, NE);
-  m.up_bias = ld.vectors(blk(il, "ffn_up_exps.bias"), F, NE);
+  // Each expert's part of its gate / up biases; down's bias added by rank 0 only.
+  const auto own = [&](const std::vector<float>& all) {
+    std::vector<float> part;
+    for (int64_t e = 0; e < NE; ++e) {
+      const auto first = all.begin() + (e * n + r) * F;
+      part.insert(part.end(), first, first + F);
+    }
+    return part;
+  };
+  m.gate_bias = own(ld.vectors(blk(il, "ffn_gate_exps.bias"), F * n, NE));
+  m.up_bias = own(ld.vectors(blk(il, "ffn_up_exps.bias"), F * n, NE));
   m.down_bias = ld.vectors(blk(il, "ffn_down_exps.bias"), E, NE);
+  if (r != 0) m.down_bias.clear();
 }
 
 void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const {
@@ -377,15 +391,16 @@ void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) cons
     p.view = v;
     return p;
   };
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert;
-  const kernels::WeightView gate = ld.experts(blk(il, "ffn_gate_exps.weight"), E, F, NE);
-  const kernels::WeightView up = ld.experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
-  const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F, E, NE);
+  // F: this rank's neurons of each expert (all of them unless split).
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert, n = split_.size, r = split_.rank;
+  const kernels::WeightView gate = ld.experts(blk(il, "ffn_gate_exps.weight"), E, F * n, NE);
+  const kernels::WeightView up = ld.experts(blk(il, "ffn_up_exps.weight"), E, F * n, NE);
+  const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F * n, E, NE);
   m.experts.resize(static_cast<size_t>(NE));
   for (int64_t e = 0; e < NE; ++e) {
-    m.experts[e].gate = prepare(row_range(gate, e * F, F));
-    m.experts[e].up = prepare(row_range(up, e * F, F));
-    m.experts[e].down = prepare(row_range(down, e * E, E));
+    m.experts[e].gate = prepare(row_range(gate, (e * n + r) * F, F));
+    m.experts[e].up = prepare(row_range(up, (e * n + r) * F, F));
+    m.experts[e].down = prepare(col_range(row_range(down, e * E, E), r * F, F));
   }
 }
 

@@ -175,6 +175,9 @@ class DecoderModel : public Model {
   // A quantized KV cache's key means (Model::key_mean); empty without.
   std::vector<std::vector<float>> key_mean_;
 
+  // Query heads in the file (cfg_.n_head is this shard's under tensor parallelism).
+  int64_t file_heads() const { return cfg_.n_head * split_.size; }
+
   float embd_scale_ = 1.0f;  // input rows (tokens' and soft prompts') are multiplied by it (Gemma: sqrt(n_embd))
 
   ModelConfig cfg_;
@@ -252,7 +255,8 @@ void ffn_activate(FfnAct act, float* gate, const float* up, int64_t n, Isa isa);
 // Gemma's query scale, as llama.cpp sets it (GGUF has no
 // query_pre_attn_scalar): 1/sqrt(n_embd / n_head) on the 27B model (which
 // llama.cpp recognises by its n_layer_27b layers), else 1/sqrt(head_dim).
-float gemma_query_scale(const ModelConfig& c, int64_t n_layer_27b);
+// n_head: the file's (all ranks' heads under tensor parallelism).
+float gemma_query_scale(const ModelConfig& c, int64_t n_head, int64_t n_layer_27b);
 
 // The architectures (model/arch/*.cc), by what general.architecture says.
 std::unique_ptr<Model> make_llama(ModelLoader& ld);

@@ -2,8 +2,8 @@
 # Tensor parallelism over Open MPI ranks (issue 39): `mpirun -np 2 tessera
 # ... --tp 2`, each rank holding half of every layer's heads and FFN neurons:
 #  - generate: greedy tokens equal one process's (stories260K, stories1M, and
-#    random qwen2 / qwen3 / phi3 files: biases, q/k norms, fused tensors,
-#    Q8_0 columns split at whole blocks);
+#    random qwen2 / qwen3 / phi3 / gemma2 / qwen3moe files: biases, q/k norms,
+#    fused tensors, post-norms, experts; Q8_0 columns split at whole blocks);
 #  - perplexity: equal to every printed digit;
 #  - serve: concurrent completions equal `tessera generate`'s; SIGTERM to rank
 #    0 shuts every rank down cleanly (mpirun exits 0);
@@ -38,13 +38,13 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # Random family files: biases (qwen2), q/k norms (qwen3), fused QKV and
 # gate/up (phi3), and a Q8_0 llama (its output and down columns split at
 # whole 32-value blocks).
-for arch in qwen2 qwen3 phi3; do
+for arch in qwen2 qwen3 phi3 gemma2 qwen3moe; do
   "$TESSERA" make-model --arch "$arch" --vocab-from "$VOCAB" -o "$TMP/$arch.gguf" 2>/dev/null
 done
 "$TESSERA" make-model --arch llama --type q8_0 --vocab-from "$VOCAB" -o "$TMP/llama-q8_0.gguf" 2>/dev/null
 
 PROMPT="Once upon a time, there was a little girl named Lily. She"
-for m in "$S260" "$S1M" "$TMP/qwen2.gguf" "$TMP/qwen3.gguf" "$TMP/phi3.gguf" "$TMP/llama-q8_0.gguf"; do
+for m in "$S260" "$S1M" "$TMP"/{qwen2,qwen3,phi3,gemma2,qwen3moe,llama-q8_0}.gguf; do
   one=$("$TESSERA" generate -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos -t 2 2>/dev/null) || fail "$m: one process failed"
   two=$("${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos 2>"$TMP/gen.log") ||
     { fail "$m: --tp 2 failed"; tail -5 "$TMP/gen.log"; }

@@ -32,7 +32,7 @@ class Gemma2 final : public DecoderModel {
       load_ffn(ld, il, layers_[il]);
     }
     embd_scale_ = std::sqrt(static_cast<float>(cfg_.n_embd));
-    if (cfg_.attn_scale == 0.0f) cfg_.attn_scale = gemma_query_scale(cfg_, /*n_layer_27b=*/46);
+    if (cfg_.attn_scale == 0.0f) cfg_.attn_scale = gemma_query_scale(cfg_, file_heads(), /*n_layer_27b=*/46);
   }
 
  private:
