@@ -16,6 +16,9 @@ class Group {
   virtual void sum(std::span<float> values) = 0;
   // root's value, on every rank (the others' `value` is ignored).
   virtual std::string broadcast(std::string value, int root) = 0;
+  // On root: all = every rank's part, in rank order (parts of one size;
+  // all.size() = ranks x part.size()). Elsewhere `all` is not touched.
+  virtual void gather(std::span<const float> part, std::span<float> all, int root) = 0;
 };
 
 }  // namespace tessera::dist

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -102,6 +103,16 @@ void World::sum(std::span<float> values) {
   sum_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++sum_stats_.calls;
   sum_stats_.bytes += static_cast<int64_t>(values.size_bytes());
+}
+
+void World::gather(std::span<const float> part, std::span<float> all, int root) {
+  if (!joined_) {
+    std::copy(part.begin(), part.end(), all.begin());
+    return;
+  }
+  check(MPI_Gather(part.data(), static_cast<int>(part.size()), MPI_FLOAT, rank_ == root ? all.data() : nullptr,
+                   static_cast<int>(part.size()), MPI_FLOAT, root, MPI_COMM_WORLD),
+        "gather");
 }
 
 std::string World::broadcast(std::string value, int root) {

@@ -188,7 +188,12 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
   tok_embd_ = ld.matrix("token_embd.weight", E, cfg_.n_vocab);
   out_norm_ = ld.vector("output_norm.weight", E);
   cfg_.tied_output = tied || !ld.has_tensor("output.weight");
-  output_ = kernels::prepare_weight(cfg_.tied_output ? tok_embd_ : ld.matrix("output.weight", E, cfg_.n_vocab));
+  const kernels::WeightView output = cfg_.tied_output ? tok_embd_ : ld.matrix("output.weight", E, cfg_.n_vocab);
+  // Tensor parallelism: this rank's rows of the vocabulary, ceil(V / N) each
+  // (the last rank's fewer), its logits gathered to rank 0.
+  vocab_part_ = (cfg_.n_vocab + split_.size - 1) / split_.size;
+  const int64_t first = std::min<int64_t>(cfg_.n_vocab, split_.rank * vocab_part_);
+  output_ = kernels::prepare_weight(row_range(output, first, std::min(cfg_.n_vocab - first, vocab_part_)));
   if (rope_freqs && ld.has_tensor("rope_freqs.weight")) {
     // Llama 3.1+: per-pair divisors of the RoPE angles, as llama.cpp's
     // converter computes them from the HF config's rope_scaling (llama3).
@@ -941,11 +946,35 @@ void DecoderModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState&
                      cfg_.rms_eps, s.ctx.isa);
   }
   if (s.tap) s.tap("result_norm", -1, s.xb.data(), R, E, E);
+  if (split_.split()) return split_logits(R, s);
   kernels::matmul(output_, s.xb.data(), E, R, s.logits.data(), V, s.ctx);
-  if (cfg_.final_softcap > 0.0f) {
-    const float cap = cfg_.final_softcap;
-    float* z = s.logits.data();
-    for (int64_t i = 0; i < R * V; ++i) z[i] = cap * std::tanh(z[i] / cap);
+  softcap_logits(s.logits.data(), R * V);
+}
+
+void DecoderModel::softcap_logits(float* z, int64_t n) const {
+  if (cfg_.final_softcap <= 0.0f) return;
+  const float cap = cfg_.final_softcap;
+  for (int64_t i = 0; i < n; ++i) z[i] = cap * std::tanh(z[i] / cap);
+}
+
+void DecoderModel::split_logits(int64_t R, ForwardState& s) const {
+  // This rank's vocabulary slice of each row (padded to vocab_part_), then
+  // every rank's slices, rank by rank, to rank 0, which lays them out by row.
+  const int64_t V = cfg_.n_vocab, P = vocab_part_, mine = output_.view.rows, n = split_.size;
+  s.logits_part.ensure(static_cast<size_t>(R * P));
+  std::fill_n(s.logits_part.data(), R * P, 0.0f);
+  kernels::matmul(output_, s.xb.data(), cfg_.n_embd, R, s.logits_part.data(), P, s.ctx);
+  for (int64_t r = 0; r < R; ++r) softcap_logits(s.logits_part.data() + r * P, mine);
+  const bool root = split_.rank == 0;
+  if (root) s.logits_gathered.ensure(static_cast<size_t>(n * R * P));
+  split_.group->gather({s.logits_part.data(), static_cast<size_t>(R * P)},
+                       {root ? s.logits_gathered.data() : nullptr, root ? static_cast<size_t>(n * R * P) : 0}, 0);
+  if (!root) return;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t first = std::min(V, k * P), count = std::min(V - first, P);
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy_n(s.logits_gathered.data() + (k * R + r) * P, count, s.logits.data() + r * V + first);
+    }
   }
 }
 

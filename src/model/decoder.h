@@ -246,6 +246,11 @@ class DecoderModel : public Model {
   // number of ranks; refuses what cannot be split yet.
   void split_config(const std::string& path);
   TensorSplit split_;
+  int64_t vocab_part_ = 0;  // output rows per rank: ceil(n_vocab / ranks)
+  // Gemma's final soft-capping of n logits in place (none without it).
+  void softcap_logits(float* z, int64_t n) const;
+  // The logits of R rows from this rank's vocabulary slice, gathered on rank 0.
+  void split_logits(int64_t R, ForwardState& s) const;
   void decide_expert_layout(const gguf::File& f);
 };
 

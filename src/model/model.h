@@ -36,7 +36,10 @@ struct ForwardState {
   kernels::KernelContext ctx;
   kernels::Workspace ws;
   ForwardTap tap;                  // optional
-  AlignedBuffer<float> logits;     // [n_logit_rows, n_vocab] after forward()
+  AlignedBuffer<float> logits;     // [n_logit_rows, n_vocab] after forward() (rank 0's, under tensor parallelism)
+  // Tensor parallelism: this rank's vocabulary slice of the logits, and
+  // every rank's gathered on rank 0 (model/tensor_split.h).
+  AlignedBuffer<float> logits_part, logits_gathered;
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
   AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer

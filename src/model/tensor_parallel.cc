@@ -85,6 +85,7 @@ void batch_vectors(Batch& b, F&& f) {
   f(b.slots);
   f(b.long_rope);
   f(b.skip_layers);
+  f(b.logit_rows);  // every rank computes its vocabulary slice of them
 }
 
 std::string encode_step(const ForwardBatch& b, const KvCache& kv) {

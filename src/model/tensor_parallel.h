@@ -3,10 +3,11 @@
 // engine, its scheduler and KV manager, sampling, HTTP — on a
 // TensorParallelModel: before computing a step on its own shard, it hands
 // the step (ForwardBatch: tokens, positions, slots, block tables,
-// copy-on-write copies, RoPE regimes, skipped layers; no logit rows) to the
+// copy-on-write copies, RoPE regimes, skipped layers, logit rows) to the
 // other ranks. They run follow_steps(): the same forward pass on their shard
 // and their own KV cache (the same blocks, holding their heads), so the
-// all-reduces inside the pass meet rank 0's. Only rank 0 computes logits.
+// all-reduces inside the pass meet rank 0's; each computes its vocabulary
+// slice of the logits, which rank 0 gathers.
 //
 // Per-step state that is not in the batch's numbers is refused with a clear
 // error rather than computed wrongly: LoRA adapters, soft prompts, bounded

@@ -1,7 +1,8 @@
 // dist::Group for threads of one process (the tensor-parallel tests): rank r
 // is group.rank(r); the ranks' threads meet at each collective, and the last
 // to arrive does the work for all: sums the parts in rank order (so every
-// rank gets the same bits) or copies the root's string.
+// rank gets the same bits), gathers them to the root, or copies the root's
+// string.
 #pragma once
 
 #include <condition_variable>
@@ -17,7 +18,7 @@ namespace tessera::testing {
 
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int n) : floats_(static_cast<size_t>(n)), strings_(static_cast<size_t>(n)) {
+  explicit ThreadGroup(int n) : floats_(static_cast<size_t>(n)), parts_(static_cast<size_t>(n)), strings_(static_cast<size_t>(n)) {
     for (int r = 0; r < n; ++r) handles_.push_back(std::make_unique<Handle>(*this, r));
   }
   dist::Group* rank(int r) { return handles_[static_cast<size_t>(r)].get(); }
@@ -28,6 +29,9 @@ class ThreadGroup {
     Handle(ThreadGroup& g, int r) : group(g), rank(r) {}
     void sum(std::span<float> values) override { group.sum(rank, values); }
     std::string broadcast(std::string value, int root) override { return group.broadcast(rank, std::move(value), root); }
+    void gather(std::span<const float> part, std::span<float> all, int root) override {
+      group.gather(rank, part, all, root);
+    }
     ThreadGroup& group;
     int rank;
   };
@@ -56,6 +60,14 @@ class ThreadGroup {
       for (const std::span<float> p : floats_) std::copy_n(total.begin(), std::min(total.size(), p.size()), p.begin());
     });
   }
+  void gather(int rank, std::span<const float> part, std::span<float> all, int root) {
+    std::unique_lock lock(mu_);
+    parts_[static_cast<size_t>(rank)] = part;
+    if (rank == root) gathered_ = all;
+    meet(lock, [&] {
+      for (size_t r = 0; r < parts_.size(); ++r) std::copy(parts_[r].begin(), parts_[r].end(), gathered_.begin() + r * parts_[r].size());
+    });
+  }
   std::string broadcast(int rank, std::string value, int root) {
     std::unique_lock lock(mu_);
     strings_[static_cast<size_t>(rank)] = std::move(value);
@@ -68,6 +80,8 @@ class ThreadGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::span<float>> floats_;
+  std::vector<std::span<const float>> parts_;
+  std::span<float> gathered_;
   std::vector<std::string> strings_;
   int arrived_ = 0;
   uint64_t generation_ = 0;
