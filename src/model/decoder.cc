@@ -20,7 +20,8 @@ std::string blk(int64_t il, const char* name) { return fmt::format("blk.{}.{}", 
 
 // Rows [r0, r0 + n) of a matrix: a view of its part of a fused tensor.
 kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
-  TESSERA_CHECK(w.row_bytes > 0, kCorruptFile, "a fused tensor stored as {} (sparse rows cannot be split)",
+  if (r0 == 0 && n == w.rows) return w;  // all of it (whatever its layout)
+  TESSERA_CHECK(w.row_bytes > 0, kCorruptFile, "a {} matrix cannot be split by rows (a fused tensor, or tensor parallelism): its rows vary in size",
                 dtype_name(w.type));
   w.data += static_cast<size_t>(r0) * w.row_bytes;
   w.rows = n;
@@ -30,7 +31,7 @@ kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
 // Columns [c0, c0 + n) of every row: a strided view (row_bytes unchanged),
 // c0 and n whole blocks of the type.
 kernels::WeightView col_range(kernels::WeightView w, int64_t c0, int64_t n) {
-  if (c0 == 0 && n == w.cols) return w;
+  if (c0 == 0 && (n == w.cols || n == w.input_cols())) return w;  // all of it (an any-shape matrix: its true width)
   const DTypeTraits tr = dtype_traits(w.type);
   TESSERA_CHECK(w.row_bytes > 0 && w.x_cols == 0, kInvalidArgument,
                 "a {} matrix cannot be split by columns (its rows are not whole blocks of a fixed size)", dtype_name(w.type));
