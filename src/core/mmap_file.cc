@@ -80,4 +80,16 @@ void MappedFile::release() {
   size_ = 0;
 }
 
+void release_pages(const void* data, size_t n) {
+#ifdef MADV_PAGEOUT
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#else
+  (void)data;
+  (void)n;
+#endif
+}
+
 }  // namespace tessera

@@ -29,4 +29,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Asks the OS to reclaim the resident pages inside [data, data + n) (whole
+// pages only; MADV_PAGEOUT): for bytes that were copied elsewhere, such as
+// the source rows of repacked weights. Never loses data: clean file pages
+// are read again on a later access, anonymous ones go to swap or stay.
+// Best effort: ignored where the kernel does not support it.
+void release_pages(const void* data, size_t n);
+
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/quant.h"
 #include "adapters/lora.h"
+#include "core/mmap_file.h"
 #include "model/weights.h"
 
 namespace tessera {
@@ -26,6 +27,16 @@ kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
   w.data += static_cast<size_t>(r0) * w.row_bytes;
   w.rows = n;
   return w;
+}
+
+// A prepared matrix whose kernels read their own copy (packed tiles, W8A8
+// codes): the mapped source rows are not read again, so their pages can go
+// (a process would otherwise hold the file's pages and the copy).
+kernels::PreparedWeight released(kernels::PreparedWeight p) {
+  if ((!p.packed.empty() || p.w8) && p.view.row_bytes > 0) {
+    release_pages(p.view.data, p.view.row_bytes * static_cast<size_t>(p.view.rows));
+  }
+  return p;
 }
 
 // Columns [c0, c0 + n) of every row: a strided view (row_bytes unchanged),
@@ -194,7 +205,7 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
   // (the last rank's fewer), its logits gathered to rank 0.
   vocab_part_ = (cfg_.n_vocab + split_.size - 1) / split_.size;
   const int64_t first = std::min<int64_t>(cfg_.n_vocab, split_.rank * vocab_part_);
-  output_ = kernels::prepare_weight(row_range(output, first, std::min(cfg_.n_vocab - first, vocab_part_)));
+  output_ = released(kernels::prepare_weight(row_range(output, first, std::min(cfg_.n_vocab - first, vocab_part_))));
   if (rope_freqs && ld.has_tensor("rope_freqs.weight")) {
     // Llama 3.1+: per-pair divisors of the RoPE angles, as llama.cpp's
     // converter computes them from the HF config's rope_scaling (llama3).
@@ -242,8 +253,8 @@ const kernels::RopeParams& DecoderModel::rope_for(bool long_regime) const {
 }
 
 kernels::PreparedWeight DecoderModel::prepare_linear(const kernels::WeightView& w) const {
-  if (int_bits_ == 8) return kernels::prepare_weight_w8a8(w);
-  return int_bits_ == 4 ? kernels::prepare_weight_w4a8(w) : kernels::prepare_weight(w);
+  if (int_bits_ == 8) return released(kernels::prepare_weight_w8a8(w));
+  return released(int_bits_ == 4 ? kernels::prepare_weight_w4a8(w) : kernels::prepare_weight(w));
 }
 
 kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::string& name, int64_t cols,
@@ -392,7 +403,7 @@ void DecoderModel::load_moe_biases(ModelLoader& ld, int64_t il, MoeWeights& m) c
 
 void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) const {
   const auto prepare = [this](const kernels::WeightView& v) {
-    if (!experts_in_place_) return kernels::prepare_weight(v);
+    if (!experts_in_place_) return released(kernels::prepare_weight(v));
     kernels::PreparedWeight p;
     p.view = v;
     return p;
