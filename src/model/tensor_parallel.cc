@@ -22,7 +22,7 @@ class Writer {
   template <class T>
   void put_vector(const std::vector<T>& v) {
     put<uint64_t>(v.size());
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string take() { return std::move(out_); }
 
@@ -46,7 +46,7 @@ class Reader {
     const uint64_t n = get<uint64_t>();
     TESSERA_CHECK(pos_ + n * sizeof(T) <= in_.size(), kInternal, "tensor parallelism: a step message is cut short");
     v.resize(n);
-    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));  // an empty vector's data() may be null
     pos_ += n * sizeof(T);
   }
 
