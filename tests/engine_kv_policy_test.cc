@@ -192,10 +192,10 @@ TEST(EngineKvPolicy, ForksAbortsAndPreemptionLeaveNoBlocks) {
 // Issue 17 acceptance 3: one request streaming 100 000 tokens (200 times
 // stories260K's context) under a sink policy, and 20 000 under H2O, holds
 // a flat number of KV blocks and flat resident memory from its first tenth
-// on, and its last tenth of steps is no slower than its first (medians of
-// per-step CPU times of the one thread that runs them: robust to a noisy
-// machine and to other tests running beside it, which wall-clock times were
-// not under ctest -j2). Under AddressSanitizer: 20 000
+// on, and its last tenth of steps is no slower than its first (lower
+// deciles of per-step CPU times of the one thread that runs them: robust to
+// a noisy machine and to other tests running beside it, which wall-clock
+// times were not under ctest -j2, nor medians of CPU times once: 1.50x). Under AddressSanitizer: 20 000
 // sink and 5 000 H2O tokens, and no RSS bound (its quarantine keeps freed
 // memory).
 TEST(EngineKvPolicy, LongStreamsStayFlat) {
@@ -240,23 +240,28 @@ TEST(EngineKvPolicy, LongStreamsStayFlat) {
     if (!testing::kAddressSanitizer) {
       EXPECT_LT(rss_most - rss_tenth, 512 + 16 * (n - n / 10) / 1024) << name << ": " << rss_tenth << " KiB after a tenth, at most " << rss_most;
     }
-    auto median_of_tenth = [&](size_t k) {
+    // A step's cost in a tenth of the stream: its lower decile, not its
+    // median. Another process on the machine (ctest -j2 runs one beside this)
+    // makes this thread's steps take more CPU time too (shared caches and
+    // memory), for a while, in any tenth; a cost that grows with the stream
+    // raises every step, the cheapest included.
+    auto low_decile_of_tenth = [&](size_t k) {
       const size_t len = step_seconds.size() / 10;
       std::vector<double> v(step_seconds.begin() + static_cast<std::ptrdiff_t>(k * len),
                             step_seconds.begin() + static_cast<std::ptrdiff_t>((k + 1) * len));
-      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(len / 2), v.end());
-      return v[len / 2];
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(len / 10), v.end());
+      return v[len / 10];
     };
     // The first tenth is past the budget already (n / 10 >= 500 tokens > 256).
-    const double first = median_of_tenth(0), last = median_of_tenth(9);
+    const double first = low_decile_of_tenth(0), last = low_decile_of_tenth(9);
     // Not under AddressSanitizer, for the reason there is no RSS bound there:
     // its quarantine grows (65 -> 135 MB over 20 000 sink tokens in a CI run)
     // and the sink steps' CPU time with it (0.77 -> 1.34 ms).
     if (!testing::kAddressSanitizer) {
-      EXPECT_LT(last, 1.5 * first) << name << ": median step " << first * 1e3 << " ms of CPU in the first tenth, "
+      EXPECT_LT(last, 1.5 * first) << name << ": step " << first * 1e3 << " ms of CPU in the first tenth (lower decile), "
                                    << last * 1e3 << " ms in the last";
     }
-    std::printf("%s, %d tokens: median step %.3f ms of CPU (first tenth) %.3f ms (last), RSS %ld -> %ld KiB\n", name, n,
+    std::printf("%s, %d tokens: step %.3f ms of CPU (first tenth, lower decile) %.3f ms (last), RSS %ld -> %ld KiB\n", name, n,
                 first * 1e3, last * 1e3, rss_tenth, rss_most);
   }
 }

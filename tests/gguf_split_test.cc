@@ -92,6 +92,19 @@ void expect_error(const std::string& path, std::string_view needle) {
   }
 }
 
+TEST(GgufSplit, PartsOpenedOnDemandHoldTheSameBytes) {
+  const std::string first = split(testing::temp_path("lazy"), 3);
+  const gguf::File whole = gguf::File::open(whole_model());
+  const gguf::File lazy = gguf::File::open(first, gguf::Mapping::kOnDemand);
+  ASSERT_TRUE(lazy.on_demand());
+  ASSERT_EQ(lazy.tensors().size(), whole.tensors().size());
+  for (const gguf::TensorInfo& w : whole.tensors()) {
+    const gguf::TensorInfo& l = lazy.tensor(w.name);
+    ASSERT_EQ(l.n_bytes, w.n_bytes);
+    EXPECT_EQ(std::memcmp(lazy.bytes(l), w.data, w.n_bytes), 0) << w.name << " (part " << l.part + 1 << ")";
+  }
+}
+
 TEST(GgufSplit, BadPartsAreNamed) {
   const std::string dir = testing::temp_path("splits");
   std::filesystem::create_directories(dir);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "core/memory.h"
 #include "cli/common_options.h"
 #include "core/log.h"
 #include "engine/prompt_cache.h"
@@ -84,9 +85,10 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     const double total = std::chrono::duration<double>(t2 - t1).count();
     const double gen = total - ttft;
     TESSERA_LOG_INFO("load {:.2f} s; prompt {} tokens in {:.3f} s ({:.1f} t/s); generated {} tokens in {:.3f} s "
-                     "({:.1f} t/s); finish: {}; isa {}",
+                     "({:.1f} t/s); finish: {}; isa {}; peak RSS {} MiB",
                      load, n_prompt, ttft, static_cast<double>(n_prompt) / std::max(ttft, 1e-9), n_out, gen,
-                     n_out > 1 ? (n_out - 1) / std::max(gen, 1e-9) : 0.0, finish, isa_name(active_isa()));
+                     n_out > 1 ? (n_out - 1) / std::max(gen, 1e-9) : 0.0, finish, isa_name(active_isa()),
+                     peak_rss_bytes() >> 20);
     if (ec.spec_method != spec::Method::kNone) {
       const engine::EngineStats st = eng.stats();
       TESSERA_LOG_INFO("speculative ({}): drafted {}, accepted {} ({:.1f}%), {:.2f} tokens per target step",

@@ -7,6 +7,7 @@
 
 #include "adapters/lora_gguf.h"
 #include "cli/text_file.h"
+#include "core/memory.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "kernels/attention.h"
@@ -204,7 +205,7 @@ LoadedModel RunOptions::load() {
   if (world.rank() != 0) {
     ThreadPool pool(threads);
     const int64_t steps = follow_steps(*lm.model, world, pool);
-    TESSERA_LOG_INFO("rank {}: followed {} steps", world.rank(), steps);
+    TESSERA_LOG_INFO("rank {}: followed {} steps; peak RSS {} MiB", world.rank(), steps, peak_rss_bytes() >> 20);
     lm = {};
     world.exit(0);
   }

@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -57,5 +59,11 @@ uint64_t cgroup_headroom() {
 }  // namespace
 
 uint64_t memory_available_bytes() { return std::min(mem_available(), cgroup_headroom()); }
+
+uint64_t peak_rss_bytes() {
+  struct rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 }  // namespace tessera

@@ -11,4 +11,7 @@ namespace tessera {
 // Bytes; UINT64_MAX when nothing could be read.
 uint64_t memory_available_bytes();
 
+// The most resident memory this process has held (getrusage's ru_maxrss), in bytes.
+uint64_t peak_rss_bytes();
+
 }  // namespace tessera

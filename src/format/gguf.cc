@@ -1,9 +1,8 @@
 #include "format/gguf.h"
 
-#include <filesystem>
-
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "core/error.h"
@@ -18,15 +17,22 @@ constexpr int kMaxDims = 4;
 
 // A bounds-checked reader over the file image. Every read names what it was
 // reading so the error says where the file went wrong.
+// Thrown by a Cursor over a prefix of the file (File::open on demand) that
+// needs bytes past the prefix: the caller maps a longer one and parses again.
+struct NeedLongerPrefix {};
+
 class Cursor {
  public:
-  Cursor(const uint8_t* data, size_t size, const std::string& file)
-      : data_(data), size_(size), file_(file) {}
+  // `available` bytes at data of a file of `size` bytes (available < size: a
+  // prefix, see NeedLongerPrefix).
+  Cursor(const uint8_t* data, size_t size, const std::string& file, size_t available = SIZE_MAX)
+      : data_(data), size_(size), available_(std::min(available, size)), file_(file) {}
 
   size_t pos() const { return pos_; }
   size_t remaining() const { return size_ - pos_; }
 
   void need(uint64_t n, std::string_view what) const {
+    if (n <= remaining() && n > available_ - pos_) throw NeedLongerPrefix{};
     if (n > remaining()) {
       fail(ErrorCode::kCorruptFile, "{}: truncated reading {} at offset {} (need {} bytes, {} left)",
            file_, what, pos_, n, remaining());
@@ -63,6 +69,7 @@ class Cursor {
  private:
   const uint8_t* data_;
   size_t size_;
+  size_t available_;
   size_t pos_ = 0;
   const std::string& file_;
 };
@@ -236,17 +243,51 @@ std::string split_prefix(const std::string& path, uint64_t no, uint64_t count) {
 
 }  // namespace
 
-File File::open(const std::string& path) {
-  auto mapping = std::make_shared<MappedFile>(path);
-  File f = parse(mapping->data(), mapping->size(), path);
-  f.owners_.push_back(std::move(mapping));
-  if (f.has("split.count") && f.get_uint("split.count") > 1) return open_split(std::move(f));
+File File::open(const std::string& path, Mapping mapping) {
+  if (mapping == Mapping::kOnDemand) {
+    auto file = std::make_shared<RangeFile>(path);
+    std::optional<File> f = parse_on_demand(file, 0);
+    if (f) {
+      if (f->has("split.count") && f->get_uint("split.count") > 1) return open_split(std::move(*f), mapping);
+      return std::move(*f);
+    }
+    // A variable-size tensor's bytes are measured by reading them: map it all.
+  }
+  auto whole = std::make_shared<MappedFile>(path);
+  File f = parse(whole->data(), whole->size(), path);
+  f.owners_.push_back(std::move(whole));
+  if (f.has("split.count") && f.get_uint("split.count") > 1) return open_split(std::move(f), Mapping::kWhole);
   return f;
+}
+
+// The header parsed from a mapped prefix of the file (doubled until it holds
+// the metadata and tensor infos); tensors get their place in the file, not a
+// pointer. nullopt for a file with variable-size tensors.
+std::optional<File> File::parse_on_demand(const std::shared_ptr<RangeFile>& file, uint32_t part) {
+  for (size_t prefix = size_t{1} << 20;; prefix *= 2) {
+    const size_t n = std::min(prefix, file->size());
+    std::shared_ptr<const void> owner;
+    const uint8_t* data = n > 0 ? file->map(0, n, owner) : nullptr;
+    try {
+      File f = parse_impl(data, file->size(), file->path(), n);
+      for (const TensorInfo& t : f.tensors_) {
+        if (!dtype_fixed_size(t.type)) return std::nullopt;
+      }
+      f.on_demand_->parts.push_back(file);
+      for (TensorInfo& t : f.tensors_) {
+        t.part = part;
+        t.file_offset = f.data_offset_ + t.offset;
+      }
+      return f;
+    } catch (const NeedLongerPrefix&) {
+      TESSERA_ASSERT(n < file->size());
+    }
+  }
 }
 
 // Part 1 holds the metadata and some tensors; parts 2..N hold the split.*
 // keys and the rest of the tensors. Each part stays mapped.
-File File::open_split(File first) {
+File File::open_split(File first, Mapping mapping) {
   const std::string& path = first.path_;
   const uint64_t count = first.get_uint("split.count");
   TESSERA_CHECK(count <= 9999, kCorruptFile, "{}: 'split.count' = {} is out of range", path, count);
@@ -266,13 +307,21 @@ File File::open_split(File first) {
     std::error_code ec;
     TESSERA_CHECK(std::filesystem::exists(part_path, ec), kIo, "{}: part {} of {} is missing ({})", path, i + 1,
                   count, part_path);
-    auto mapping = std::make_shared<MappedFile>(part_path);
-    const File part = parse(mapping->data(), mapping->size(), part_path);
+    std::shared_ptr<MappedFile> whole;
+    std::optional<File> lazy;
+    if (mapping == Mapping::kOnDemand) {
+      lazy = parse_on_demand(std::make_shared<RangeFile>(part_path), static_cast<uint32_t>(first.on_demand_->parts.size()));
+      TESSERA_CHECK(lazy.has_value(), kCorruptFile, "{}: variable-size tensors in a split model", part_path);
+    } else {
+      whole = std::make_shared<MappedFile>(part_path);
+    }
+    const File part = lazy ? std::move(*lazy) : parse(whole->data(), whole->size(), part_path);
     TESSERA_CHECK(part.get_uint_or("split.count", 0) == count && part.get_uint_or("split.no", count) == i,
                   kCorruptFile, "{}: part {} of {} says it is part {} of {} (split.no, split.count)", part_path, i + 1,
                   count, part.get_uint_or("split.no", count) + 1, part.get_uint_or("split.count", 0));
     tensors.insert(tensors.end(), part.tensors_.begin(), part.tensors_.end());
-    owners.push_back(std::move(mapping));
+    if (whole) owners.push_back(std::move(whole));
+    if (lazy) first.on_demand_->parts.push_back(part.on_demand_->parts.front());
   }
   if (first.has("split.tensors.count")) {
     const uint64_t want = first.get_uint("split.tensors.count");
@@ -282,6 +331,7 @@ File File::open_split(File first) {
   File f = assemble(path, first.kv_, std::move(tensors), std::move(owners));
   f.version_ = first.version_;
   f.alignment_ = first.alignment_;
+  if (mapping == Mapping::kOnDemand) f.on_demand_->parts = first.on_demand_->parts;
   return f;
 }
 
@@ -305,10 +355,13 @@ File File::assemble(std::string path, std::vector<std::pair<std::string, Value>>
   return f;
 }
 
-File File::parse(const uint8_t* data, size_t size, std::string name) {
+File File::parse(const uint8_t* data, size_t size, std::string name) { return parse_impl(data, size, std::move(name)); }
+
+File File::parse_impl(const uint8_t* data, size_t size, std::string name, size_t available) {
   File f;
   f.path_ = std::move(name);
-  Cursor c(data, size, f.path_);
+  const bool header_only = available != SIZE_MAX;  // data holds a prefix: no tensor points into it
+  Cursor c(data, size, f.path_, available);
 
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) {
@@ -406,16 +459,59 @@ File File::parse(const uint8_t* data, size_t size, std::string name) {
   }
   const uint64_t data_size = size - std::min<uint64_t>(f.data_offset_, size);
   for (TensorInfo& t : f.tensors_) {
-    if (!dtype_fixed_size(t.type)) t.n_bytes = variable_size(f.path_, t, data + f.data_offset_, data_size);
+    if (!dtype_fixed_size(t.type)) {
+      if (header_only) continue;  // parse_on_demand maps the whole file for it
+      t.n_bytes = variable_size(f.path_, t, data + f.data_offset_, data_size);
+    }
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
       fail(ErrorCode::kCorruptFile,
            "{}: tensor '{}' ({} bytes at data offset {}) extends past the end of the file "
            "(data section holds {} bytes)",
            f.path_, t.name, t.n_bytes, t.offset, data_size);
     }
-    t.data = data + f.data_offset_ + t.offset;
+    if (!header_only) t.data = data + f.data_offset_ + t.offset;
   }
   return f;
+}
+
+const uint8_t* File::bytes(const TensorInfo& t, size_t begin, size_t n) const {
+  TESSERA_CHECK(begin <= t.n_bytes && n <= t.n_bytes - begin, kInternal, "{}: bytes {}..{} of tensor '{}' ({} bytes)",
+                path_, begin, begin + n, t.name, t.n_bytes);
+  if (t.data != nullptr) return t.data + begin;
+  TESSERA_CHECK(on_demand(), kInternal, "{}: tensor '{}' has no bytes", path_, t.name);
+  OnDemand& od = *on_demand_;
+  std::lock_guard<std::mutex> lock(od.mu);
+  const bool whole = begin == 0 && n == t.n_bytes;
+  if (whole) {
+    if (auto it = od.whole.find({t.part, t.file_offset}); it != od.whole.end()) return it->second;
+  }
+  std::shared_ptr<const void> owner;
+  const uint8_t* p = od.parts.at(t.part)->map(t.file_offset + begin, n, owner);
+  od.kept.emplace_back(nullptr, std::move(owner));  // a mapping: never dropped
+  if (whole) od.whole.emplace(std::make_pair(t.part, t.file_offset), p);
+  return p;
+}
+
+void File::read(const TensorInfo& t, size_t begin, size_t n, void* out) const {
+  TESSERA_CHECK(begin <= t.n_bytes && n <= t.n_bytes - begin, kInternal, "{}: bytes {}..{} of tensor '{}' ({} bytes)",
+                path_, begin, begin + n, t.name, t.n_bytes);
+  if (t.data != nullptr) {
+    std::memcpy(out, t.data + begin, n);
+    return;
+  }
+  on_demand_->parts.at(t.part)->read(t.file_offset + begin, n, out);
+}
+
+void File::keep(std::shared_ptr<const void> owner, const void* data) const {
+  std::lock_guard<std::mutex> lock(on_demand_->mu);
+  on_demand_->kept.emplace_back(data, std::move(owner));
+}
+
+void File::drop(const void* data) const {
+  std::lock_guard<std::mutex> lock(on_demand_->mu);
+  auto& kept = on_demand_->kept;
+  kept.erase(std::remove_if(kept.begin(), kept.end(), [&](const auto& k) { return data != nullptr && k.first == data; }),
+             kept.end());
 }
 
 const Value* File::find(std::string_view key) const {

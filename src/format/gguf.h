@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,11 +68,21 @@ struct TensorInfo {
   int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous (innermost) dimension
   uint64_t offset = 0;           // from the start of the data section
   size_t n_bytes = 0;
-  const uint8_t* data = nullptr;  // into the mapping
+  // Into the mapping; null in a File opened with Mapping::kOnDemand, whose
+  // tensors' bytes come from File::bytes / File::read.
+  const uint8_t* data = nullptr;
+  uint32_t part = 0;         // on demand: the part of a split model holding it
+  uint64_t file_offset = 0;  // on demand: where its bytes start in that part's file
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   std::string shape_string() const;  // "[64, 512]"
 };
+
+// kWhole maps the file (every part of a split model) at open. kOnDemand maps
+// only the header, then what File::bytes asks for: a tensor parallel rank's
+// address space holds its slices, not the whole model. A file with
+// variable-size tensors (sparse, QMoE) is mapped whole either way.
+enum class Mapping { kWhole, kOnDemand };
 
 class File {
  public:
@@ -79,7 +90,7 @@ class File {
   // model split by llama.cpp's gguf-split (split.count > 1) is opened from
   // its first part, PREFIX-00001-of-0000N.gguf: every part is mapped and
   // their tensors form one file (a missing or mismatched part is named).
-  static File open(const std::string& path);
+  static File open(const std::string& path, Mapping mapping = Mapping::kWhole);
   // Parses an in-memory image (used by tests and the fuzzer); `data` must
   // outlive the File.
   static File parse(const uint8_t* data, size_t size, std::string name = "<memory>");
@@ -115,14 +126,39 @@ class File {
   const Array& get_array(std::string_view key) const;
   const Array* find_array(std::string_view key) const;  // nullptr if absent
 
+  // Bytes [begin, begin + n) of tensor t (one of tensors()): in the mapping,
+  // or (on demand) mapped now, only their pages, kept while the File lives;
+  // the whole tensor is mapped once however often it is asked for.
+  const uint8_t* bytes(const TensorInfo& t, size_t begin, size_t n) const;
+  const uint8_t* bytes(const TensorInfo& t) const { return bytes(t, 0, t.n_bytes); }
+  // Copies bytes [begin, begin + n) of tensor t (on demand: read, not mapped).
+  void read(const TensorInfo& t, size_t begin, size_t n, void* out) const;
+  // Keeps `owner` (a buffer that weight views point into, at `data`) as long
+  // as the File, or until drop(data): for a copy no one reads any more.
+  void keep(std::shared_ptr<const void> owner, const void* data = nullptr) const;
+  void drop(const void* data) const;
+  bool on_demand() const { return !on_demand_->parts.empty(); }
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   // Throws Error(kCorruptFile) "missing tensor 'name'" when absent.
   const TensorInfo& tensor(std::string_view name) const;
 
  private:
-  static File open_split(File first);
+  static File open_split(File first, Mapping mapping);
+  // available != SIZE_MAX: data holds only that many bytes (a prefix, the
+  // header on demand); tensors then get no data pointer.
+  static File parse_impl(const uint8_t* data, size_t size, std::string name, size_t available = SIZE_MAX);
+  static std::optional<File> parse_on_demand(const std::shared_ptr<RangeFile>& file, uint32_t part);
   File() = default;
+  // What File::bytes maps and File::keep holds (shared: a File is moved).
+  struct OnDemand {
+    std::vector<std::shared_ptr<RangeFile>> parts;  // empty: mapped whole
+    std::mutex mu;
+    std::vector<std::pair<const void*, std::shared_ptr<const void>>> kept;
+    std::map<std::pair<uint32_t, uint64_t>, const uint8_t*> whole;  // (part, file offset) -> whole tensor
+  };
+  std::shared_ptr<OnDemand> on_demand_ = std::make_shared<OnDemand>();
   std::string path_;
   std::vector<std::shared_ptr<const void>> owners_;  // what tensor data points into
   uint32_t version_ = 0;

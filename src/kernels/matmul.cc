@@ -353,6 +353,12 @@ void pack_q3_k(const WeightView& w, uint8_t* out) {
 
 }  // namespace
 
+bool reads_packed_only(const PreparedWeight& p, Isa isa) {
+  Packed kind;
+  if (p.packed.empty() || p.w8 || !packed_kind(p.view.type, &kind)) return false;
+  return matmul_kernels(isa).packed_range[static_cast<int>(kind)] != nullptr;
+}
+
 PreparedWeight prepare_weight(const WeightView& w) {
   PreparedWeight p;
   p.view = w;

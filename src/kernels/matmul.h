@@ -65,6 +65,9 @@ struct PreparedWeight {
   std::shared_ptr<const W8Matrix> w8;
 };
 PreparedWeight prepare_weight(const WeightView& w);
+// Whether matmul() of p on `isa` reads only its packed copy (never the
+// view's bytes again): then a copy the view points into may be freed.
+bool reads_packed_only(const PreparedWeight& p, Isa isa);
 
 // Dynamic W8A8 at load (vLLM's on-the-fly quantization, for SmoothQuant's
 // format without its calibration): the weight's values, per-output-channel

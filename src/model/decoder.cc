@@ -12,22 +12,13 @@
 #include "kernels/quant.h"
 #include "adapters/lora.h"
 #include "core/mmap_file.h"
+#include "core/cpu.h"
 #include "model/weights.h"
 
 namespace tessera {
 namespace {
 
 std::string blk(int64_t il, const char* name) { return fmt::format("blk.{}.{}", il, name); }
-
-// Rows [r0, r0 + n) of a matrix: a view of its part of a fused tensor.
-kernels::WeightView row_range(kernels::WeightView w, int64_t r0, int64_t n) {
-  if (r0 == 0 && n == w.rows) return w;  // all of it (whatever its layout)
-  TESSERA_CHECK(w.row_bytes > 0, kCorruptFile, "a {} matrix cannot be split by rows (a fused tensor, or tensor parallelism): its rows vary in size",
-                dtype_name(w.type));
-  w.data += static_cast<size_t>(r0) * w.row_bytes;
-  w.rows = n;
-  return w;
-}
 
 // A prepared matrix whose kernels read their own copy (packed tiles, W8A8
 // codes): the mapped source rows are not read again, so their pages can go
@@ -39,18 +30,15 @@ kernels::PreparedWeight released(kernels::PreparedWeight p) {
   return p;
 }
 
-// Columns [c0, c0 + n) of every row: a strided view (row_bytes unchanged),
-// c0 and n whole blocks of the type.
-kernels::WeightView col_range(kernels::WeightView w, int64_t c0, int64_t n) {
-  if (c0 == 0 && (n == w.cols || n == w.input_cols())) return w;  // all of it (an any-shape matrix: its true width)
-  const DTypeTraits tr = dtype_traits(w.type);
-  TESSERA_CHECK(w.row_bytes > 0 && w.x_cols == 0, kInvalidArgument,
-                "a {} matrix cannot be split by columns (its rows are not whole blocks of a fixed size)", dtype_name(w.type));
-  TESSERA_CHECK(c0 % tr.block_size == 0 && n % tr.block_size == 0, kInvalidArgument,
-                "a {} matrix's columns cannot be split at {} (blocks of {} values)", dtype_name(w.type), n, tr.block_size);
-  w.data += static_cast<size_t>(c0 / tr.block_size) * tr.type_size;
-  w.cols = n;
-  return w;
+// A column part read into a copy (a file opened on demand, model/weights.h)
+// that the packed weight has replaced: the copy goes (the view keeps its
+// shape, for the byte counts, and points nowhere).
+kernels::PreparedWeight without_copy(const gguf::File& f, kernels::PreparedWeight p) {
+  if (f.on_demand() && p.view.data != nullptr && kernels::reads_packed_only(p, active_isa())) {
+    f.drop(p.view.data);
+    p.view.data = nullptr;
+  }
+  return p;
 }
 
 // Divisors of the RoPE angles, one per rotary pair: positive and finite.
@@ -200,12 +188,14 @@ void DecoderModel::load_common(ModelLoader& ld, bool rope_freqs, bool tied) {
   tok_embd_ = ld.matrix("token_embd.weight", E, cfg_.n_vocab);
   out_norm_ = ld.vector("output_norm.weight", E);
   cfg_.tied_output = tied || !ld.has_tensor("output.weight");
-  const kernels::WeightView output = cfg_.tied_output ? tok_embd_ : ld.matrix("output.weight", E, cfg_.n_vocab);
   // Tensor parallelism: this rank's rows of the vocabulary, ceil(V / N) each
   // (the last rank's fewer), its logits gathered to rank 0.
   vocab_part_ = (cfg_.n_vocab + split_.size - 1) / split_.size;
   const int64_t first = std::min<int64_t>(cfg_.n_vocab, split_.rank * vocab_part_);
-  output_ = released(kernels::prepare_weight(row_range(output, first, std::min(cfg_.n_vocab - first, vocab_part_))));
+  const int64_t mine = std::min(cfg_.n_vocab - first, vocab_part_);
+  const kernels::WeightView output = cfg_.tied_output ? matrix_rows(tok_embd_, first, mine)
+                                                      : ld.matrix_rows("output.weight", E, cfg_.n_vocab, first, mine);
+  output_ = released(kernels::prepare_weight(output));
   if (rope_freqs && ld.has_tensor("rope_freqs.weight")) {
     // Llama 3.1+: per-pair divisors of the RoPE angles, as llama.cpp's
     // converter computes them from the HF config's rope_scaling (llama3).
@@ -270,8 +260,8 @@ kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::st
   }
   const int64_t n = split_.size, r = split_.rank;
   switch (share) {
-    case Share::kRows: return prepare_linear(row_range(ld.matrix(name, cols, rows * n), r * rows, rows));
-    case Share::kCols: return prepare_linear(col_range(ld.matrix(name, cols * n, rows), r * cols, cols));
+    case Share::kRows: return prepare_linear(ld.matrix_rows(name, cols, rows * n, r * rows, rows));
+    case Share::kCols: return without_copy(ld.file(), prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols)));
     case Share::kWhole: break;
   }
   return prepare_linear(ld.matrix(name, cols, rows));
@@ -297,10 +287,11 @@ void DecoderModel::load_attention_fused(ModelLoader& ld, int64_t il, DecoderLaye
   const int64_t E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
   L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
   const int64_t n = split_.size, r = split_.rank;  // this rank's heads of each part
-  const kernels::WeightView qkv = ld.matrix(blk(il, "attn_qkv.weight"), E, (Q + 2 * KV) * n);
-  L.attn.wq = prepare_linear(row_range(qkv, r * Q, Q));
-  L.attn.wk = prepare_linear(row_range(qkv, n * Q + r * KV, KV));
-  L.attn.wv = prepare_linear(row_range(qkv, n * (Q + KV) + r * KV, KV));
+  const std::string qkv = blk(il, "attn_qkv.weight");
+  const int64_t rows = (Q + 2 * KV) * n;
+  L.attn.wq = prepare_linear(ld.matrix_rows(qkv, E, rows, r * Q, Q));
+  L.attn.wk = prepare_linear(ld.matrix_rows(qkv, E, rows, n * Q + r * KV, KV));
+  L.attn.wv = prepare_linear(ld.matrix_rows(qkv, E, rows, n * (Q + KV) + r * KV, KV));
   L.attn.wo = load_linear(ld, blk(il, "attn_output.weight"), Q, E, Share::kCols);
 }
 
@@ -327,9 +318,9 @@ void DecoderModel::load_ffn_fused(ModelLoader& ld, int64_t il, DecoderLayer& L) 
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
   const int64_t n = split_.size, r = split_.rank;  // this rank's neurons of each part
-  const kernels::WeightView gate_up = ld.matrix(blk(il, "ffn_up.weight"), E, 2 * F * n);
-  L.ffn.gate = prepare_linear(row_range(gate_up, r * F, F));
-  L.ffn.up = prepare_linear(row_range(gate_up, n * F + r * F, F));
+  const std::string gate_up = blk(il, "ffn_up.weight");
+  L.ffn.gate = prepare_linear(ld.matrix_rows(gate_up, E, 2 * F * n, r * F, F));
+  L.ffn.up = prepare_linear(ld.matrix_rows(gate_up, E, 2 * F * n, n * F + r * F, F));
   L.ffn.down = load_linear(ld, blk(il, "ffn_down.weight"), F, E, Share::kCols);
   if (!ffn_thresholds_.empty()) L.ffn_sparsity = make_ffn_sparsity(ffn_thresholds_[il], L.ffn.down.view);
 }
@@ -377,9 +368,9 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const 
     const int64_t S = cfg_.n_ff_shexp;
     const int64_t n = split_.size, r = split_.rank;  // this rank's shared neurons
     m.shared_gate = kernels::prepare_weight(ld.matrix(blk(il, "ffn_gate_inp_shexp.weight"), E, 1));
-    m.shared.gate = kernels::prepare_weight(row_range(ld.matrix(blk(il, "ffn_gate_shexp.weight"), E, S * n), r * S, S));
-    m.shared.up = kernels::prepare_weight(row_range(ld.matrix(blk(il, "ffn_up_shexp.weight"), E, S * n), r * S, S));
-    m.shared.down = kernels::prepare_weight(col_range(ld.matrix(blk(il, "ffn_down_shexp.weight"), S * n, E), r * S, S));
+    m.shared.gate = kernels::prepare_weight(ld.matrix_rows(blk(il, "ffn_gate_shexp.weight"), E, S * n, r * S, S));
+    m.shared.up = kernels::prepare_weight(ld.matrix_rows(blk(il, "ffn_up_shexp.weight"), E, S * n, r * S, S));
+    m.shared.down = kernels::prepare_weight(ld.matrix_cols(blk(il, "ffn_down_shexp.weight"), S * n, E, r * S, S));
   }
 }
 
@@ -415,9 +406,9 @@ void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) cons
   const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F * n, E, NE);
   m.experts.resize(static_cast<size_t>(NE));
   for (int64_t e = 0; e < NE; ++e) {
-    m.experts[e].gate = prepare(row_range(gate, (e * n + r) * F, F));
-    m.experts[e].up = prepare(row_range(up, (e * n + r) * F, F));
-    m.experts[e].down = prepare(col_range(row_range(down, e * E, E), r * F, F));
+    m.experts[e].gate = prepare(matrix_rows(gate, (e * n + r) * F, F));
+    m.experts[e].up = prepare(matrix_rows(up, (e * n + r) * F, F));
+    m.experts[e].down = prepare(matrix_cols(matrix_rows(down, e * E, E), r * F, F));
   }
 }
 

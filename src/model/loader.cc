@@ -71,6 +71,20 @@ kernels::WeightView ModelLoader::matrix(const std::string& name, int64_t cols, i
   return load_matrix(f_, name, cols, rows);
 }
 
+kernels::WeightView ModelLoader::matrix_rows(const std::string& name, int64_t cols, int64_t rows, int64_t r0,
+                                             int64_t n) {
+  if (f_.has(kPaddedColsKey + name)) return tessera::matrix_rows(matrix(name, cols, rows), r0, n);
+  tensors_.insert(name);
+  return load_matrix_rows(f_, name, cols, rows, r0, n);
+}
+
+kernels::WeightView ModelLoader::matrix_cols(const std::string& name, int64_t cols, int64_t rows, int64_t c0,
+                                             int64_t n) {
+  if (f_.has(kPaddedColsKey + name)) return tessera::matrix_cols(matrix(name, cols, rows), c0, n);
+  tensors_.insert(name);
+  return load_matrix_cols(f_, name, cols, rows, c0, n);
+}
+
 kernels::PreparedWeight ModelLoader::w8a8_matrix(const std::string& name, int64_t cols, int64_t rows) {
   tensors_.insert(name);
   tensors_.insert(w8a8_scale_name(name));

@@ -36,6 +36,10 @@ class ModelLoader {
   // A matrix / vector by name with its shape and type checked
   // (model/weights.h); the tensor is marked used.
   kernels::WeightView matrix(const std::string& name, int64_t cols, int64_t rows);
+  // Rows [r0, r0 + n) / columns [c0, c0 + n) of it: a tensor-parallel rank's
+  // part, only its bytes touched when the file maps on demand (model/weights.h).
+  kernels::WeightView matrix_rows(const std::string& name, int64_t cols, int64_t rows, int64_t r0, int64_t n);
+  kernels::WeightView matrix_cols(const std::string& name, int64_t cols, int64_t rows, int64_t c0, int64_t n);
   // A W8A8 matrix and its scales (model/weights.h load_w8a8_matrix); both marked used.
   kernels::PreparedWeight w8a8_matrix(const std::string& name, int64_t cols, int64_t rows);
   std::vector<float> vector(const std::string& name, int64_t n);

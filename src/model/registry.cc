@@ -40,7 +40,10 @@ LoadedModel load_model(const std::string& path, const TensorSplit& split) {
     m.hf_folder = path;
     m.file = std::make_shared<gguf::File>(hf::open_folder(path));
   } else {
-    m.file = std::make_shared<gguf::File>(gguf::File::open(path));
+    // A tensor-parallel rank maps only its slices (its address space, and a
+    // limit on it, is its share of the model, not the whole file).
+    m.file = std::make_shared<gguf::File>(
+        gguf::File::open(path, split.size > 1 ? gguf::Mapping::kOnDemand : gguf::Mapping::kWhole));
   }
   const std::string arch = m.file->get_string("general.architecture");
   auto it = factories().find(arch);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "core/error.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
@@ -32,12 +33,12 @@ kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, 
   }
   kernels::WeightView w;
   w.type = t.type;
-  w.data = t.data;
+  w.data = f.bytes(t);
   w.rows = rows;
   w.cols = cols;
   w.row_bytes = row_bytes(t.type, cols);  // 0 for the sparse types: their rows are variable
   if (kernels::is_sparse(t.type)) {
-    kernels::parse_sparse(t.data, t.n_bytes, cols, rows, fmt::format("{}: {}", f.path(), t.name).c_str());
+    kernels::parse_sparse(w.data, t.n_bytes, cols, rows, fmt::format("{}: {}", f.path(), t.name).c_str());
     w.n_bytes = t.n_bytes;
   }
   return w;
@@ -48,6 +49,80 @@ kernels::WeightView matrix_view(const gguf::File& f, const gguf::TensorInfo& t, 
 kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows) {
   const int64_t ne[2] = {cols, rows};
   return matrix_view(f, checked(f, name, 2, ne), cols, rows);
+}
+
+kernels::WeightView matrix_rows(kernels::WeightView w, int64_t r0, int64_t n) {
+  if (r0 == 0 && n == w.rows) return w;  // all of it (whatever its layout)
+  TESSERA_CHECK(w.row_bytes > 0, kCorruptFile, "a {} matrix cannot be split by rows (a fused tensor, or tensor "
+                "parallelism): its rows vary in size", dtype_name(w.type));
+  w.data += static_cast<size_t>(r0) * w.row_bytes;
+  w.rows = n;
+  return w;
+}
+
+namespace {
+void check_cols(const kernels::WeightView& w, int64_t c0, int64_t n) {
+  const DTypeTraits tr = dtype_traits(w.type);
+  TESSERA_CHECK(w.row_bytes > 0 && w.x_cols == 0, kInvalidArgument,
+                "a {} matrix cannot be split by columns (its rows are not whole blocks of a fixed size)", dtype_name(w.type));
+  TESSERA_CHECK(c0 % tr.block_size == 0 && n % tr.block_size == 0, kInvalidArgument,
+                "a {} matrix's columns cannot be split at {} (blocks of {} values)", dtype_name(w.type), n, tr.block_size);
+}
+}  // namespace
+
+kernels::WeightView matrix_cols(kernels::WeightView w, int64_t c0, int64_t n) {
+  if (c0 == 0 && (n == w.cols || n == w.input_cols())) return w;  // all of it (an any-shape matrix: its true width)
+  check_cols(w, c0, n);
+  const DTypeTraits tr = dtype_traits(w.type);
+  w.data += static_cast<size_t>(c0 / tr.block_size) * tr.type_size;
+  w.cols = n;
+  return w;
+}
+
+namespace {
+// A matrix's view without its bytes (they come from a file opened on demand):
+// a type Tessera multiplies, in rows of a fixed size.
+kernels::WeightView shape_only(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows) {
+  TESSERA_CHECK(kernels::matmul_supports(t.type) && row_bytes(t.type, cols) > 0, kCorruptFile,
+                "{}: tensor '{}' of type {} cannot be split (Tessera cannot multiply it, or its rows vary in size)",
+                f.path(), t.name, dtype_name(t.type));
+  kernels::WeightView w;
+  w.type = t.type;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = row_bytes(t.type, cols);
+  return w;
+}
+}  // namespace
+
+kernels::WeightView load_matrix_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t r0, int64_t n) {
+  const int64_t ne[2] = {cols, rows};
+  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+  if (!f.on_demand() || (r0 == 0 && n == rows)) return matrix_rows(matrix_view(f, t, cols, rows), r0, n);
+  kernels::WeightView w = shape_only(f, t, cols, n);
+  w.data = f.bytes(t, static_cast<size_t>(r0) * w.row_bytes, static_cast<size_t>(n) * w.row_bytes);
+  return w;
+}
+
+kernels::WeightView load_matrix_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t c0, int64_t n) {
+  const int64_t ne[2] = {cols, rows};
+  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+  if (!f.on_demand() || (c0 == 0 && n == cols)) return matrix_cols(matrix_view(f, t, cols, rows), c0, n);
+  kernels::WeightView w = shape_only(f, t, cols, rows);
+  check_cols(w, c0, n);
+  w.cols = n;
+  // Each row's piece is read into a copy of just those columns: mapping them
+  // would take the whole tensor's pages.
+  const DTypeTraits tr = dtype_traits(t.type);
+  const size_t piece = row_bytes(t.type, n), skip = static_cast<size_t>(c0 / tr.block_size) * tr.type_size;
+  auto copy = std::make_shared<AlignedBuffer<uint8_t>>(piece * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) f.read(t, static_cast<size_t>(r) * w.row_bytes + skip, piece, copy->data() + r * piece);
+  w.data = copy->data();
+  w.row_bytes = piece;
+  f.keep(std::move(copy), w.data);
+  return w;
 }
 
 kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
@@ -62,7 +137,7 @@ kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name
   const gguf::TensorInfo& t = checked(f, name, 3, ne);
   TESSERA_CHECK(t.type == DType::kQMoE, kCorruptFile, "{}: tensor '{}' has type {}, not QMOE", f.path(), name,
                 dtype_name(t.type));
-  return kernels::parse_qmoe(t.data, t.n_bytes, cols, rows, n_expert, name.c_str());
+  return kernels::parse_qmoe(f.bytes(t), t.n_bytes, cols, rows, n_expert, name.c_str());
 }
 
 std::string w8a8_scale_name(const std::string& name) {
@@ -83,19 +158,20 @@ kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string&
   TESSERA_CHECK(s.type == DType::kF32, kCorruptFile, "{}: W8A8 scales '{}' have type {}, not F32", f.path(), sname,
                 dtype_name(s.type));
   std::vector<float> sw(static_cast<size_t>(rows));
-  std::memcpy(sw.data(), s.data, sw.size() * sizeof(float));
+  f.read(s, 0, sw.size() * sizeof(float), sw.data());
   for (int64_t r = 0; r < rows; ++r) {
     TESSERA_CHECK(std::isfinite(sw[r]) && sw[r] >= 0.0f, kCorruptFile, "{}: W8A8 scale {} of '{}' is {}", f.path(), r,
                   name, sw[r]);
   }
-  const int8_t* q = reinterpret_cast<const int8_t*>(t.data);
+  const uint8_t* bytes = f.bytes(t);
+  const int8_t* q = reinterpret_cast<const int8_t*>(bytes);
   const int lo = bits == 4 ? -8 : -127, hi = bits == 4 ? 7 : 127;
   for (int64_t i = 0; i < rows * cols; ++i) {
     TESSERA_CHECK(q[i] >= lo && q[i] <= hi, kCorruptFile, "{}: W{}A8 code {} of '{}' is {} (codes are {}..{})", f.path(),
                   bits, i, name, q[i], lo, hi);
   }
   kernels::PreparedWeight p;
-  p.view = {DType::kI8, t.data, rows, cols, static_cast<size_t>(cols)};
+  p.view = {DType::kI8, bytes, rows, cols, static_cast<size_t>(cols)};
   p.w8 = std::make_shared<const kernels::W8Matrix>(bits == 4 ? kernels::pack_w4(q, sw.data(), rows, cols)
                                                              : kernels::pack_w8(q, sw.data(), rows, cols));
   return p;
@@ -123,7 +199,7 @@ std::vector<float> dequantized(const gguf::File& f, const gguf::TensorInfo& t, i
     fail(ErrorCode::kCorruptFile, "{}: tensor '{}' has unsupported type {}", f.path(), t.name, dtype_name(t.type));
   }
   std::vector<float> out(static_cast<size_t>(n));
-  kernels::dequantize_row(t.type, t.data, out.data(), n);
+  kernels::dequantize_row(t.type, f.bytes(t), out.data(), n);
   return out;
 }
 }  // namespace

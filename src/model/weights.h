@@ -39,6 +39,20 @@ inline constexpr const char* kW4A8Key = "tessera.w4a8";
 // (ne = [cols, rows]). Must be a type the matmul kernels handle.
 kernels::WeightView load_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows);
 
+// Rows [r0, r0 + n) / columns [c0, c0 + n) of a view: a view of the same
+// bytes (columns: strided, row_bytes unchanged; c0 and n whole blocks).
+kernels::WeightView matrix_rows(kernels::WeightView w, int64_t r0, int64_t n);
+kernels::WeightView matrix_cols(kernels::WeightView w, int64_t c0, int64_t n);
+// A tensor-parallel rank's part of matrix `name` (ne = [cols, rows]): rows
+// [r0, r0 + n) or columns [c0, c0 + n). From a file mapped whole, views as
+// above; from a file opened on demand (gguf::Mapping::kOnDemand) only the
+// part's bytes are touched: the rows' pages mapped, the columns read into a
+// copy of n columns (row_bytes of n) that the File keeps (File::drop frees
+// it once a packed copy has replaced it: kernels::reads_packed_only).
+kernels::WeightView load_matrix_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t r0, int64_t n);
+kernels::WeightView load_matrix_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t c0, int64_t n);
 // Tessera's any-shape storage (docs/QUANTIZATION.md): a matrix whose input
 // width is not a multiple of its type's block is stored with zero columns
 // appended up to the next whole block, and the metadata key

@@ -7,6 +7,9 @@
 #  - perplexity: equal to every printed digit;
 #  - serve: concurrent completions equal `tessera generate`'s; SIGTERM to rank
 #    0 shuts every rank down cleanly (mpirun exits 0);
+#  - each rank maps only its slices: under an address-space limit that one
+#    process's model exceeds, --tp 2 runs (same tokens) and one process
+#    fails with one line; a rank's peak RSS about half the weights;
 #  - what cannot be split or followed is refused on every rank, no hang:
 #    --tp without its ranks, heads that do not divide, a LoRA adapter.
 #
@@ -93,6 +96,36 @@ if [ -n "$url" ]; then
   JOB=""
   [ "$rc" = 0 ] || { fail "serve --tp 2: mpirun exited $rc after SIGTERM to rank 0"; tail -5 "$TMP/serve.log"; }
 fi
+
+# A limit on address space per process (RLIMIT_AS, ulimit -v) that the
+# whole model does not fit and half of it does: --tp 2 runs (each rank maps
+# only its slices, and packs only its share), one process fails with one
+# line. 443 MB of Q8_0 weights; one process needs about twice that (the file
+# mapped, its packed copy), a rank about half of it plus Open MPI's own
+# (measured: one process 800-900 MB, a rank 550-600 MB).
+"$TESSERA" make-model --dim 1536 --layers 12 --heads 12 --kv-heads 4 --ff 6144 --n-vocab 512 --type q8_0 \
+  -o "$TMP/big.gguf" 2>/dev/null
+# Written back first: pages of a file still dirty in the page cache cannot be
+# released after packing (MADV_PAGEOUT skips them), so they would count.
+sync "$TMP/big.gguf"
+WEIGHTS_MB=$(( $(stat -c %s "$TMP/big.gguf") >> 20 ))
+LIMIT_KB=720000
+want=$("$TESSERA" generate -m "$TMP/big.gguf" -p "$PROMPT" -n 8 -c 256 --temp 0 --ignore-eos -t 2 2>/dev/null)
+rc=0
+(ulimit -v "$LIMIT_KB"; exec "$TESSERA" generate -m "$TMP/big.gguf" -p "$PROMPT" -n 8 --temp 0 -t 1 -c 256) \
+  >/dev/null 2>"$TMP/limit1.log" || rc=$?
+[ "$rc" = 1 ] && grep -qE '^error: (out of memory|cannot mmap)' "$TMP/limit1.log" ||
+  { fail "one process under a ${LIMIT_KB} KB address-space limit: exit $rc, expected a one-line error"; tail -3 "$TMP/limit1.log"; }
+got=$("${MPI2[@]}" bash -c "ulimit -v $LIMIT_KB; exec '$TESSERA' generate --tp 2 -m '$TMP/big.gguf' -p '$PROMPT' -n 8 -c 256 \
+  --temp 0 --ignore-eos" 2>"$TMP/limit2.log") || { fail "--tp 2 under a ${LIMIT_KB} KB limit per rank failed"; tail -5 "$TMP/limit2.log"; }
+[ "$got" = "$want" ] || fail "--tp 2 under the limit: '$got' vs one process's '$want'"
+# Resident memory per rank: half the weights plus at most 80 MiB (Open MPI,
+# the KV cache, buffers; measured ~40).
+for rss in $(grep -oE 'peak RSS [0-9]+ MiB' "$TMP/limit2.log" | grep -oE '[0-9]+'); do
+  echo "rank peak RSS ${rss} MiB (weights ${WEIGHTS_MB} MiB)"
+  [ "$rss" -le $(( WEIGHTS_MB / 2 + 80 )) ] || fail "a rank's peak RSS ${rss} MiB exceeds half of ${WEIGHTS_MB} MiB + 80"
+done
+[ "$(grep -cE 'peak RSS [0-9]+ MiB' "$TMP/limit2.log")" = 2 ] || fail "no peak RSS line from each rank"
 
 # Refusals: a clear line, every rank ends (timeout: 124 means a hang).
 expect_error() {  # WHAT NEEDLE CMD...
