@@ -38,6 +38,14 @@ void write_file_atomically(const fs::path& path, const std::string& content) {
   fs::rename(tmp, path);
 }
 
+// Shard s of the requests [start, total) cut into `shards`: lines [lo, hi).
+struct ShardLines {
+  int64_t lo, hi;
+};
+ShardLines shard_lines(int64_t start, int64_t total, int64_t shards, int64_t s) {
+  return {start + s * (total - start) / shards, start + (s + 1) * (total - start) / shards};
+}
+
 fs::path shard_path(const fs::path& parts, int64_t s) { return parts / fmt::format("shard-{:05d}.jsonl", s); }
 
 // Rank 0: the plan of this job, made now or kept from an interrupted run;
@@ -78,7 +86,7 @@ void merge(const ShardedJobOptions& opt, const fs::path& parts, int64_t start, i
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (fs::exists(output)) out << std::ifstream(output, std::ios::binary).rdbuf();  // its complete lines
     for (int64_t s = 0; s < shards; ++s) {
-      const int64_t lo = start + s * (total - start) / shards, hi = start + (s + 1) * (total - start) / shards;
+      const auto [lo, hi] = shard_lines(start, total, shards, s);
       const fs::path p = shard_path(parts, s);
       TESSERA_CHECK(count_done_lines(p) == hi - lo, kInternal, "shard {} ('{}') is incomplete after every rank finished",
                     s, p.string());
@@ -111,7 +119,7 @@ ShardedJobResult run_sharded_batch_job(engine::Engine& eng, dist::World& world, 
                 r.totals.total);
   int64_t sums[5] = {world.rank() == 0 ? start : 0, 0, 0, 0, 0};  // skipped, completed, failed, tokens, shards skipped
   for (int64_t s = world.rank(); s < r.shards; s += world.size()) {
-    const int64_t lo = start + s * (total - start) / r.shards, hi = start + (s + 1) * (total - start) / r.shards;
+    const auto [lo, hi] = shard_lines(start, total, r.shards, s);
     const BatchJobResult b = run_batch_lines(eng, std::span<const std::string>(lines).subspan(lo, hi - lo), lo,
                                              shard_path(parts, s).string(), opt.job);
     sums[0] += b.skipped;

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
 namespace tessera::cli {
 namespace {
@@ -36,12 +35,8 @@ TESSERA_COMMAND("batch", "Run a JSONL file of requests offline (resumable)", [](
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   return [a]() {
     dist::World& world = dist::World::current();
-    // Ranks sharing a machine share its cores: a fixed share each, where an
-    // adaptive pool per rank would see the others as load and shrink.
     const bool sharded = world.distributed() && a->run.tp == 1;  // under --tp the ranks hold one model
-    if (sharded && a->run.threads == 0) {
-      a->run.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
-    }
+    if (sharded && a->run.threads == 0) a->run.threads = world.threads_per_rank();
     const LoadedModel lm = a->run.load();
     const auto tok = load_tokenizer(lm);
     engine::EngineConfig ec = a->run.engine_config(lm);

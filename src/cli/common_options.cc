@@ -3,7 +3,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include "adapters/lora_gguf.h"
 #include "cli/text_file.h"
@@ -198,9 +197,7 @@ LoadedModel RunOptions::load() {
   TESSERA_CHECK(world.size() == tp, kInvalidArgument, "--tp {} needs {} ranks (mpirun -np {}); this job has {}", tp, tp,
                 tp, world.size());
   TESSERA_CHECK(kv_store.empty(), kInvalidArgument, "--tp does not support --kv-store yet");
-  if (threads == 0) {  // the machine's cores shared by its ranks, fixed
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.local_size());
-  }
+  if (threads == 0) threads = world.threads_per_rank();
   LoadedModel lm = load_model(model, {.rank = world.rank(), .size = tp, .group = &world});
   if (world.rank() != 0) {
     ThreadPool pool(threads);

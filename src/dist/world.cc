@@ -137,4 +137,8 @@ void World::abort(int code) {
   std::exit(code);
 }
 
+int World::threads_per_rank() const {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_size_);
+}
+
 }  // namespace tessera::dist

@@ -32,6 +32,10 @@ class World : public Group {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_size() const { return local_size_; }  // ranks on this machine
+  // Threads for a rank that was given none: this machine's cores divided
+  // among its ranks, fixed (an adaptive pool would see the other ranks as
+  // load and shrink).
+  int threads_per_rank() const;
   bool distributed() const { return size_ > 1; }
 
   // Waits for every rank without spinning a core: a non-blocking barrier
