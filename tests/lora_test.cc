@@ -422,3 +422,58 @@ TEST(Lora, BadAdaptersAreRefusedWithReasons) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// delta = s * B (A x) for one pair, in double: A [rank][in], B [rank][out].
+std::vector<double> pair_delta(const LoraPair& p, const std::vector<float>& x) {
+  std::vector<double> ax(static_cast<size_t>(p.rank), 0.0), y(static_cast<size_t>(p.out), 0.0);
+  for (int64_t r = 0; r < p.rank; ++r) {
+    for (int64_t i = 0; i < p.in; ++i) ax[r] += double(p.a[r * p.in + i]) * x[i];
+  }
+  for (int64_t r = 0; r < p.rank; ++r) {
+    for (int64_t o = 0; o < p.out; ++o) y[o] += p.scale * ax[r] * p.b[r * p.out + o];
+  }
+  return y;
+}
+
+// A tensor-parallel rank's part of an adapter: the rows of Q/K/V/gate/up's
+// deltas are the ranks' deltas side by side; O's and down's delta is the sum
+// of the ranks' deltas of their input columns (what the all-reduce adds).
+TEST(Lora, PartsOfAnAdapterGiveItsDeltaSplitAsTheModelIs) {
+  const ModelConfig c = load_model(testing::stories260k_path()).model->config();
+  const auto whole = adapters::random_lora(c, 4, adapters::kAllLoraTargets, 3);
+  const int n = 2;
+  std::vector<LoraAdapter> parts;
+  for (int r = 0; r < n; ++r) parts.push_back(lora_part(*whole, r, n));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  for (int t = 0; t < kNumLoraTargets; ++t) {
+    const LoraPair* w = whole->get(1, static_cast<LoraTarget>(t));
+    ASSERT_NE(w, nullptr) << t;
+    std::vector<float> x(static_cast<size_t>(w->in));
+    for (float& v : x) v = g(rng);
+    const std::vector<double> want = pair_delta(*w, x);
+    const bool by_input = t == static_cast<int>(LoraTarget::kO) || t == static_cast<int>(LoraTarget::kDown);
+    std::vector<double> got(want.size(), 0.0);
+    for (int r = 0; r < n; ++r) {
+      const LoraPair* p = parts[r].get(1, static_cast<LoraTarget>(t));
+      ASSERT_NE(p, nullptr);
+      if (by_input) {
+        ASSERT_EQ(p->in * n, w->in);
+        const std::vector<float> xr(x.begin() + r * p->in, x.begin() + (r + 1) * p->in);
+        const std::vector<double> d = pair_delta(*p, xr);
+        for (size_t o = 0; o < got.size(); ++o) got[o] += d[o];
+      } else {
+        ASSERT_EQ(p->out * n, w->out);
+        const std::vector<double> d = pair_delta(*p, x);
+        std::copy(d.begin(), d.end(), got.begin() + r * p->out);
+      }
+    }
+    for (size_t o = 0; o < want.size(); ++o) ASSERT_NEAR(got[o], want[o], 1e-9 * (1 + std::fabs(want[o]))) << t << " " << o;
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -44,6 +44,34 @@ std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t
   return {0, 0};
 }
 
+LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size) {
+  LoraAdapter part;
+  part.name = whole.name;
+  part.alpha = whole.alpha;
+  part.layers.resize(whole.layers.size());
+  for (size_t il = 0; il < whole.layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& w = whole.layers[il][static_cast<size_t>(t)];
+      LoraPair& p = part.layers[il][static_cast<size_t>(t)];
+      if (w.rank == 0) continue;
+      const bool by_input = t == static_cast<int>(LoraTarget::kO) || t == static_cast<int>(LoraTarget::kDown);
+      const int64_t whole_n = by_input ? w.in : w.out;
+      TESSERA_CHECK(whole_n % size == 0, kInvalidArgument, "LoRA adapter '{}': a matrix of {} cannot be split over {} ranks",
+                    whole.name, whole_n, size);
+      const int64_t n = whole_n / size, first = rank * n;
+      p = w;
+      std::vector<float>& v = by_input ? p.a : p.b;  // [rank][whole_n]
+      const std::vector<float>& src = by_input ? w.a : w.b;
+      v.assign(static_cast<size_t>(w.rank * n), 0.0f);
+      for (int64_t r = 0; r < w.rank; ++r) {
+        std::copy_n(src.begin() + r * whole_n + first, n, v.begin() + r * n);
+      }
+      (by_input ? p.in : p.out) = n;
+    }
+  }
+  return part;
+}
+
 size_t LoraAdapter::bytes() const {
   size_t n = 0;
   for (const auto& layer : layers) {

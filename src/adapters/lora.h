@@ -65,6 +65,13 @@ struct LoraAdapter {
   size_t bytes() const;
 };
 
+// Rank `rank` of `size`'s part of an adapter for a tensor-parallel shard
+// (model/tensor_split.h): the output rows of Q, K, V, gate and up (B's), the
+// input columns of O and down (A's; each rank's partial delta is summed with
+// its partial base product by the all-reduce after them). Contiguous equal
+// parts, as the base matrices are split.
+LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size);
+
 // y[t, :] += s * B (A x[t, :]) for the tokens of every sequence of `batch`
 // whose adapter (batch.seq_lora) has a pair for (layer, target). x: [tokens,
 // x_stride], y: [tokens, y_stride]. One kernel call per adapter pair and

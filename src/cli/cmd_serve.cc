@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "core/log.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "engine/prompt_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "server/async_engine.h"
@@ -111,7 +112,7 @@ int serve(ServeArgs& a) {
     ~Unwatch() { m.watch_prompt_cache(nullptr); }
   } unwatch{metrics};
   served.ctx.soft_prompt = eng.config().soft_prompt;
-  AdapterRegistry adapters(lm.model->config(),
+  AdapterRegistry adapters(whole_config(*lm.model),  // under --tp: the file's shapes; ranks split adapters themselves
                                    a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
     try {

@@ -168,14 +168,16 @@ std::vector<std::pair<std::string, std::string>> AdapterOptions::named_soft_prom
 }
 
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
-  // A shard's matrices are parts of the file's: an adapter's would have to be split alike.
-  TESSERA_CHECK(dynamic_cast<const TensorParallelModel*>(&base) == nullptr || (lora.empty() && soft_prompt.empty()),
-                kInvalidArgument, "--tp does not support LoRA adapters or soft prompts yet");
+  // Under --tp the adapters are read whole (the file's shapes); each rank
+  // computes with its part (model/tensor_parallel.h).
+  TESSERA_CHECK(dynamic_cast<const TensorParallelModel*>(&base) == nullptr || soft_prompt.empty(), kInvalidArgument,
+                "--tp does not support soft prompts yet");
+  const ModelConfig& shape = whole_config(base);
   TESSERA_CHECK(scope == AdapterScope::kServer || scope == AdapterScope::kChat || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;
   for (const std::string& path : lora) {
-    if (path.find('=') == std::string::npos) all.push_back(adapters::load_lora(path, base.config(), lora_scale));
+    if (path.find('=') == std::string::npos) all.push_back(adapters::load_lora(path, shape, lora_scale));
   }
   return all.empty() ? nullptr : adapters::sum_loras(all);
 }

@@ -11,6 +11,8 @@ namespace tessera::dist {
 class Group {
  public:
   virtual ~Group() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
   // values = the element-wise sum of every rank's values, on every rank,
   // the same bits on each.
   virtual void sum(std::span<float> values) = 0;

@@ -29,8 +29,8 @@ class World : public Group {
   // one until main makes its own).
   static World& current();
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   int local_size() const { return local_size_; }  // ranks on this machine
   // Threads for a rank that was given none: this machine's cores divided
   // among its ranks, fixed (an adaptive pool would see the other ranks as

@@ -2,13 +2,15 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 
+#include "adapters/lora.h"
 #include "core/error.h"
 
 namespace tessera {
 namespace {
 
-enum class Kind : uint8_t { kStop = 0, kStep = 1 };
+enum class Kind : uint8_t { kStop = 0, kStep = 1, kAdapter = 2 };
 
 // A step's bytes: fixed-size values and length-prefixed vectors, host order
 // (every rank runs this binary on the same kind of machine).
@@ -65,8 +67,7 @@ bool any_set(const std::vector<T*>& v) {
 
 // What a step carries beyond numbers, which the other ranks could not follow.
 void check_followable(const ForwardBatch& b) {
-  const char* what = any_set(b.seq_lora)       ? "LoRA adapters"
-                     : any_set(b.embd_rows)    ? "soft prompts"
+  const char* what = any_set(b.embd_rows)      ? "soft prompts"
                      : !b.key_shifts.empty()   ? "bounded KV caches (shifted keys)"
                      : any_set(b.key_depth)    ? "SpAtten's cascade"
                                                : nullptr;
@@ -88,7 +89,44 @@ void batch_vectors(Batch& b, F&& f) {
   f(b.logit_rows);  // every rank computes its vocabulary slice of them
 }
 
-std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
+// An adapter's weights, whole, for the other ranks to take their parts of.
+std::string encode_adapter(const LoraAdapter& a, int32_t index) {
+  Writer w;
+  w.put(Kind::kAdapter);
+  w.put(index);
+  w.put(a.alpha);
+  w.put<uint64_t>(a.layers.size());
+  for (const auto& layer : a.layers) {
+    for (const LoraPair& p : layer) {
+      w.put(p.rank);
+      w.put(p.in);
+      w.put(p.out);
+      w.put(p.scale);
+      w.put_vector(p.a);
+      w.put_vector(p.b);
+    }
+  }
+  return w.take();
+}
+
+LoraAdapter decode_adapter(Reader& r) {
+  LoraAdapter a;
+  a.alpha = r.get<float>();
+  a.layers.resize(r.get<uint64_t>());
+  for (auto& layer : a.layers) {
+    for (LoraPair& p : layer) {
+      p.rank = r.get<int64_t>();
+      p.in = r.get<int64_t>();
+      p.out = r.get<int64_t>();
+      p.scale = r.get<float>();
+      r.get_vector(p.a);
+      r.get_vector(p.b);
+    }
+  }
+  return a;
+}
+
+std::string encode_step(const ForwardBatch& b, const KvCache& kv, const std::vector<int32_t>& adapter_of_seq) {
   check_followable(b);
   Writer w;
   w.put(Kind::kStep);
@@ -99,6 +137,7 @@ std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
   w.put(shape.type);
   w.put<uint8_t>(shape.hadamard ? 1 : 0);
   batch_vectors(b, [&w](const auto& v) { w.put_vector(v); });
+  w.put_vector(adapter_of_seq);
   w.put<uint64_t>(b.seqs.size());
   for (const kernels::AttentionSeq& q : b.seqs) {
     w.put(q.q_begin);
@@ -112,8 +151,21 @@ std::string encode_step(const ForwardBatch& b, const KvCache& kv) {
 
 }  // namespace
 
+struct TensorParallelModel::Adapters {
+  std::mutex mu;
+  std::map<uint64_t, int32_t> index_of_uid;  // rank 0's whole adapters, by uid
+  std::vector<std::unique_ptr<LoraAdapter>> parts;  // rank 0's part of each, by index
+};
+
 TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> shard, dist::Group& group)
-    : shard_(std::move(shard)), group_(group) {}
+    : shard_(std::move(shard)), group_(group), whole_(shard_->config()), adapters_(std::make_unique<Adapters>()) {
+  const int64_t n = group_.size();
+  whole_.n_head *= n;
+  whole_.n_head_kv *= n;
+  whole_.n_ff *= n;
+  whole_.n_ff_exp *= n;
+  whole_.n_ff_shexp *= n;
+}
 
 TensorParallelModel::~TensorParallelModel() {
   Writer w;
@@ -122,8 +174,36 @@ TensorParallelModel::~TensorParallelModel() {
 }
 
 void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const {
-  group_.broadcast(encode_step(batch, kv), 0);
-  shard_->forward(batch, kv, state);
+  if (!any_set(batch.seq_lora)) {
+    group_.broadcast(encode_step(batch, kv, {}), 0);
+    shard_->forward(batch, kv, state);
+    return;
+  }
+  // Each sequence's adapter by index, sending the ones not sent yet; this
+  // rank computes with its parts.
+  std::vector<int32_t> index(batch.seq_lora.size(), -1);
+  ForwardBatch mine = batch;
+  {
+    std::lock_guard<std::mutex> lock(adapters_->mu);
+    for (size_t i = 0; i < batch.seq_lora.size(); ++i) {
+      const LoraAdapter* a = batch.seq_lora[i];
+      if (a == nullptr) continue;
+      auto [it, added] = adapters_->index_of_uid.emplace(a->uid, static_cast<int32_t>(adapters_->parts.size()));
+      if (added) {
+        group_.broadcast(encode_adapter(*a, it->second), 0);
+        adapters_->parts.push_back(std::make_unique<LoraAdapter>(lora_part(*a, 0, group_.size())));
+      }
+      index[i] = it->second;
+      mine.seq_lora[i] = adapters_->parts[static_cast<size_t>(it->second)].get();
+    }
+  }
+  group_.broadcast(encode_step(batch, kv, index), 0);
+  shard_->forward(mine, kv, state);
+}
+
+const ModelConfig& whole_config(const Model& m) {
+  const auto* tp = dynamic_cast<const TensorParallelModel*>(&m);
+  return tp != nullptr ? tp->whole_config() : m.config();
 }
 
 int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
@@ -134,10 +214,21 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
   state.ctx.ws = &state.ws;
   ForwardBatch b;
   std::vector<std::vector<int32_t>> tables;
-  for (int64_t steps = 0;; ++steps) {
+  std::vector<std::unique_ptr<LoraAdapter>> adapters;  // this rank's parts, by rank 0's index
+  std::vector<int32_t> adapter_of_seq;
+  for (int64_t steps = 0;;) {
     const std::string message = group.broadcast("", 0);
     Reader r(message);
-    if (r.get<Kind>() == Kind::kStop) return steps;
+    const Kind kind = r.get<Kind>();
+    if (kind == Kind::kStop) return steps;
+    if (kind == Kind::kAdapter) {
+      const int32_t index = r.get<int32_t>();
+      TESSERA_CHECK(index == static_cast<int32_t>(adapters.size()), kInternal, "tensor parallelism: adapter {} out of order",
+                    index);
+      adapters.push_back(std::make_unique<LoraAdapter>(lora_part(decode_adapter(r), group.rank(), group.size())));
+      continue;
+    }
+    ++steps;
     const uint64_t id = r.get<uint64_t>();
     KvCacheShape shape;
     shape.num_blocks = r.get<int32_t>();
@@ -152,6 +243,7 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
     }
     b.clear();
     batch_vectors(b, [&r](auto& v) { r.get_vector(v); });
+    r.get_vector(adapter_of_seq);
     tables.resize(r.get<uint64_t>());
     for (std::vector<int32_t>& t : tables) {
       kernels::AttentionSeq q;
@@ -161,6 +253,14 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
       r.get_vector(t);
       q.block_table = t.data();
       b.seqs.push_back(q);
+    }
+    if (!adapter_of_seq.empty()) {
+      b.seq_lora.assign(adapter_of_seq.size(), nullptr);
+      for (size_t i = 0; i < adapter_of_seq.size(); ++i) {
+        const int32_t a = adapter_of_seq[i];
+        TESSERA_CHECK(a < static_cast<int32_t>(adapters.size()), kInternal, "tensor parallelism: unknown adapter {}", a);
+        if (a >= 0) b.seq_lora[i] = adapters[static_cast<size_t>(a)].get();
+      }
     }
     shard.forward(b, *kv, state);
   }

@@ -9,16 +9,21 @@
 // all-reduces inside the pass meet rank 0's; each computes its vocabulary
 // slice of the logits, which rank 0 gathers.
 //
+// LoRA adapters travel once: the first step that uses an adapter (rank 0's,
+// whole) sends its weights; every rank keeps its part (adapters::lora_part)
+// under an index, and steps carry each sequence's index.
+//
 // Per-step state that is not in the batch's numbers is refused with a clear
-// error rather than computed wrongly: LoRA adapters, soft prompts, bounded
-// KV policies (key positions, scores, shifts, SpAtten's depths), and writes
-// into the cache outside a step (Prompt Cache modules, the KV store).
+// error rather than computed wrongly: soft prompts, bounded KV policies (key
+// positions, scores, shifts, SpAtten's depths), and writes into the cache
+// outside a step (Prompt Cache modules, the KV store).
 #pragma once
 
 #include <memory>
 
 #include "core/thread_pool.h"
 #include "dist/group.h"
+#include "format/model_config.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -30,6 +35,8 @@ class TensorParallelModel final : public Model {
   ~TensorParallelModel() override;  // tells the other ranks to stop
 
   const ModelConfig& config() const override { return shard_->config(); }
+  // The model's whole shape (what its files, adapters included, hold).
+  const ModelConfig& whole_config() const { return whole_; }
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override { return shard_->bytes_per_token(); }
   MatmulWork matmul_work() const override { return shard_->matmul_work(); }
@@ -39,7 +46,14 @@ class TensorParallelModel final : public Model {
  private:
   std::unique_ptr<Model> shard_;
   dist::Group& group_;
+  ModelConfig whole_;
+  struct Adapters;  // rank 0's parts of the adapters sent so far
+  std::unique_ptr<Adapters> adapters_;
 };
+
+// The model's whole shape: a TensorParallelModel's whole_config(), any
+// other model's config() (what an adapter file for it must fit).
+const ModelConfig& whole_config(const Model& m);
 
 // Ranks 1..N-1: runs the steps rank 0 hands out on `shard` until rank 0 says
 // stop. Returns the number of steps run.

@@ -26,14 +26,16 @@ class ThreadGroup {
 
  private:
   struct Handle final : dist::Group {
-    Handle(ThreadGroup& g, int r) : group(g), rank(r) {}
-    void sum(std::span<float> values) override { group.sum(rank, values); }
-    std::string broadcast(std::string value, int root) override { return group.broadcast(rank, std::move(value), root); }
+    Handle(ThreadGroup& g, int r) : group(g), rank_of(r) {}
+    int rank() const override { return rank_of; }
+    int size() const override { return group.size(); }
+    void sum(std::span<float> values) override { group.sum(rank_of, values); }
+    std::string broadcast(std::string value, int root) override { return group.broadcast(rank_of, std::move(value), root); }
     void gather(std::span<const float> part, std::span<float> all, int root) override {
-      group.gather(rank, part, all, root);
+      group.gather(rank_of, part, all, root);
     }
     ThreadGroup& group;
-    int rank;
+    int rank_of;
   };
 
   // Waits for every rank; the last one runs `last` (under the lock) first.
