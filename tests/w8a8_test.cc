@@ -239,8 +239,55 @@ TEST(W8A8, ActivationQuantizationIsItsDefinitionOnEveryIsa) {
     }
     for (Isa isa : supported_isas()) {
       std::vector<uint8_t> got(want.size(), 0x55);
-      EXPECT_EQ(kernels_of(isa).quantize(x.data(), cols, cols4, got.data()), sx) << isa_name(isa);
+      EXPECT_EQ(kernels_of(isa).quantize(x.data(), cols, cols4, 0.0f, got.data()), sx) << isa_name(isa);
       EXPECT_TRUE(got == want) << isa_name(isa) << " cols " << cols;
+    }
+  }
+}
+
+// A row's part quantized with the whole row's max|x| as the floor (a
+// tensor-parallel rank's columns) gets the whole row's codes and scale, on
+// every ISA; so two column parts' products, summed, are the whole product
+// up to the float rounding of that one sum (their int32 sums add exactly).
+TEST(W8A8, PartsOfARowWithTheWholeRowsFloorGiveItsCodes) {
+  std::mt19937 rng(11);
+  for (int bits : {8, 4}) {
+    const Problem p = make(37, 96, 5, rng, bits);
+    const int64_t h = 40;  // part 0: columns [0, 40), part 1: [40, 96)
+    std::vector<float> floors(static_cast<size_t>(p.tokens));
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      for (int64_t k = 0; k < p.cols; ++k) floors[t] = std::max(floors[t], std::fabs(p.x[t * p.cols + k]));
+      std::vector<uint8_t> whole(static_cast<size_t>(p.cols)), part(static_cast<size_t>(p.cols - h));
+      const float sx = quantize_activation_w8(p.x.data() + t * p.cols, p.cols, p.cols / 4, whole.data());
+      for (Isa isa : supported_isas()) {
+        const int64_t c4 = (p.cols - h) / 4;
+        EXPECT_EQ(kernels_of(isa).quantize(p.x.data() + t * p.cols + h, p.cols - h, c4, floors[t], part.data()), sx);
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + h)) << isa_name(isa) << " token " << t;
+      }
+    }
+    std::vector<float> y0(static_cast<size_t>(p.tokens * p.rows)), y1(y0.size());
+    const auto part_product = [&](int64_t c0, int64_t n, std::vector<float>& y, Isa isa) {
+      std::vector<int8_t> q(static_cast<size_t>(p.rows * n));
+      std::vector<float> x(static_cast<size_t>(p.tokens * n));
+      for (int64_t r = 0; r < p.rows; ++r) std::copy_n(p.q.begin() + r * p.cols + c0, n, q.begin() + r * n);
+      for (int64_t t = 0; t < p.tokens; ++t) std::copy_n(p.x.begin() + t * p.cols + c0, n, x.begin() + t * n);
+      const W8Matrix m = bits == 4 ? pack_w4(q.data(), p.sw.data(), p.rows, n) : pack_w8(q.data(), p.sw.data(), p.rows, n);
+      ThreadPool pool(2);
+      Workspace ws;
+      const KernelContext ctx{&pool, isa, &ws, /*force_parallel=*/true};
+      matmul_w8a8_with(kernels_of(isa), m, x.data(), n, p.tokens, y.data(), p.rows, ctx, floors.data());
+    };
+    const std::vector<float> want = run(w8a8_kernels_ref(), p, 1, Isa::kScalar);
+    for (Isa isa : supported_isas()) {
+      part_product(0, h, y0, isa);
+      part_product(h, p.cols - h, y1, isa);
+      for (int64_t t = 0; t < p.tokens; ++t) {
+        for (int64_t r = 0; r < p.rows; ++r) {
+          const float a = y0[t * p.rows + r], b = y1[t * p.rows + r], w = want[t * (p.rows + 3) + r];
+          EXPECT_NEAR(a + b, w, 4e-7f * (std::fabs(a) + std::fabs(b)) + 1e-30f)
+              << isa_name(isa) << " bits " << bits << " t " << t << " r " << r;
+        }
+      }
     }
   }
 }

@@ -21,6 +21,8 @@ class Group {
   // On root: all = every rank's part, in rank order (parts of one size;
   // all.size() = ranks x part.size()). Elsewhere `all` is not touched.
   virtual void gather(std::span<const float> part, std::span<float> all, int root) = 0;
+  // The same on every rank.
+  virtual void all_gather(std::span<const float> part, std::span<float> all) = 0;
 };
 
 }  // namespace tessera::dist

@@ -115,6 +115,16 @@ void World::gather(std::span<const float> part, std::span<float> all, int root) 
         "gather");
 }
 
+void World::all_gather(std::span<const float> part, std::span<float> all) {
+  if (!joined_) {
+    std::copy(part.begin(), part.end(), all.begin());
+    return;
+  }
+  check(MPI_Allgather(part.data(), static_cast<int>(part.size()), MPI_FLOAT, all.data(), static_cast<int>(part.size()),
+                      MPI_FLOAT, MPI_COMM_WORLD),
+        "all-gather");
+}
+
 std::string World::broadcast(std::string value, int root) {
   if (!joined_) return value;
   int64_t length = static_cast<int64_t>(value.size());

@@ -49,6 +49,7 @@ class World : public Group {
   void sum(std::span<float> values) override;
   std::string broadcast(std::string value, int root) override;
   void gather(std::span<const float> part, std::span<float> all, int root) override;  // MPI_Gather
+  void all_gather(std::span<const float> part, std::span<float> all) override;       // MPI_Allgather
   // Ends every rank at once (one failed rank must not leave the others
   // waiting in a collective); exits with code when not distributed.
   [[noreturn]] void abort(int code);

@@ -394,25 +394,37 @@ PreparedWeight prepare_weight(const WeightView& w) {
 
 namespace {
 
-PreparedWeight prepare_weight_int(const WeightView& w, int bits) {
-  if (!can_dequantize(w.type) || w.input_cols() != w.cols || w.rows <= 0 || w.cols <= 0 || w.cols > 65536) {
-    return prepare_weight(w);
-  }
+bool can_prepare_int(const WeightView& w) {
+  return can_dequantize(w.type) && w.input_cols() == w.cols && w.rows > 0 && w.cols > 0 && w.cols <= 65536;
+}
+
+// Each row's codes and scale (bits 4 or 8), [rows][cols] and [rows].
+void quantize_int(const WeightView& w, int bits, std::vector<int8_t>& q, std::vector<float>& sw) {
   std::vector<float> rows(static_cast<size_t>(w.rows * w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     dequantize_row(w.type, w.data + static_cast<size_t>(r) * w.row_bytes, rows.data() + r * w.cols, w.cols);
   }
-  std::vector<int8_t> q(rows.size());
-  std::vector<float> sw(static_cast<size_t>(w.rows));
-  PreparedWeight p;
-  p.view = w;
+  q.resize(rows.size());
+  sw.resize(static_cast<size_t>(w.rows));
   if (bits == 4) {
     quantize_rows_w4(rows.data(), w.rows, w.cols, q.data(), sw.data());
-    p.w8 = std::make_shared<const W8Matrix>(pack_w4(q.data(), sw.data(), w.rows, w.cols));
   } else {
     quantize_rows_w8(rows.data(), w.rows, w.cols, q.data(), sw.data());
-    p.w8 = std::make_shared<const W8Matrix>(pack_w8(q.data(), sw.data(), w.rows, w.cols));
   }
+}
+
+std::shared_ptr<const W8Matrix> pack_int(const int8_t* q, const float* sw, int64_t rows, int64_t cols, int bits) {
+  return std::make_shared<const W8Matrix>(bits == 4 ? pack_w4(q, sw, rows, cols) : pack_w8(q, sw, rows, cols));
+}
+
+PreparedWeight prepare_weight_int(const WeightView& w, int bits) {
+  if (!can_prepare_int(w)) return prepare_weight(w);
+  std::vector<int8_t> q;
+  std::vector<float> sw;
+  quantize_int(w, bits, q, sw);
+  PreparedWeight p;
+  p.view = w;
+  p.w8 = pack_int(q.data(), sw.data(), w.rows, w.cols, bits);
   return p;
 }
 
@@ -420,6 +432,20 @@ PreparedWeight prepare_weight_int(const WeightView& w, int bits) {
 
 PreparedWeight prepare_weight_w8a8(const WeightView& w) { return prepare_weight_int(w, 8); }
 PreparedWeight prepare_weight_w4a8(const WeightView& w) { return prepare_weight_int(w, 4); }
+
+PreparedWeight prepare_weight_int_cols(const WeightView& w, int bits, int64_t c0, int64_t n) {
+  TESSERA_CHECK(c0 >= 0 && n > 0 && c0 + n <= w.cols, kInvalidArgument, "columns [{}, {}) of a {}-column matrix", c0,
+                c0 + n, w.cols);
+  PreparedWeight p;
+  p.view = {w.type, nullptr, w.rows, n, row_bytes(w.type, n)};
+  if (!can_prepare_int(w)) return p;
+  std::vector<int8_t> q, part(static_cast<size_t>(w.rows * n));
+  std::vector<float> sw;
+  quantize_int(w, bits, q, sw);
+  for (int64_t r = 0; r < w.rows; ++r) std::copy_n(q.begin() + r * w.cols + c0, n, part.begin() + r * n);
+  p.w8 = pack_int(part.data(), sw.data(), w.rows, n, bits);
+  return p;
+}
 
 void matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx) {

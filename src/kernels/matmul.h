@@ -78,6 +78,12 @@ PreparedWeight prepare_weight_w8a8(const WeightView& w);
 // W4A8 likewise (QuaRot's W4 with int8 activations): 4-bit codes per output
 // channel with a clipped scale (kernels::quantize_rows_w4).
 PreparedWeight prepare_weight_w4a8(const WeightView& w);
+// Columns [c0, c0 + n) of w in W8A8 (bits 8) or W4A8 (bits 4), each row's
+// scale still its whole row's: a tensor-parallel rank's part of a product
+// split by columns holds one process's codes (with matmul_w8a8's floors,
+// its activations too). The view keeps the part's shape and points
+// nowhere. w8 is empty where prepare_weight_w8a8 would not quantize w.
+PreparedWeight prepare_weight_int_cols(const WeightView& w, int bits, int64_t c0, int64_t n);
 
 void matmul(const PreparedWeight& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y,
             int64_t y_stride, const KernelContext& ctx);

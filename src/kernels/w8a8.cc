@@ -128,19 +128,19 @@ W8Matrix pack_w4(const int8_t* q, const float* sw, int64_t rows, int64_t cols) {
   return m;
 }
 
-float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
-  return w8a8_kernels_ref().quantize(x, cols, cols4, act);
+float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act, float amax_floor) {
+  return w8a8_kernels_ref().quantize(x, cols, cols4, amax_floor, act);
 }
 
 void matmul_w8a8(const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                 const KernelContext& ctx) {
+                 const KernelContext& ctx, const float* amax_floor) {
   TESSERA_CHECK(isa_supported(ctx.isa), kInvalidArgument, "matmul_w8a8: ISA {} is not supported by this CPU",
                 isa_name(ctx.isa));
-  matmul_w8a8_with(w8a8_table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx);
+  matmul_w8a8_with(w8a8_table(ctx.isa), w, x, x_stride, n_tokens, y, y_stride, ctx, amax_floor);
 }
 
 void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
-                      float* y, int64_t y_stride, const KernelContext& ctx) {
+                      float* y, int64_t y_stride, const KernelContext& ctx, const float* amax_floor) {
   if (n_tokens <= 0) return;
   TESSERA_CHECK(ctx.ws != nullptr, kInvalidArgument, "matmul_w8a8 needs a workspace");
   const int64_t act_stride = (w.cols4 * 4 + 63) / 64 * 64;
@@ -153,7 +153,8 @@ void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, i
   std::atomic<int64_t> next_token{0};
   auto quantize = [&](int, int) {
     for (int64_t t = next_token.fetch_add(1); t < n_tokens; t = next_token.fetch_add(1)) {
-      sx[t] = k.quantize(x + t * x_stride, w.cols, w.cols4, act + t * act_stride);
+      const float floor = amax_floor != nullptr ? amax_floor[t] : 0.0f;
+      sx[t] = k.quantize(x + t * x_stride, w.cols, w.cols4, floor, act + t * act_stride);
     }
   };
   // Phase 2: units of row groups x token tiles.

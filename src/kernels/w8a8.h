@@ -53,13 +53,16 @@ W8Matrix pack_w4(const int8_t* q, const float* sw, int64_t rows, int64_t cols);
 // y[t, r] = sum_k x[t, k] * W[r, k] as w8a8_kernels.h computes it; x: [n_tokens,
 // x_stride] f32 (first cols used); y: [n_tokens, y_stride]. Runs on ctx.pool
 // (work split by row groups and tokens: the bits do not depend on it).
+// amax_floor: nullptr, or [n_tokens] floors of each token's max|x| (W8QuantFn):
+// a product whose columns are split over ranks quantizes each rank's part
+// of a row with the whole row's scale.
 void matmul_w8a8(const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens, float* y, int64_t y_stride,
-                 const KernelContext& ctx);
+                 const KernelContext& ctx, const float* amax_floor = nullptr);
 void matmul_w8a8_with(const W8A8Kernels& k, const W8Matrix& w, const float* x, int64_t x_stride, int64_t n_tokens,
-                      float* y, int64_t y_stride, const KernelContext& ctx);
+                      float* y, int64_t y_stride, const KernelContext& ctx, const float* amax_floor = nullptr);
 
 // The activation quantization above, one row: writes cols4 * 4 bytes a + 128
 // (padding: 128) and returns sx.
-float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act);
+float quantize_activation_w8(const float* x, int64_t cols, int64_t cols4, uint8_t* act, float amax_floor = 0.0f);
 
 }  // namespace tessera::kernels

@@ -87,8 +87,8 @@ void run_amx(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1) 
   if (t_end < t1) vnni(a, g0, g1, t_end, t1);
 }
 
-float quantize_amx(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
-  return w8a8_kernels_avx512().quantize(x, cols, cols4, act);
+float quantize_amx(const float* x, int64_t cols, int64_t cols4, float amax_floor, uint8_t* act) {
+  return w8a8_kernels_avx512().quantize(x, cols, cols4, amax_floor, act);
 }
 
 void unpack4_amx(const uint8_t* nib, int64_t cols4, int8_t* q) { w8a8_kernels_avx512().unpack4(nib, cols4, q); }

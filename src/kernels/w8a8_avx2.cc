@@ -62,8 +62,8 @@ void run_avx2(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1)
   }
 }
 
-float quantize_avx2(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
-  return w8a8_kernels_ref().quantize(x, cols, cols4, act);
+float quantize_avx2(const float* x, int64_t cols, int64_t cols4, float amax_floor, uint8_t* act) {
+  return w8a8_kernels_ref().quantize(x, cols, cols4, amax_floor, act);
 }
 
 // As w4_unpack_ref: low nibbles are the even k group, high nibbles the odd.

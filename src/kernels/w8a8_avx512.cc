@@ -141,11 +141,11 @@ void run_avx512(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t
   }
 }
 
-// As the scalar reference: max over |x| skipping NaNs (vmaxps returns its
+// As the scalar reference: max over |x| (and the floor) skipping NaNs (vmaxps returns its
 // second operand when either is NaN), x * id rounded to nearest even, NaN
 // to 0, clamped.
-float quantize_avx512(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
-  __m512 m = _mm512_setzero_ps();
+float quantize_avx512(const float* x, int64_t cols, int64_t cols4, float amax_floor, uint8_t* act) {
+  __m512 m = _mm512_set1_ps(amax_floor > 0.0f ? amax_floor : 0.0f);
   int64_t k = 0;
   for (; k + 16 <= cols; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
   if (k < cols) {

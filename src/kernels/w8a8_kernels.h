@@ -45,8 +45,11 @@ struct W8A8Args {
 using W8A8Fn = void (*)(const W8A8Args& a, int64_t g0, int64_t g1, int64_t t0, int64_t t1);
 
 // One token's activations (w8a8.h): writes cols4 * 4 bytes a + 128 (128
-// past cols) and returns sx. Every ISA's version gives the same bytes.
-using W8QuantFn = float (*)(const float* x, int64_t cols, int64_t cols4, uint8_t* act);
+// past cols) and returns sx. The scale's max|x| is taken no lower than
+// amax_floor (0: x's own; a tensor-parallel rank passes the whole row's
+// max, so its part of the row gets one process's codes). Every ISA's
+// version gives the same bytes.
+using W8QuantFn = float (*)(const float* x, int64_t cols, int64_t cols4, float amax_floor, uint8_t* act);
 
 // W4A8 (w8a8.h, W8Matrix::bits 4): one row group's 4-bit codes to the int8
 // layout of W8A8Args::q. nib: [cols8][16][4] bytes, byte (c8, i, j) = (q[i,

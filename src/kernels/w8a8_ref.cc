@@ -9,8 +9,8 @@
 namespace tessera::kernels {
 namespace {
 
-float quantize_ref(const float* x, int64_t cols, int64_t cols4, uint8_t* act) {
-  float amax = 0.0f;
+float quantize_ref(const float* x, int64_t cols, int64_t cols4, float amax_floor, uint8_t* act) {
+  float amax = amax_floor > 0.0f ? amax_floor : 0.0f;
   for (int64_t k = 0; k < cols; ++k) {
     const float v = std::fabs(x[k]);
     if (v > amax) amax = v;  // a NaN never compares greater

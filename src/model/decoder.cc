@@ -151,11 +151,8 @@ void DecoderModel::split_config(const std::string& path) {
   const int n = split_.size;
   TESSERA_CHECK(split_.group != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
                 "shard {} of {} without a group", split_.rank, n);
-  const char* unsupported = ffn_rotation_              ? "QuaRot's online FFN rotation"
-                            : !ffn_thresholds_.empty() ? "contextual sparsity"
-                                                       : nullptr;
-  TESSERA_CHECK(unsupported == nullptr, kInvalidArgument, "{}: tensor parallelism of {} is not supported yet", path,
-                unsupported == nullptr ? "" : unsupported);
+  TESSERA_CHECK(ffn_thresholds_.empty(), kInvalidArgument,
+                "{}: tensor parallelism of contextual sparsity is not supported yet", path);
   TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0 && cfg_.n_ff_exp % n == 0 && cfg_.n_ff_shexp % n == 0,
                 kInvalidArgument, "{}: {} KV heads and {} FFN neurons ({} per expert, {} shared) cannot be split evenly "
                 "over {} ranks", path, cfg_.n_head_kv, cfg_.n_ff, cfg_.n_ff_exp, cfg_.n_ff_shexp, n);
@@ -254,14 +251,27 @@ kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::st
     if (!ffn_thresholds_.empty()) {
       fail(ErrorCode::kInvalidArgument, "{}: W8A8 and contextual sparsity cannot be combined", ld.file().path());
     }
-    TESSERA_CHECK(!split_.split(), kInvalidArgument, "{}: tensor parallelism of W8A8 files is not supported yet",
-                  ld.file().path());
+    const int64_t n = split_.size, r = split_.rank;
+    switch (share) {
+      case Share::kRows: return ld.w8a8_matrix(name, cols, rows * n, {.r0 = r * rows, .rows = rows});
+      case Share::kCols: return ld.w8a8_matrix(name, cols * n, rows, {.c0 = r * cols, .cols = cols});
+      case Share::kWhole: break;
+    }
     return ld.w8a8_matrix(name, cols, rows);
   }
   const int64_t n = split_.size, r = split_.rank;
   switch (share) {
     case Share::kRows: return prepare_linear(ld.matrix_rows(name, cols, rows * n, r * rows, rows));
-    case Share::kCols: return without_copy(ld.file(), prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols)));
+    case Share::kCols:
+      if (int_bits_ != 0 && split_.split()) {
+        // Each row's int8 / int4 scale is its whole row's (one process's
+        // codes): the whole matrix is read, its pages released after.
+        const kernels::WeightView whole = ld.matrix(name, cols * n, rows);
+        kernels::PreparedWeight p = kernels::prepare_weight_int_cols(whole, int_bits_, r * cols, cols);
+        release_pages(whole.data, matrix_bytes(whole));
+        if (p.w8) return p;
+      }
+      return without_copy(ld.file(), prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols)));
     case Share::kWhole: break;
   }
   return prepare_linear(ld.matrix(name, cols, rows));
@@ -598,6 +608,40 @@ void DecoderModel::add_residual(const std::vector<float>& post_norm, const char*
   kernels::add_inplace(s.x.data(), s.xb2.data(), T * E, s.ctx.isa);
 }
 
+void DecoderModel::split_product(const kernels::PreparedWeight& w, const float* x, int64_t cols, int64_t T, float* y,
+                                 ForwardState& s) const {
+  const int64_t E = cfg_.n_embd;
+  if (!split_.split() || !w.w8) return kernels::matmul(w, x, cols, T, y, E, s.ctx);
+  const int n = split_.size;
+  s.amax_part.assign(static_cast<size_t>(T), 0.0f);
+  s.amax_gathered.resize(static_cast<size_t>(T * n));
+  for (int64_t t = 0; t < T; ++t) {
+    float& m = s.amax_part[static_cast<size_t>(t)];
+    for (int64_t k = 0; k < cols; ++k) m = std::fabs(x[t * cols + k]) > m ? std::fabs(x[t * cols + k]) : m;  // NaN skipped
+  }
+  split_.group->all_gather(s.amax_part, s.amax_gathered);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int r = 0; r < n; ++r) s.amax_part[t] = std::max(s.amax_part[t], s.amax_gathered[r * T + t]);
+  }
+  kernels::matmul_w8a8(*w.w8, x, cols, T, y, E, s.ctx, s.amax_part.data());
+}
+
+void DecoderModel::rotate_ffn_product(int64_t T, ForwardState& s) const {
+  const int64_t F = cfg_.n_ff;
+  if (!split_.split()) return kernels::rotate_rows(*ffn_rotation_, s.ff_gate.data(), T, F, s.ctx);
+  // R_f mixes every neuron: rotate whole rows, gathered, and keep this rank's part.
+  const int64_t n = split_.size, W = F * n;
+  s.parts_gathered.ensure(static_cast<size_t>(2 * T * W));
+  float* gathered = s.parts_gathered.data();  // [rank][T][F]
+  float* rows = gathered + T * W;             // [T][rank][F]
+  split_.group->all_gather({s.ff_gate.data(), static_cast<size_t>(T * F)}, {gathered, static_cast<size_t>(T * W)});
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t t = 0; t < T; ++t) std::copy_n(gathered + (r * T + t) * F, F, rows + t * W + r * F);
+  }
+  kernels::rotate_rows(*ffn_rotation_, rows, T, W, s.ctx);
+  for (int64_t t = 0; t < T; ++t) std::copy_n(rows + t * W + split_.rank * F, F, s.ff_gate.data() + t * F);
+}
+
 void DecoderModel::attention(const DecoderLayer& L, int64_t il, const ForwardBatch& batch, KvCache& kv,
                              ForwardState& s) const {
   const int64_t T = batch.n_tokens(), E = cfg_.n_embd, Q = cfg_.q_dim(), KV = cfg_.kv_dim();
@@ -611,7 +655,7 @@ void DecoderModel::attention(const DecoderLayer& L, int64_t il, const ForwardBat
   shape.sinks = L.attn.sinks.empty() ? nullptr : L.attn.sinks.data();
   kernels::paged_attention(layer, s.q.data(), Q, s.att.data(), Q, layer_seqs(batch, il, s), shape, s.ctx, &fresh);
   if (s.tap) s.tap("attn_out", il, s.att.data(), T, Q, Q);
-  kernels::matmul(L.attn.wo, s.att.data(), Q, T, s.xb2.data(), E, s.ctx);
+  split_product(L.attn.wo, s.att.data(), Q, T, s.xb2.data(), s);
   if (!L.attn.bo.empty()) add_bias(s.xb2.data(), E, T, L.attn.bo);
   apply_lora(batch, il, LoraTarget::kO, s.att.data(), Q, s.xb2.data(), E, s.ctx);
   add_residual(L.attn_post_norm, "attn_post_norm", il, T, s);
@@ -628,9 +672,9 @@ void DecoderModel::gated_ffn(const DecoderLayer& L, FfnAct act, int64_t il, cons
   apply_lora(batch, il, LoraTarget::kUp, s.xb.data(), E, s.ff_up.data(), F, s.ctx);
   if (s.tap) tap_gate_activation(act, il, T, s);
   ffn_activate(act, s.ff_gate.data(), s.ff_up.data(), T * F, s.ctx.isa);
-  if (ffn_rotation_) kernels::rotate_rows(*ffn_rotation_, s.ff_gate.data(), T, F, s.ctx);
+  if (ffn_rotation_) rotate_ffn_product(T, s);
   if (s.tap) s.tap("ffn_act", il, s.ff_gate.data(), T, F, F);  // the input of W_down
-  kernels::matmul(w.down, s.ff_gate.data(), F, T, s.xb2.data(), E, s.ctx);
+  split_product(w.down, s.ff_gate.data(), F, T, s.xb2.data(), s);
   apply_lora(batch, il, LoraTarget::kDown, s.ff_gate.data(), F, s.xb2.data(), E, s.ctx);
   add_residual(L.ffn_post_norm, "ffn_post_norm", il, T, s);
   if (s.tap) s.tap("layer_out", il, s.x.data(), T, E, E);

@@ -235,6 +235,15 @@ class DecoderModel : public Model {
   // Which part of a matrix a tensor-parallel shard holds (model/tensor_split.h):
   // all of it, its rows (heads, neurons), or its columns (the products whose
   // partial sums the ranks add up).
+  // A product whose columns are split over ranks (attn_output, ffn_down):
+  // a W8A8 / W4A8 part quantizes each token's activations with the whole
+  // row's scale (max |x| gathered from every rank), so the codes are one
+  // process's; otherwise kernels::matmul. y: [T, n_embd].
+  void split_product(const kernels::PreparedWeight& w, const float* x, int64_t cols, int64_t T, float* y,
+                     ForwardState& s) const;
+  // QuaRot's online rotation of ffn_down's input (s.ff_gate, [T, n_ff]):
+  // under tensor parallelism, of the whole rows gathered from every rank.
+  void rotate_ffn_product(int64_t T, ForwardState& s) const;
   enum class Share { kWhole, kRows, kCols };
   // A layer's matrix by name: a W8A8 file's (I8 + scales), else prepare_linear;
   // rows x cols is this shard's part (the file's is size times one of them).

@@ -85,12 +85,12 @@ kernels::WeightView ModelLoader::matrix_cols(const std::string& name, int64_t co
   return load_matrix_cols(f_, name, cols, rows, c0, n);
 }
 
-kernels::PreparedWeight ModelLoader::w8a8_matrix(const std::string& name, int64_t cols, int64_t rows) {
+kernels::PreparedWeight ModelLoader::w8a8_matrix(const std::string& name, int64_t cols, int64_t rows, MatrixPart part) {
   tensors_.insert(name);
   tensors_.insert(w8a8_scale_name(name));
   const bool w4 = f_.get_bool_or(kW4A8Key, false);
   if (f_.has(kW4A8Key)) keys_.insert(kW4A8Key);
-  return load_w8a8_matrix(f_, name, cols, rows, w4 ? 4 : 8);
+  return load_w8a8_matrix(f_, name, cols, rows, w4 ? 4 : 8, part);
 }
 
 kernels::WeightView ModelLoader::experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {

@@ -18,6 +18,7 @@
 #include "format/model_config.h"
 #include "format/gguf.h"
 #include "model/tensor_split.h"
+#include "model/weights.h"
 
 namespace tessera {
 
@@ -41,7 +42,7 @@ class ModelLoader {
   kernels::WeightView matrix_rows(const std::string& name, int64_t cols, int64_t rows, int64_t r0, int64_t n);
   kernels::WeightView matrix_cols(const std::string& name, int64_t cols, int64_t rows, int64_t c0, int64_t n);
   // A W8A8 matrix and its scales (model/weights.h load_w8a8_matrix); both marked used.
-  kernels::PreparedWeight w8a8_matrix(const std::string& name, int64_t cols, int64_t rows);
+  kernels::PreparedWeight w8a8_matrix(const std::string& name, int64_t cols, int64_t rows, MatrixPart part = {});
   std::vector<float> vector(const std::string& name, int64_t n);
   std::vector<float> vectors(const std::string& name, int64_t n, int64_t count);  // model/weights.h load_vectors
   // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).

@@ -40,6 +40,10 @@ struct ForwardState {
   // Tensor parallelism: this rank's vocabulary slice of the logits, and
   // every rank's gathered on rank 0 (model/tensor_split.h).
   AlignedBuffer<float> logits_part, logits_gathered;
+  // ... and every rank's part of a row (an FFN product rotated whole), of
+  // each token's max |x| (an int8 product's activation scale).
+  AlignedBuffer<float> parts_gathered;
+  std::vector<float> amax_part, amax_gathered;
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
   AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer

@@ -147,7 +147,7 @@ std::string w8a8_scale_name(const std::string& name) {
 }
 
 kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                         int bits) {
+                                         int bits, MatrixPart part) {
   const int64_t ne[2] = {cols, rows};
   const gguf::TensorInfo& t = checked(f, name, 2, ne);
   TESSERA_CHECK(t.type == DType::kI8, kCorruptFile, "{}: tensor '{}' has type {}, not I8 (W8A8)", f.path(), name,
@@ -157,23 +157,39 @@ kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string&
   const gguf::TensorInfo& s = checked(f, sname, 1, sne);
   TESSERA_CHECK(s.type == DType::kF32, kCorruptFile, "{}: W8A8 scales '{}' have type {}, not F32", f.path(), sname,
                 dtype_name(s.type));
-  std::vector<float> sw(static_cast<size_t>(rows));
-  f.read(s, 0, sw.size() * sizeof(float), sw.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    TESSERA_CHECK(std::isfinite(sw[r]) && sw[r] >= 0.0f, kCorruptFile, "{}: W8A8 scale {} of '{}' is {}", f.path(), r,
-                  name, sw[r]);
+  const int64_t r0 = part.r0, nr = part.rows > 0 ? part.rows : rows;
+  const int64_t c0 = part.c0, nc = part.cols > 0 ? part.cols : cols;
+  TESSERA_CHECK(r0 >= 0 && r0 + nr <= rows && c0 >= 0 && c0 + nc <= cols, kInvalidArgument,
+                "{}: rows [{}, {}) and columns [{}, {}) of '{}' ({} x {})", f.path(), r0, r0 + nr, c0, c0 + nc, name,
+                rows, cols);
+  std::vector<float> sw(static_cast<size_t>(nr));
+  f.read(s, static_cast<size_t>(r0) * sizeof(float), sw.size() * sizeof(float), sw.data());
+  for (int64_t r = 0; r < nr; ++r) {
+    TESSERA_CHECK(std::isfinite(sw[r]) && sw[r] >= 0.0f, kCorruptFile, "{}: W8A8 scale {} of '{}' is {}", f.path(),
+                  r0 + r, name, sw[r]);
   }
-  const uint8_t* bytes = f.bytes(t);
-  const int8_t* q = reinterpret_cast<const int8_t*>(bytes);
+  // Whole rows stay in the file (the view points at them); a part of each
+  // row is read into a copy that packing replaces.
+  const uint8_t* bytes = nullptr;
+  std::vector<int8_t> copy;
+  const int8_t* q = nullptr;
+  if (nc == cols) {
+    bytes = f.bytes(t, static_cast<size_t>(r0 * cols), static_cast<size_t>(nr * cols));
+    q = reinterpret_cast<const int8_t*>(bytes);
+  } else {
+    copy.resize(static_cast<size_t>(nr * nc));
+    for (int64_t r = 0; r < nr; ++r) f.read(t, static_cast<size_t>((r0 + r) * cols + c0), nc, copy.data() + r * nc);
+    q = copy.data();
+  }
   const int lo = bits == 4 ? -8 : -127, hi = bits == 4 ? 7 : 127;
-  for (int64_t i = 0; i < rows * cols; ++i) {
+  for (int64_t i = 0; i < nr * nc; ++i) {
     TESSERA_CHECK(q[i] >= lo && q[i] <= hi, kCorruptFile, "{}: W{}A8 code {} of '{}' is {} (codes are {}..{})", f.path(),
-                  bits, i, name, q[i], lo, hi);
+                  bits, (r0 + i / nc) * cols + c0 + i % nc, name, q[i], lo, hi);
   }
   kernels::PreparedWeight p;
-  p.view = {DType::kI8, bytes, rows, cols, static_cast<size_t>(cols)};
-  p.w8 = std::make_shared<const kernels::W8Matrix>(bits == 4 ? kernels::pack_w4(q, sw.data(), rows, cols)
-                                                             : kernels::pack_w8(q, sw.data(), rows, cols));
+  p.view = {DType::kI8, bytes, nr, nc, static_cast<size_t>(nc)};
+  p.w8 = std::make_shared<const kernels::W8Matrix>(bits == 4 ? kernels::pack_w4(q, sw.data(), nr, nc)
+                                                             : kernels::pack_w8(q, sw.data(), nr, nc));
   return p;
 }
 

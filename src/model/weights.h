@@ -77,8 +77,14 @@ kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name
 // >= 0), packed for the W8A8 kernels. Anything else is kCorruptFile.
 std::string w8a8_scale_name(const std::string& name);  // "blk.0.attn_q.weight" -> "blk.0.attn_q.scale"
 // bits 4 (the file has kW4A8Key): codes -8..7, packed as nibbles.
+// `part`: a tensor-parallel rank's rows (with their scales) or columns (with
+// every row's scale), only their bytes touched.
+struct MatrixPart {
+  int64_t r0 = 0, rows = 0;  // rows 0: all of them
+  int64_t c0 = 0, cols = 0;  // cols 0: all of them
+};
 kernels::PreparedWeight load_w8a8_matrix(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                         int bits = 8);
+                                         int bits = 8, MatrixPart part = {});
 
 // A vector of n values (norm weights, biases), converted to f32.
 std::vector<float> load_vector(const gguf::File& f, const std::string& name, int64_t n);

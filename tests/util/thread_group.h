@@ -34,6 +34,9 @@ class ThreadGroup {
     void gather(std::span<const float> part, std::span<float> all, int root) override {
       group.gather(rank_of, part, all, root);
     }
+    void all_gather(std::span<const float> part, std::span<float> all) override {
+      group.all_gather(rank_of, part, all);
+    }
     ThreadGroup& group;
     int rank_of;
   };
@@ -68,6 +71,16 @@ class ThreadGroup {
     if (rank == root) gathered_ = all;
     meet(lock, [&] {
       for (size_t r = 0; r < parts_.size(); ++r) std::copy(parts_[r].begin(), parts_[r].end(), gathered_.begin() + r * parts_[r].size());
+    });
+  }
+  void all_gather(int rank, std::span<const float> part, std::span<float> all) {
+    std::unique_lock lock(mu_);
+    parts_[static_cast<size_t>(rank)] = part;
+    floats_[static_cast<size_t>(rank)] = all;
+    meet(lock, [&] {
+      for (const std::span<float> dest : floats_) {
+        for (size_t r = 0; r < parts_.size(); ++r) std::copy(parts_[r].begin(), parts_[r].end(), dest.begin() + r * parts_[r].size());
+      }
     });
   }
   std::string broadcast(int rank, std::string value, int root) {
