@@ -186,6 +186,28 @@ TEST(TensorSplit, MixturesSplitEveryExpertsNeurons) {
   unsetenv("TESSERA_EXPERTS_IN_PLACE");
 }
 
+// QMoE experts (ternary codes that cannot be cut by rows or columns) are
+// split by expert: each rank runs whole experts for the tokens routed to
+// them, the FFN's all-reduce sums them. Mixtral, qwen2moe (a shared expert,
+// split by neurons beside them) and gpt-oss (every expert's biases, added
+// by its rank), grouped and token by token.
+TEST(TensorSplit, QmoeExpertsSplitByExpert) {
+  ThreadPool pool(2);
+  for (const char* arch : {"mixtral", "qwen2moe", "gpt-oss"}) {
+    const std::string src = family_file(arch);
+    const std::string qmoe = testing::temp_path(std::string("split-qmoe-") + arch + ".gguf");
+    quant::QuantizeOptions o;
+    o.method = quant::Method::kQmoeRtn;
+    o.type = DType::kF32;
+    quant::quantize_model(*load_model(src).file, qmoe, o, nullptr, pool);
+    ASSERT_EQ(gguf::File::open(qmoe).tensor("blk.0.ffn_gate_exps.weight").type, DType::kQMoE);
+    expect_split_matches_whole(qmoe, 2, kFamilyPrompt);
+    setenv("TESSERA_MOE_PER_TOKEN", "1", 1);
+    expect_split_matches_whole(qmoe, 2, kFamilyPrompt);
+    unsetenv("TESSERA_MOE_PER_TOKEN");
+  }
+}
+
 TEST(TensorSplit, RefusesWhatItCannotSplit) {
   TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
   testing::ThreadGroup groups(3);

@@ -144,7 +144,11 @@ DecoderModel::DecoderModel(ModelLoader& ld, const ConfigOptions& options, bool n
          "TESSERA_FFN_SPARSITY=0)", ld.file().path());
   }
   split_ = ld.split();
-  if (split_.split()) split_config(ld.file().path());
+  if (split_.split()) {
+    const gguf::TensorInfo* experts = ld.file().find_tensor("blk.0.ffn_gate_exps.weight");
+    experts_by_rank_ = experts != nullptr && experts->type == DType::kQMoE;
+    split_config(ld.file().path());
+  }
 }
 
 void DecoderModel::split_config(const std::string& path) {
@@ -153,13 +157,18 @@ void DecoderModel::split_config(const std::string& path) {
                 "shard {} of {} without a group", split_.rank, n);
   TESSERA_CHECK(ffn_thresholds_.empty(), kInvalidArgument,
                 "{}: tensor parallelism of contextual sparsity is not supported yet", path);
-  TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0 && cfg_.n_ff_exp % n == 0 && cfg_.n_ff_shexp % n == 0,
+  if (experts_by_rank_) {
+    TESSERA_CHECK(cfg_.n_expert >= n, kInvalidArgument, "{}: {} experts cannot be shared by {} ranks", path,
+                  cfg_.n_expert, n);
+  }
+  const int64_t expert_neurons = experts_by_rank_ ? 0 : cfg_.n_ff_exp;
+  TESSERA_CHECK(cfg_.n_head_kv % n == 0 && cfg_.n_ff % n == 0 && expert_neurons % n == 0 && cfg_.n_ff_shexp % n == 0,
                 kInvalidArgument, "{}: {} KV heads and {} FFN neurons ({} per expert, {} shared) cannot be split evenly "
                 "over {} ranks", path, cfg_.n_head_kv, cfg_.n_ff, cfg_.n_ff_exp, cfg_.n_ff_shexp, n);
   cfg_.n_head /= n;
   cfg_.n_head_kv /= n;
   cfg_.n_ff /= n;
-  cfg_.n_ff_exp /= n;  // each expert's neurons, as a dense FFN's
+  if (!experts_by_rank_) cfg_.n_ff_exp /= n;  // each expert's neurons, as a dense FFN's
   cfg_.n_ff_shexp /= n;
   for (std::vector<float>& m : key_mean_) m = own_part(m, cfg_.kv_dim());
 }
@@ -365,8 +374,8 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const 
   const std::string gate_name = blk(il, "ffn_gate_exps.weight");
   const gguf::TensorInfo* g = ld.file().find_tensor(gate_name);
   if (g != nullptr && g->type == DType::kQMoE) {
-    TESSERA_CHECK(!split_.split(), kInvalidArgument, "{}: tensor parallelism of QMoE experts is not supported yet",
-                  ld.file().path());
+    TESSERA_CHECK(experts_by_rank_ || !split_.split(), kCorruptFile, "{}: QMoE experts in layer {} but not in layer 0",
+                  ld.file().path(), il);
     m.qmoe = true;
     m.q_gate = ld.qmoe_experts(gate_name, E, F, NE);
     m.q_up = ld.qmoe_experts(blk(il, "ffn_up_exps.weight"), E, F, NE);
@@ -387,6 +396,12 @@ void DecoderModel::load_moe(ModelLoader& ld, int64_t il, DecoderLayer& L, const 
 void DecoderModel::load_moe_biases(ModelLoader& ld, int64_t il, MoeWeights& m) const {
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert, n = split_.size, r = split_.rank;
   m.router_bias = ld.vector(blk(il, "ffn_gate_inp.bias"), NE);
+  if (experts_by_rank_) {  // whole experts: their biases whole, each added by its rank
+    m.gate_bias = ld.vectors(blk(il, "ffn_gate_exps.bias"), F, NE);
+    m.up_bias = ld.vectors(blk(il, "ffn_up_exps.bias"), F, NE);
+    m.down_bias = ld.vectors(blk(il, "ffn_down_exps.bias"), E, NE);
+    return;
+  }
   // Each expert's part of its gate / up biases; down's bias added by rank 0 only.
   const auto own = [&](const std::vector<float>& all) {
     std::vector<float> part;
@@ -501,7 +516,8 @@ size_t DecoderModel::bytes_per_token() const {
       const size_t expert = L.moe.qmoe ? (L.moe.q_gate.n_bytes + L.moe.q_up.n_bytes + L.moe.q_down.n_bytes) /
                                              static_cast<size_t>(cfg_.n_expert)
                                        : ffn_bytes(L.moe.experts[0]);
-      n += matrix_bytes(L.moe.router.view) + expert * static_cast<size_t>(cfg_.n_expert_used) +
+      const size_t used = static_cast<size_t>(cfg_.n_expert_used) / (experts_by_rank_ ? split_.size : 1);
+      n += matrix_bytes(L.moe.router.view) + expert * std::max<size_t>(used, 1) +
            ffn_bytes(L.moe.shared) + matrix_bytes(L.moe.shared_gate.view);
     }
   }
@@ -513,7 +529,8 @@ Model::MatmulWork DecoderModel::matmul_work() const {
   for (const DecoderLayer& L : layers_) {
     work.per_token += macs(L.attn.wq) + macs(L.attn.wk) + macs(L.attn.wv) + macs(L.attn.wo) + ffn_macs(L.ffn);
     if (!L.moe.experts.empty() || L.moe.qmoe) {
-      work.per_token += macs(L.moe.router) + 3 * cfg_.n_embd * cfg_.n_ff_exp * cfg_.n_expert_used +
+      const int64_t used = std::max<int64_t>(cfg_.n_expert_used / (experts_by_rank_ ? split_.size : 1), 1);
+      work.per_token += macs(L.moe.router) + 3 * cfg_.n_embd * cfg_.n_ff_exp * used +
                         ffn_macs(L.moe.shared) + macs(L.moe.shared_gate);
     }
   }
@@ -780,7 +797,7 @@ void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, 
   qjobs.clear();
   for (int64_t e = 0; e < NE; ++e) {
     const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
-    if (n == 0) continue;
+    if (n == 0 || !owns_expert(e)) continue;
     const float* x = s.moe_in.data() + begin * E;
     if (m.qmoe) {
       qjobs.push_back({&m.q_gate, e, x, E, n, s.ff_gate.data() + begin * F, F});
@@ -795,7 +812,7 @@ void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, 
   kernels::matmul_grouped(jobs, s.ctx);
   kernels::qmoe_matmul_grouped(qjobs, s.ctx);
   for (int64_t e = 0; e < NE && !m.gate_bias.empty(); ++e) {
-    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    const int64_t begin = s.moe_offsets[e], n = owns_expert(e) ? s.moe_offsets[e + 1] - begin : 0;
     add_expert_bias(m.gate_bias, e, F, s.ff_gate.data() + begin * F, F, n);
     add_expert_bias(m.up_bias, e, F, s.ff_up.data() + begin * F, F, n);
   }
@@ -805,7 +822,7 @@ void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, 
   qjobs.clear();
   for (int64_t e = 0; e < NE; ++e) {
     const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
-    if (n == 0) continue;
+    if (n == 0 || !owns_expert(e)) continue;
     float* x = s.ff_gate.data() + begin * F;
     if (m.qmoe) {
       qjobs.push_back({&m.q_down, e, x, F, n, s.moe_out.data() + begin * E, E});
@@ -816,12 +833,15 @@ void DecoderModel::grouped_experts(const MoeWeights& m, FfnAct act, int64_t il, 
   kernels::matmul_grouped(jobs, s.ctx);
   kernels::qmoe_matmul_grouped(qjobs, s.ctx);
   for (int64_t e = 0; e < NE && !m.down_bias.empty(); ++e) {
-    const int64_t begin = s.moe_offsets[e], n = s.moe_offsets[e + 1] - begin;
+    const int64_t begin = s.moe_offsets[e], n = owns_expert(e) ? s.moe_offsets[e + 1] - begin : 0;
     add_expert_bias(m.down_bias, e, E, s.moe_out.data() + begin * E, E, n);
   }
-  for (int64_t i = 0; i < rows; ++i) {
-    add_scaled(s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, s.moe_out.data() + i * E,
-               s.moe_token_weight[i], E);
+  for (int64_t e = 0; e < NE; ++e) {  // each token's experts in expert order
+    if (!owns_expert(e)) continue;
+    for (int64_t i = s.moe_offsets[e]; i < s.moe_offsets[e + 1]; ++i) {
+      add_scaled(s.xb2.data() + static_cast<int64_t>(s.moe_tokens[i]) * E, s.moe_out.data() + i * E,
+                 s.moe_token_weight[i], E);
+    }
   }
 }
 
@@ -836,6 +856,7 @@ void DecoderModel::per_token_experts(const MoeWeights& m, FfnAct act, int64_t il
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s.moe_choice[t * K + a] < s.moe_choice[t * K + b]; });
     for (int32_t k : order) {
       const int32_t e = s.moe_choice[t * K + k];
+      if (!owns_expert(e)) continue;
       std::copy_n(s.xb.data() + t * E, E, s.moe_in.data());
       expert_ffn(m, e, act, s);
       add_scaled(s.xb2.data() + t * E, s.moe_out.data(), s.moe_weight[t * K + k], E);

@@ -224,6 +224,13 @@ class DecoderModel : public Model {
   // cache holds what fits; otherwise they are repacked like every matrix.
   // TESSERA_EXPERTS_IN_PLACE=1 / 0 decides instead. Set by load_common.
   bool experts_in_place_ = false;
+  // Under tensor parallelism, QMoE experts (whose codes cannot be cut by
+  // rows or columns) are split by expert instead: rank r computes whole
+  // experts e with e mod size = r for the tokens routed to them (the router
+  // is whole on every rank, so every rank routes alike), and the FFN's
+  // all-reduce sums their outputs; each expert's biases added by its rank.
+  bool experts_by_rank_ = false;
+  bool owns_expert(int64_t e) const { return !experts_by_rank_ || e % split_.size == split_.rank; }
   // Each layer's contextual-sparsity threshold from the file (empty: dense).
   std::vector<float> ffn_thresholds_;
   // TESSERA_W8A8=1 / TESSERA_W4A8=1 (read at load; --w8a8 / --w4a8): the
