@@ -37,6 +37,7 @@ std::string big_header_file() {
     w.add_tensor("a.weight", DType::kQ8_0, {256, 96}, random_fill(1));
     w.add_tensor("b.weight", DType::kF16, {72, 33}, random_fill(2));
     w.add_tensor("c.weight", DType::kF32, {5}, random_fill(3));
+    w.add_tensor("x.weight", DType::kQ8_0, {64, 48, 4}, random_fill(4));  // 4 experts of 48 x 64
     const std::string p = testing::temp_path("on_demand.gguf");
     w.write(p);
     return p;
@@ -93,6 +94,33 @@ TEST(GgufOnDemand, ARanksRowsAndColumnsEqualTheWholeMatrixs) {
   EXPECT_THROW(load_matrix_cols(lazy, "a.weight", 256, 96, 16, 128), Error);
   // Out-of-range bytes are an error, not a read past the tensor.
   EXPECT_THROW(lazy.bytes(lazy.tensor("c.weight"), 8, 16), Error);
+}
+
+// A mixture's 3-D tensor: expert e's rows and columns, as a rank takes them.
+TEST(GgufOnDemand, AnExpertsRowsAndColumnsEqualItsPartOfTheWholeTensor) {
+  const gguf::File whole = gguf::File::open(big_header_file());
+  const gguf::File lazy = gguf::File::open(big_header_file(), gguf::Mapping::kOnDemand);
+  const gguf::TensorInfo& t = whole.tensor("x.weight");
+  const size_t rb = row_bytes(DType::kQ8_0, 64);
+  for (int64_t e = 0; e < 4; ++e) {
+    const kernels::WeightView rows = load_expert_rows(lazy, "x.weight", 64, 48, 4, e, 16, 24);
+    ASSERT_EQ(rows.rows, 24);
+    EXPECT_EQ(std::memcmp(rows.data, t.data + (e * 48 + 16) * rb, 24 * rb), 0) << "expert " << e;
+    const kernels::WeightView cols = load_expert_cols(lazy, "x.weight", 64, 48, 4, e, 32, 32);
+    ASSERT_EQ(cols.rows, 48);
+    ASSERT_EQ(cols.row_bytes, row_bytes(DType::kQ8_0, 32));
+    for (int64_t r = 0; r < 48; ++r) {
+      ASSERT_EQ(std::memcmp(cols.data + r * cols.row_bytes, t.data + (e * 48 + r) * rb + cols.row_bytes, cols.row_bytes), 0)
+          << "expert " << e << " row " << r;
+    }
+    // The same from the file mapped whole (views into it).
+    const kernels::WeightView view = load_expert_cols(whole, "x.weight", 64, 48, 4, e, 32, 32);
+    EXPECT_EQ(view.data, t.data + e * 48 * rb + cols.row_bytes);
+  }
+  // Rows past the expert's (into the next one's) are an error.
+  EXPECT_THROW(load_expert_rows(lazy, "x.weight", 64, 48, 4, 0, 40, 16), Error);
+  EXPECT_THROW(load_expert_rows(whole, "x.weight", 64, 48, 4, 0, 40, 16), Error);
+  EXPECT_THROW(load_expert_rows(lazy, "x.weight", 64, 48, 4, 4, 0, 16), Error);
 }
 
 }  // namespace

@@ -425,15 +425,15 @@ void DecoderModel::load_experts(ModelLoader& ld, int64_t il, MoeWeights& m) cons
     return p;
   };
   // F: this rank's neurons of each expert (all of them unless split).
+  // (A rank's parts only: on demand, only their bytes are touched.)
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff_exp, NE = cfg_.n_expert, n = split_.size, r = split_.rank;
-  const kernels::WeightView gate = ld.experts(blk(il, "ffn_gate_exps.weight"), E, F * n, NE);
-  const kernels::WeightView up = ld.experts(blk(il, "ffn_up_exps.weight"), E, F * n, NE);
-  const kernels::WeightView down = ld.experts(blk(il, "ffn_down_exps.weight"), F * n, E, NE);
+  const std::string gate = blk(il, "ffn_gate_exps.weight"), up = blk(il, "ffn_up_exps.weight");
+  const std::string down = blk(il, "ffn_down_exps.weight");
   m.experts.resize(static_cast<size_t>(NE));
   for (int64_t e = 0; e < NE; ++e) {
-    m.experts[e].gate = prepare(matrix_rows(gate, (e * n + r) * F, F));
-    m.experts[e].up = prepare(matrix_rows(up, (e * n + r) * F, F));
-    m.experts[e].down = prepare(matrix_cols(matrix_rows(down, e * E, E), r * F, F));
+    m.experts[e].gate = prepare(ld.expert_rows(gate, E, F * n, NE, e, r * F, F));
+    m.experts[e].up = prepare(ld.expert_rows(up, E, F * n, NE, e, r * F, F));
+    m.experts[e].down = without_copy(ld.file(), prepare(ld.expert_cols(down, F * n, E, NE, e, r * F, F)));
   }
 }
 

@@ -93,9 +93,16 @@ kernels::PreparedWeight ModelLoader::w8a8_matrix(const std::string& name, int64_
   return load_w8a8_matrix(f_, name, cols, rows, w4 ? 4 : 8, part);
 }
 
-kernels::WeightView ModelLoader::experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {
+kernels::WeightView ModelLoader::expert_rows(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert,
+                                             int64_t e, int64_t r0, int64_t n) {
   tensors_.insert(name);
-  return load_expert_matrices(f_, name, cols, rows, n_expert);
+  return load_expert_rows(f_, name, cols, rows, n_expert, e, r0, n);
+}
+
+kernels::WeightView ModelLoader::expert_cols(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert,
+                                             int64_t e, int64_t c0, int64_t n) {
+  tensors_.insert(name);
+  return load_expert_cols(f_, name, cols, rows, n_expert, e, c0, n);
 }
 
 kernels::QmoeView ModelLoader::qmoe_experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert) {

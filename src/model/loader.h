@@ -45,8 +45,12 @@ class ModelLoader {
   kernels::PreparedWeight w8a8_matrix(const std::string& name, int64_t cols, int64_t rows, MatrixPart part = {});
   std::vector<float> vector(const std::string& name, int64_t n);
   std::vector<float> vectors(const std::string& name, int64_t n, int64_t count);  // model/weights.h load_vectors
-  // A mixture's experts as one 3-D tensor (model/weights.h load_expert_matrices).
-  kernels::WeightView experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
+  // Expert e's rows / columns of a mixture's 3-D tensor (model/weights.h
+  // load_expert_rows / _cols).
+  kernels::WeightView expert_rows(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert, int64_t e,
+                                  int64_t r0, int64_t n);
+  kernels::WeightView expert_cols(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert, int64_t e,
+                                  int64_t c0, int64_t n);
   // The same as QMoE codes (the tensor's type is QMOE).
   kernels::QmoeView qmoe_experts(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert);
   bool has_tensor(std::string_view name) const { return f_.find_tensor(name) != nullptr; }

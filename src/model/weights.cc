@@ -95,40 +95,76 @@ kernels::WeightView shape_only(const gguf::File& f, const gguf::TensorInfo& t, i
 }
 }  // namespace
 
-kernels::WeightView load_matrix_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                     int64_t r0, int64_t n) {
-  const int64_t ne[2] = {cols, rows};
-  const gguf::TensorInfo& t = checked(f, name, 2, ne);
+namespace {
+
+// Rows [r0, r0 + n) of tensor t seen as `rows` rows of `cols` (a matrix, or
+// every expert's matrices one after the other), as load_matrix_rows says.
+kernels::WeightView rows_of(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows, int64_t r0,
+                            int64_t n) {
   if (!f.on_demand() || (r0 == 0 && n == rows)) return matrix_rows(matrix_view(f, t, cols, rows), r0, n);
   kernels::WeightView w = shape_only(f, t, cols, n);
+  TESSERA_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows, kInvalidArgument, "rows [{}, {}) of {}", r0, r0 + n, rows);
   w.data = f.bytes(t, static_cast<size_t>(r0) * w.row_bytes, static_cast<size_t>(n) * w.row_bytes);
   return w;
 }
 
-kernels::WeightView load_matrix_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                     int64_t c0, int64_t n) {
-  const int64_t ne[2] = {cols, rows};
-  const gguf::TensorInfo& t = checked(f, name, 2, ne);
-  if (!f.on_demand() || (c0 == 0 && n == cols)) return matrix_cols(matrix_view(f, t, cols, rows), c0, n);
-  kernels::WeightView w = shape_only(f, t, cols, rows);
+// Columns [c0, c0 + n) of rows [r0, r0 + n_rows) of tensor t seen as `rows`
+// rows of `cols`, as load_matrix_cols says.
+kernels::WeightView cols_of(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows, int64_t r0,
+                            int64_t n_rows, int64_t c0, int64_t n) {
+  if (!f.on_demand() || (r0 == 0 && n_rows == rows && c0 == 0 && n == cols)) {
+    return matrix_cols(matrix_rows(matrix_view(f, t, cols, rows), r0, n_rows), c0, n);
+  }
+  kernels::WeightView w = shape_only(f, t, cols, n_rows);
+  TESSERA_CHECK(r0 >= 0 && n_rows >= 0 && r0 + n_rows <= rows, kInvalidArgument, "rows [{}, {}) of {}", r0,
+                r0 + n_rows, rows);
   check_cols(w, c0, n);
   w.cols = n;
   // Each row's piece is read into a copy of just those columns: mapping them
   // would take the whole tensor's pages.
   const DTypeTraits tr = dtype_traits(t.type);
   const size_t piece = row_bytes(t.type, n), skip = static_cast<size_t>(c0 / tr.block_size) * tr.type_size;
-  auto copy = std::make_shared<AlignedBuffer<uint8_t>>(piece * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) f.read(t, static_cast<size_t>(r) * w.row_bytes + skip, piece, copy->data() + r * piece);
+  auto copy = std::make_shared<AlignedBuffer<uint8_t>>(piece * static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    f.read(t, static_cast<size_t>(r0 + r) * w.row_bytes + skip, piece, copy->data() + r * piece);
+  }
   w.data = copy->data();
   w.row_bytes = piece;
   f.keep(std::move(copy), w.data);
   return w;
 }
 
-kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                         int64_t n_expert) {
+}  // namespace
+
+kernels::WeightView load_matrix_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t r0, int64_t n) {
+  const int64_t ne[2] = {cols, rows};
+  return rows_of(f, checked(f, name, 2, ne), cols, rows, r0, n);
+}
+
+kernels::WeightView load_matrix_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t c0, int64_t n) {
+  const int64_t ne[2] = {cols, rows};
+  return cols_of(f, checked(f, name, 2, ne), cols, rows, 0, rows, c0, n);
+}
+
+kernels::WeightView load_expert_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t n_expert, int64_t e, int64_t r0, int64_t n) {
   const int64_t ne[3] = {cols, rows, n_expert};
-  return matrix_view(f, checked(f, name, 3, ne), cols, rows * n_expert);
+  const gguf::TensorInfo& t = checked(f, name, 3, ne);
+  TESSERA_CHECK(e >= 0 && e < n_expert && r0 >= 0 && n >= 0 && r0 + n <= rows, kInvalidArgument,
+                "{}: rows [{}, {}) of expert {} of '{}' ({} experts of {} rows)", f.path(), r0, r0 + n, e, name, n_expert,
+                rows);
+  return rows_of(f, t, cols, rows * n_expert, e * rows + r0, n);
+}
+
+kernels::WeightView load_expert_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t n_expert, int64_t e, int64_t c0, int64_t n) {
+  const int64_t ne[3] = {cols, rows, n_expert};
+  const gguf::TensorInfo& t = checked(f, name, 3, ne);
+  TESSERA_CHECK(e >= 0 && e < n_expert, kInvalidArgument, "{}: expert {} of '{}' ({} experts)", f.path(), e, name,
+                n_expert);
+  return cols_of(f, t, cols, rows * n_expert, e * rows, rows, c0, n);
 }
 
 kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,

@@ -63,9 +63,12 @@ kernels::WeightView load_padded_matrix(const gguf::File& f, const std::string& n
 
 // The experts of a mixture, stored as llama.cpp stores them: one 3-D tensor
 // ne = [cols, rows, n_expert], expert e's matrix at rows [e * rows, (e + 1) *
-// rows) of the returned view (rows * n_expert rows of `cols`).
-kernels::WeightView load_expert_matrices(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
-                                         int64_t n_expert);
+// rows) of it. Expert e's rows [r0, r0 + n) / columns [c0, c0 + n), as
+// load_matrix_rows / load_matrix_cols take them (on demand: only their bytes).
+kernels::WeightView load_expert_rows(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t n_expert, int64_t e, int64_t r0, int64_t n);
+kernels::WeightView load_expert_cols(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                     int64_t n_expert, int64_t e, int64_t c0, int64_t n);
 // The same three-dimensional tensor stored as QMoE's ternary codes
 // (kernels/qmoe.h): its layout checked, every codeword included.
 kernels::QmoeView load_qmoe_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
