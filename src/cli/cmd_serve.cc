@@ -112,7 +112,7 @@ int serve(ServeArgs& a) {
     ~Unwatch() { m.watch_prompt_cache(nullptr); }
   } unwatch{metrics};
   served.ctx.soft_prompt = eng.config().soft_prompt;
-  AdapterRegistry adapters(whole_config(*lm.model),  // under --tp: the file's shapes; ranks split adapters themselves
+  AdapterRegistry adapters(lm.model->whole_config(),  // under --tp: the file's shapes; ranks split adapters themselves
                                    a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
   for (const auto& [name, path] : a.adapters.named()) {
     try {

@@ -172,7 +172,7 @@ std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const
   // computes with its part (model/tensor_parallel.h).
   TESSERA_CHECK(dynamic_cast<const TensorParallelModel*>(&base) == nullptr || soft_prompt.empty(), kInvalidArgument,
                 "--tp does not support soft prompts yet");
-  const ModelConfig& shape = whole_config(base);
+  const ModelConfig shape = base.whole_config();
   TESSERA_CHECK(scope == AdapterScope::kServer || scope == AdapterScope::kChat || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
   std::vector<std::shared_ptr<const LoraAdapter>> all;

@@ -15,12 +15,12 @@ constexpr int kMaxArrayDepth = 8;
 constexpr uint64_t kMaxStringLength = uint64_t{1} << 30;
 constexpr int kMaxDims = 4;
 
-// A bounds-checked reader over the file image. Every read names what it was
-// reading so the error says where the file went wrong.
 // Thrown by a Cursor over a prefix of the file (File::open on demand) that
 // needs bytes past the prefix: the caller maps a longer one and parses again.
 struct NeedLongerPrefix {};
 
+// A bounds-checked reader over the file image. Every read names what it was
+// reading so the error says where the file went wrong.
 class Cursor {
  public:
   // `available` bytes at data of a file of `size` bytes (available < size: a

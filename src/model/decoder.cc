@@ -173,6 +173,17 @@ void DecoderModel::split_config(const std::string& path) {
   for (std::vector<float>& m : key_mean_) m = own_part(m, cfg_.kv_dim());
 }
 
+ModelConfig DecoderModel::whole_config() const {
+  ModelConfig c = cfg_;
+  const int64_t n = split_.size;
+  c.n_head *= n;
+  c.n_head_kv *= n;
+  c.n_ff *= n;
+  if (!experts_by_rank_) c.n_ff_exp *= n;
+  c.n_ff_shexp *= n;
+  return c;
+}
+
 std::vector<float> DecoderModel::own_part(const std::vector<float>& whole, int64_t n) const {
   if (whole.empty() || !split_.split()) return whole;
   const auto first = whole.begin() + split_.rank * n;

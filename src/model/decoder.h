@@ -84,6 +84,7 @@ enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
 class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return cfg_; }
+  ModelConfig whole_config() const override;  // split_config undone
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override;
   MatmulWork matmul_work() const override;

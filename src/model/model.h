@@ -44,6 +44,9 @@ struct ForwardState {
   // each token's max |x| (an int8 product's activation scale).
   AlignedBuffer<float> parts_gathered;
   std::vector<float> amax_part, amax_gathered;
+  // ... and the step with this rank's parts of its adapters in place of
+  // the whole ones (TensorParallelModel: reused, so a step allocates nothing).
+  ForwardBatch own_batch;
   // Activations, [n_tokens, width] each.
   AlignedBuffer<float> x, xb, xb2, q, k, v, att, ff_gate, ff_up;
   AlignedBuffer<float> rope_cos, rope_sin;  // [n_tokens, n_rot / 2]: one step's angles, for every layer
@@ -81,6 +84,9 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // The model's whole shape, what its files (adapters included) hold: a
+  // tensor-parallel shard's config() has its share of the heads and neurons.
+  virtual ModelConfig whole_config() const { return config(); }
 
   // Runs one step: writes the K/V of batch tokens into `kv`, and the logits
   // of batch.logit_rows into state.logits.

@@ -158,14 +158,7 @@ struct TensorParallelModel::Adapters {
 };
 
 TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> shard, dist::Group& group)
-    : shard_(std::move(shard)), group_(group), whole_(shard_->config()), adapters_(std::make_unique<Adapters>()) {
-  const int64_t n = group_.size();
-  whole_.n_head *= n;
-  whole_.n_head_kv *= n;
-  whole_.n_ff *= n;
-  whole_.n_ff_exp *= n;
-  whole_.n_ff_shexp *= n;
-}
+    : shard_(std::move(shard)), group_(group), adapters_(std::make_unique<Adapters>()) {}
 
 TensorParallelModel::~TensorParallelModel() {
   Writer w;
@@ -182,7 +175,8 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Forwar
   // Each sequence's adapter by index, sending the ones not sent yet; this
   // rank computes with its parts.
   std::vector<int32_t> index(batch.seq_lora.size(), -1);
-  ForwardBatch mine = batch;
+  ForwardBatch& mine = state.own_batch;
+  mine = batch;  // into last step's capacity
   {
     std::lock_guard<std::mutex> lock(adapters_->mu);
     for (size_t i = 0; i < batch.seq_lora.size(); ++i) {
@@ -199,11 +193,6 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Forwar
   }
   group_.broadcast(encode_step(batch, kv, index), 0);
   shard_->forward(mine, kv, state);
-}
-
-const ModelConfig& whole_config(const Model& m) {
-  const auto* tp = dynamic_cast<const TensorParallelModel*>(&m);
-  return tp != nullptr ? tp->whole_config() : m.config();
 }
 
 int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {

@@ -35,8 +35,7 @@ class TensorParallelModel final : public Model {
   ~TensorParallelModel() override;  // tells the other ranks to stop
 
   const ModelConfig& config() const override { return shard_->config(); }
-  // The model's whole shape (what its files, adapters included, hold).
-  const ModelConfig& whole_config() const { return whole_; }
+  ModelConfig whole_config() const override { return shard_->whole_config(); }
   void forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const override;
   size_t bytes_per_token() const override { return shard_->bytes_per_token(); }
   MatmulWork matmul_work() const override { return shard_->matmul_work(); }
@@ -46,14 +45,9 @@ class TensorParallelModel final : public Model {
  private:
   std::unique_ptr<Model> shard_;
   dist::Group& group_;
-  ModelConfig whole_;
   struct Adapters;  // rank 0's parts of the adapters sent so far
   std::unique_ptr<Adapters> adapters_;
 };
-
-// The model's whole shape: a TensorParallelModel's whole_config(), any
-// other model's config() (what an adapter file for it must fit).
-const ModelConfig& whole_config(const Model& m);
 
 // Ranks 1..N-1: runs the steps rank 0 hands out on `shard` until rank 0 says
 // stop. Returns the number of steps run.
