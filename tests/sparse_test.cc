@@ -192,6 +192,35 @@ void expect_corrupt(std::vector<uint8_t> bytes, int64_t cols, int64_t rows, cons
   }
 }
 
+// A part (a tensor-parallel rank's rows or columns) is a tensor of its own
+// that parses, with each row's masks, scales and values those of the
+// whole's rows at those columns; bad bounds are refused.
+TEST(SparseLayout, PartsHoldTheWholesRowsAndColumns) {
+  std::mt19937 rng(5);
+  const int64_t rows = 40, cols = 256;  // a last group of 8 rows
+  const std::vector<float> w = pruned_weights(rows, cols, 0.5, rng);
+  for (DType type : {DType::kSpQ8_0, DType::kSpQ4_0}) {
+    const std::vector<uint8_t> bytes = encode_sparse(type, w.data(), rows, cols);
+    const SparseView whole = parse_sparse(bytes.data(), bytes.size(), cols, rows, "whole");
+    struct Part { int64_t r0, nr, c0, nc; };
+    for (const Part p : {Part{0, 16, 0, 256}, Part{16, 24, 0, 256}, Part{0, 40, 128, 128}, Part{16, 16, 64, 128}}) {
+      const std::vector<uint8_t> part = sparse_part(whole, p.r0, p.nr, p.c0, p.nc);
+      const SparseView v = parse_sparse(part.data(), part.size(), p.nc, p.nr, "part");
+      std::vector<int8_t> a(static_cast<size_t>(cols)), b(static_cast<size_t>(p.nc));
+      for (int64_t r = 0; r < p.nr; ++r) {
+        sparse_row_levels(whole, p.r0 + r, a.data());
+        sparse_row_levels(v, r, b.data());
+        ASSERT_TRUE(std::equal(b.begin(), b.end(), a.begin() + p.c0)) << dtype_name(type) << " row " << r;
+        const std::vector<uint16_t> da = sparse_row_scales(whole, p.r0 + r), db = sparse_row_scales(v, r);
+        ASSERT_TRUE(std::equal(db.begin(), db.end(), da.begin() + p.c0 / 64)) << dtype_name(type) << " row " << r;
+      }
+    }
+    EXPECT_THROW(sparse_part(whole, 8, 16, 0, 256), Error);   // not a whole group
+    EXPECT_THROW(sparse_part(whole, 0, 16, 32, 128), Error);  // not a whole super-block
+    EXPECT_THROW(sparse_part(whole, 16, 32, 0, 256), Error);  // past the last row
+  }
+}
+
 TEST(SparseLayout, CorruptTensorsAreRefused) {
   std::mt19937 rng(5);
   const int64_t rows = 20, cols = 128;

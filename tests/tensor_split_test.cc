@@ -17,6 +17,7 @@
 #include "engine/sequence_runner.h"
 #include "model/tensor_parallel.h"
 #include "model/synthetic.h"
+#include "quant/prune.h"
 #include "quant/quantize_model.h"
 #include "quant/rotate.h"
 #include "tokenizer/tokenizer.h"
@@ -140,6 +141,33 @@ TEST(TensorSplit, IntegerActivationsAndRotationsGetOneProcessesCodes) {
     expect_split_matches_whole(f32, 2, story_prompt());
     expect_split_matches_whole(rotated, 2, story_prompt());
     unsetenv(var);
+  }
+}
+
+// Pruned matrices in the sparse types (SP_Q8_0, SP_Q4_0: rows of variable
+// size): each rank's rows or columns re-cut as a sparse tensor of its own,
+// the same masks, scales and values; parts must be whole super-blocks.
+TEST(TensorSplit, SparseMatricesSplitIntoSparseParts) {
+  TESSERA_REQUIRE_SHARED("models/stories1M/stories1M.gguf");
+  const std::string f32 = testing::shared_path("models/stories1M/stories1M.gguf");
+  ThreadPool pool(2);
+  for (DType type : {DType::kSpQ8_0, DType::kSpQ4_0}) {
+    const std::string out = testing::temp_path(std::string("split-stories1M-") + std::string(dtype_name(type)) + ".gguf");
+    quant::QuantizeOptions o;
+    o.type = type;
+    o.prune = quant::PruneOptions{.method = quant::PruneMethod::kMagnitude};
+    quant::quantize_model(*load_model(f32).file, out, o, nullptr, pool);
+    ASSERT_EQ(gguf::File::open(out).tensor("blk.0.ffn_down.weight").type, type);
+    expect_split_matches_whole(out, 2, story_prompt());
+    // Over 4 ranks a rank's attn_output columns (32) are not whole 64-value
+    // super-blocks: refused at load, naming them.
+    testing::ThreadGroup groups(4);
+    try {
+      load_model(out, {.rank = 1, .size = 4, .group = groups.rank(1)});
+      ADD_FAILURE() << "32 columns of a sparse matrix";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("blocks of 64"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -179,6 +179,29 @@ const uint8_t* decode_superblock(bool q4, const uint8_t* p, int8_t (*q)[kSparseB
 
 }  // namespace
 
+namespace {
+
+// The tensor's bytes: header, group starts, streams, padding.
+std::vector<uint8_t> assemble(DType type, int64_t rows, int64_t cols, const std::vector<uint64_t>& group_start,
+                              const std::vector<uint8_t>& streams, uint64_t kept) {
+  const size_t end = tensor_end(rows, streams.size());
+  std::vector<uint8_t> out(end, 0);
+  std::memcpy(out.data(), "SPRS", 4);
+  sp_write<uint32_t>(out.data() + 4, kSparseVersion);
+  sp_write<uint64_t>(out.data() + 8, end);
+  sp_write<uint32_t>(out.data() + 16, value_code(type));
+  sp_write<uint32_t>(out.data() + 20, static_cast<uint32_t>(kSparseBlock));
+  sp_write<uint64_t>(out.data() + 24, static_cast<uint64_t>(rows));
+  sp_write<uint64_t>(out.data() + 32, static_cast<uint64_t>(cols));
+  sp_write<uint64_t>(out.data() + 40, streams.size());
+  sp_write<uint64_t>(out.data() + 48, kept);
+  std::memcpy(out.data() + kSparseHeaderBytes, group_start.data(), 8 * group_start.size());
+  if (!streams.empty()) std::memcpy(out.data() + streams_at(rows), streams.data(), streams.size());
+  return out;
+}
+
+}  // namespace
+
 std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int64_t cols) {
   TESSERA_CHECK(is_sparse(type), kInvalidArgument, "encode_sparse: {} is not a sparse type", dtype_name(type));
   TESSERA_CHECK(rows > 0 && cols > 0 && cols % kSparseBlock == 0, kInvalidArgument,
@@ -223,20 +246,43 @@ std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int
     }
     group_start[static_cast<size_t>(g) + 1] = streams.size();
   }
-  const size_t end = tensor_end(rows, streams.size());
-  std::vector<uint8_t> out(end, 0);
-  std::memcpy(out.data(), "SPRS", 4);
-  sp_write<uint32_t>(out.data() + 4, kSparseVersion);
-  sp_write<uint64_t>(out.data() + 8, end);
-  sp_write<uint32_t>(out.data() + 16, value_code(type));
-  sp_write<uint32_t>(out.data() + 20, static_cast<uint32_t>(kSparseBlock));
-  sp_write<uint64_t>(out.data() + 24, static_cast<uint64_t>(rows));
-  sp_write<uint64_t>(out.data() + 32, static_cast<uint64_t>(cols));
-  sp_write<uint64_t>(out.data() + 40, streams.size());
-  sp_write<uint64_t>(out.data() + 48, kept);
-  std::memcpy(out.data() + kSparseHeaderBytes, group_start.data(), 8 * group_start.size());
-  if (!streams.empty()) std::memcpy(out.data() + streams_at(rows), streams.data(), streams.size());
-  return out;
+  return assemble(type, rows, cols, group_start, streams, kept);
+}
+
+std::vector<uint8_t> sparse_part(const SparseView& w, int64_t r0, int64_t n_rows, int64_t c0, int64_t n_cols) {
+  TESSERA_CHECK(r0 >= 0 && n_rows > 0 && r0 + n_rows <= w.rows && r0 % kG == 0 &&
+                    (n_rows % kG == 0 || r0 + n_rows == w.rows),
+                kInvalidArgument, "a sparse matrix's rows [{}, {}) of {} (groups of {})", r0, r0 + n_rows, w.rows, kG);
+  TESSERA_CHECK(c0 >= 0 && n_cols > 0 && c0 + n_cols <= w.cols && c0 % kSparseBlock == 0 && n_cols % kSparseBlock == 0,
+                kInvalidArgument, "a sparse matrix's columns [{}, {}) of {} (blocks of {})", c0, c0 + n_cols, w.cols,
+                kSparseBlock);
+  const bool q4 = w.type == DType::kSpQ4_0;
+  const int64_t b0 = c0 / kSparseBlock, b1 = (c0 + n_cols) / kSparseBlock, g0 = r0 / kG;
+  const int64_t groups = groups_of(n_rows);
+  std::vector<uint64_t> group_start(static_cast<size_t>(groups) + 1, 0);
+  std::vector<uint8_t> streams;
+  uint64_t kept = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* p = w.streams + w.group_start[g0 + g];
+    for (int64_t b = 0; b < b1; ++b) {
+      uint64_t masks[kG];
+      std::memcpy(masks, p, sizeof masks);
+      size_t bytes = kSparseBlockHead;
+      uint64_t n = 0;
+      for (const uint64_t m : masks) {
+        const int pc = std::popcount(m);
+        bytes += q4 ? static_cast<size_t>(pc + 1) / 2 : static_cast<size_t>(pc);  // each tile's from a byte
+        n += static_cast<uint64_t>(pc);
+      }
+      if (b >= b0) {
+        streams.insert(streams.end(), p, p + bytes);
+        kept += n;
+      }
+      p += bytes;
+    }
+    group_start[static_cast<size_t>(g) + 1] = streams.size();
+  }
+  return assemble(w.type, n_rows, n_cols, group_start, streams, kept);
 }
 
 namespace {

@@ -83,6 +83,12 @@ uint64_t sparse_size(const uint8_t* data, size_t avail);
 // signed max). A kept weight that rounds to 0 is stored as a value 0.
 std::vector<uint8_t> encode_sparse(DType type, const float* w, int64_t rows, int64_t cols);
 
+// Rows [r0, r0 + n_rows) and columns [c0, c0 + n_cols) of w as a sparse
+// tensor of their own, the same masks, scales and values (a tensor-parallel
+// rank's part): r0 a multiple of 16 and n_rows too unless the part ends at
+// the last row; c0 and n_cols multiples of 64. Throws kInvalidArgument.
+std::vector<uint8_t> sparse_part(const SparseView& w, int64_t r0, int64_t n_rows, int64_t c0, int64_t n_cols);
+
 // Row r's integer values (SP_Q8_0: q, SP_Q4_0: q - 8), 0 where pruned
 // (cols values), decoded one by one from the layout.
 void sparse_row_levels(const SparseView& w, int64_t r, int8_t* out);

@@ -6,6 +6,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/error.h"
+#include "core/mmap_file.h"
 #include "kernels/qmoe.h"
 #include "kernels/quant.h"
 #include "kernels/sparse.h"
@@ -97,10 +98,30 @@ kernels::WeightView shape_only(const gguf::File& f, const gguf::TensorInfo& t, i
 
 namespace {
 
+// A part of a sparse matrix (SP_Q8_0, SP_Q4_0: rows of variable size) as a
+// sparse tensor of its own (kernels::sparse_part), kept by the File; the
+// whole tensor's pages are released once it is copied out.
+kernels::WeightView sparse_part_view(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows,
+                                     int64_t r0, int64_t n_rows, int64_t c0, int64_t n_cols) {
+  kernels::WeightView w = matrix_view(f, t, cols, rows);  // checked whole
+  if (r0 == 0 && n_rows == rows && c0 == 0 && n_cols == cols) return w;
+  const std::vector<uint8_t> part = kernels::sparse_part(kernels::sparse_view(w.data), r0, n_rows, c0, n_cols);
+  release_pages(w.data, t.n_bytes);
+  auto copy = std::make_shared<AlignedBuffer<uint8_t>>(part.size());
+  std::memcpy(copy->data(), part.data(), part.size());
+  w.data = copy->data();
+  w.rows = n_rows;
+  w.cols = n_cols;
+  w.n_bytes = part.size();
+  f.keep(std::move(copy), w.data);
+  return w;
+}
+
 // Rows [r0, r0 + n) of tensor t seen as `rows` rows of `cols` (a matrix, or
 // every expert's matrices one after the other), as load_matrix_rows says.
 kernels::WeightView rows_of(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows, int64_t r0,
                             int64_t n) {
+  if (kernels::is_sparse(t.type)) return sparse_part_view(f, t, cols, rows, r0, n, 0, cols);
   if (!f.on_demand() || (r0 == 0 && n == rows)) return matrix_rows(matrix_view(f, t, cols, rows), r0, n);
   kernels::WeightView w = shape_only(f, t, cols, n);
   TESSERA_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows, kInvalidArgument, "rows [{}, {}) of {}", r0, r0 + n, rows);
@@ -112,6 +133,7 @@ kernels::WeightView rows_of(const gguf::File& f, const gguf::TensorInfo& t, int6
 // rows of `cols`, as load_matrix_cols says.
 kernels::WeightView cols_of(const gguf::File& f, const gguf::TensorInfo& t, int64_t cols, int64_t rows, int64_t r0,
                             int64_t n_rows, int64_t c0, int64_t n) {
+  if (kernels::is_sparse(t.type)) return sparse_part_view(f, t, cols, rows, r0, n_rows, c0, n);
   if (!f.on_demand() || (r0 == 0 && n_rows == rows && c0 == 0 && n == cols)) {
     return matrix_cols(matrix_rows(matrix_view(f, t, cols, rows), r0, n_rows), c0, n);
   }

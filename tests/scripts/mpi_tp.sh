@@ -4,7 +4,7 @@
 #  - generate: greedy tokens equal one process's (stories260K, stories1M, and
 #    random qwen2 / qwen3 / phi3 / gemma2 / qwen3moe files: biases, q/k norms,
 #    fused tensors, post-norms, experts, QMoE experts split by expert; Q8_0
-#    columns split at whole blocks);
+#    columns split at whole blocks; a pruned SP_Q4_0 stories1M);
 #  - perplexity: equal to every printed digit;
 #  - serve: concurrent completions equal `tessera generate`'s; SIGTERM to rank
 #    0 shuts every rank down cleanly (mpirun exits 0);
@@ -50,12 +50,15 @@ for arch in qwen2 qwen3 phi3 gemma2 qwen3moe; do
   "$TESSERA" make-model --arch "$arch" --vocab-from "$VOCAB" -o "$TMP/$arch.gguf" 2>/dev/null
 done
 "$TESSERA" make-model --arch llama --type q8_0 --vocab-from "$VOCAB" -o "$TMP/llama-q8_0.gguf" 2>/dev/null
+# Wanda-pruned SP_Q4_0 (rows of variable size: each rank's part re-cut).
+"$TESSERA" prune -m "$S1M" -o "$TMP/stories1M-sp_q4_0.gguf" --type sp_q4_0 --calib-tokens 2048 >/dev/null 2>&1 ||
+  fail "prune failed"
 # QMoE experts (ternary codes): split by expert, each rank its whole experts.
 "$TESSERA" quantize -m "$TMP/qwen3moe.gguf" -o "$TMP/qwen3moe-qmoe.gguf" --method qmoe-rtn --type f32 >/dev/null 2>&1 ||
   fail "quantize --method qmoe-rtn failed"
 
 PROMPT="Once upon a time, there was a little girl named Lily. She"
-for m in "$S260" "$S1M" "$TMP"/{qwen2,qwen3,phi3,gemma2,qwen3moe,qwen3moe-qmoe,llama-q8_0}.gguf; do
+for m in "$S260" "$S1M" "$TMP"/{qwen2,qwen3,phi3,gemma2,qwen3moe,qwen3moe-qmoe,llama-q8_0,stories1M-sp_q4_0}.gguf; do
   one=$("$TESSERA" generate -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos -t 2 2>/dev/null) || fail "$m: one process failed"
   two=$("${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$m" -p "$PROMPT" -n 48 --temp 0 --ignore-eos 2>"$TMP/gen.log") ||
     { fail "$m: --tp 2 failed"; tail -5 "$TMP/gen.log"; }
