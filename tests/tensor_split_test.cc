@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "adapters/lora_gguf.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -314,6 +315,52 @@ TEST(TensorParallel, EngineOnRankZeroServesAsTheWholeModel) {
 }
 
 // What a step cannot carry to the other ranks is refused, not computed wrongly.
+// An adapter's parts live as long as the adapter: once it is freed
+// (unloaded, evicted from a pool), the next step tells every rank to free
+// its part; an adapter loaded again is sent again and computes the same.
+TEST(TensorParallel, AFreedAdaptersPartsGoOnEveryRank) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/lora-shakespeare.gguf");
+  const std::string path = testing::stories260k_path();
+  const std::string lora = testing::shared_path("models/stories260K/lora-shakespeare.gguf");
+  const LoadedModel whole = load_model(path);
+  ThreadPool pool(1);
+  const auto logits = [&](const Model& m, const LoraAdapter* a) {
+    engine::SequenceRunner seq(m, {.n_ctx = 128, .lora = a}, pool);
+    const std::span<const float> l = seq.append(story_prompt());
+    return std::vector<float>(l.begin(), l.end());
+  };
+  const auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    float scale = 0.0f, worst = 0.0f;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::abs(want[i]));
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+    }
+    EXPECT_LT(worst, 2e-5f * scale);
+  };
+  std::shared_ptr<const LoraAdapter> adapter = adapters::load_lora(lora, whole.model->config());
+  const std::vector<float> want = logits(*whole.model, adapter.get());
+  testing::ThreadGroup group(2);
+  std::vector<LoadedModel> shards;
+  for (int r = 0; r < 2; ++r) shards.push_back(load_model(path, {.rank = r, .size = 2, .group = group.rank(r)}));
+  std::thread follower([&] {
+    ThreadPool own(1);
+    follow_steps(*shards[1].model, *group.rank(1), own);
+  });
+  {
+    TensorParallelModel rank0(std::move(shards[0].model), *group.rank(0));
+    expect_near(logits(rank0, adapter.get()), want);
+    EXPECT_EQ(rank0.adapter_parts(), 1u);
+    adapter.reset();
+    logits(rank0, nullptr);
+    EXPECT_EQ(rank0.adapter_parts(), 0u);
+    adapter = adapters::load_lora(lora, whole.model->config());
+    expect_near(logits(rank0, adapter.get()), want);
+    EXPECT_EQ(rank0.adapter_parts(), 1u);
+  }
+  follower.join();
+}
+
 TEST(TensorParallel, RefusesStepsTheOtherRanksCannotFollow) {
   TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
   testing::ThreadGroup group(1);  // rank 0 alone: the refusal comes before any broadcast

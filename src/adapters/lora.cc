@@ -26,6 +26,37 @@ void stamp_content_hash(LoraAdapter& a) {
   a.content_hash = h.digest();
 }
 
+void LoraRetired::add(uint64_t uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uids_.push_back(uid);
+}
+
+std::vector<uint64_t> LoraRetired::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(uids_, {});
+}
+
+LoraWatchers& LoraWatchers::operator=(LoraWatchers&& o) noexcept {
+  if (this != &o) {
+    std::scoped_lock lock(mu_, o.mu_);
+    uid_ = o.uid_;
+    list_ = std::move(o.list_);
+  }
+  return *this;
+}
+
+LoraWatchers::~LoraWatchers() {
+  for (const std::weak_ptr<LoraRetired>& w : list_) {
+    if (const std::shared_ptr<LoraRetired> r = w.lock()) r->add(uid_);
+  }
+}
+
+void LoraWatchers::watch(uint64_t uid, const std::shared_ptr<LoraRetired>& w) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uid_ = uid;
+  list_.push_back(w);
+}
+
 uint64_t next_lora_uid() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);

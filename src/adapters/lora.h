@@ -14,6 +14,8 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +50,37 @@ struct LoraAdapter;
 // Sets a.content_hash from its pairs (ranks, scales, A and B).
 void stamp_content_hash(LoraAdapter& a);
 
+// The uids of watched adapters since freed, for whoever holds copies made
+// from them (a tensor-parallel model: the ranks' parts).
+class LoraRetired {
+ public:
+  void add(uint64_t uid);
+  std::vector<uint64_t> take();
+
+ private:
+  std::mutex mu_;
+  std::vector<uint64_t> uids_;
+};
+
+// An adapter's watchers, told its uid when it is freed. Moves with the
+// adapter; a copy starts with none.
+class LoraWatchers {
+ public:
+  LoraWatchers() = default;
+  LoraWatchers(const LoraWatchers&) {}
+  LoraWatchers(LoraWatchers&& o) noexcept : uid_(o.uid_), list_(std::move(o.list_)) {}
+  LoraWatchers& operator=(const LoraWatchers&) { return *this; }
+  LoraWatchers& operator=(LoraWatchers&& o) noexcept;
+  ~LoraWatchers();
+  // Thread-safe; `uid`: the adapter's.
+  void watch(uint64_t uid, const std::shared_ptr<LoraRetired>& w) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable uint64_t uid_ = 0;
+  mutable std::vector<std::weak_ptr<LoraRetired>> list_;
+};
+
 struct LoraAdapter {
   uint64_t uid = next_lora_uid();
   // A hash of its weights (stamp_content_hash), stable across processes:
@@ -57,6 +90,7 @@ struct LoraAdapter {
   std::string name;
   float alpha = 0.0f;
   std::vector<std::array<LoraPair, kNumLoraTargets>> layers;  // [n_layer]
+  LoraWatchers watchers;
 
   const LoraPair* get(int64_t layer, LoraTarget t) const {
     const LoraPair& p = layers[static_cast<size_t>(layer)][static_cast<size_t>(t)];

@@ -10,7 +10,7 @@
 namespace tessera {
 namespace {
 
-enum class Kind : uint8_t { kStop = 0, kStep = 1, kAdapter = 2 };
+enum class Kind : uint8_t { kStop = 0, kStep = 1, kAdapter = 2, kDropAdapter = 3 };
 
 // A step's bytes: fixed-size values and length-prefixed vectors, host order
 // (every rank runs this binary on the same kind of machine).
@@ -154,7 +154,10 @@ std::string encode_step(const ForwardBatch& b, const KvCache& kv, const std::vec
 struct TensorParallelModel::Adapters {
   std::mutex mu;
   std::map<uint64_t, int32_t> index_of_uid;  // rank 0's whole adapters, by uid
-  std::vector<std::unique_ptr<LoraAdapter>> parts;  // rank 0's part of each, by index
+  std::map<int32_t, std::unique_ptr<LoraAdapter>> parts;  // rank 0's part of each, by index
+  int32_t next_index = 0;
+  // Whole adapters freed since (their watchers' notice): their parts go.
+  std::shared_ptr<LoraRetired> retired = std::make_shared<LoraRetired>();
 };
 
 TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> shard, dist::Group& group)
@@ -166,7 +169,29 @@ TensorParallelModel::~TensorParallelModel() {
   group_.broadcast(w.take(), 0);
 }
 
+size_t TensorParallelModel::adapter_parts() const {
+  std::lock_guard<std::mutex> lock(adapters_->mu);
+  return adapters_->parts.size();
+}
+
+void TensorParallelModel::drop_freed_adapters() const {
+  for (const uint64_t uid : adapters_->retired->take()) {
+    const auto it = adapters_->index_of_uid.find(uid);
+    if (it == adapters_->index_of_uid.end()) continue;
+    Writer w;
+    w.put(Kind::kDropAdapter);
+    w.put(it->second);
+    group_.broadcast(w.take(), 0);
+    adapters_->parts.erase(it->second);
+    adapters_->index_of_uid.erase(it);
+  }
+}
+
 void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, ForwardState& state) const {
+  {
+    std::lock_guard<std::mutex> lock(adapters_->mu);
+    drop_freed_adapters();
+  }
   if (!any_set(batch.seq_lora)) {
     group_.broadcast(encode_step(batch, kv, {}), 0);
     shard_->forward(batch, kv, state);
@@ -182,13 +207,15 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Forwar
     for (size_t i = 0; i < batch.seq_lora.size(); ++i) {
       const LoraAdapter* a = batch.seq_lora[i];
       if (a == nullptr) continue;
-      auto [it, added] = adapters_->index_of_uid.emplace(a->uid, static_cast<int32_t>(adapters_->parts.size()));
+      auto [it, added] = adapters_->index_of_uid.emplace(a->uid, adapters_->next_index);
       if (added) {
+        ++adapters_->next_index;
         group_.broadcast(encode_adapter(*a, it->second), 0);
-        adapters_->parts.push_back(std::make_unique<LoraAdapter>(lora_part(*a, 0, group_.size())));
+        adapters_->parts[it->second] = std::make_unique<LoraAdapter>(lora_part(*a, 0, group_.size()));
+        a->watchers.watch(a->uid, adapters_->retired);  // its parts go when it does
       }
       index[i] = it->second;
-      mine.seq_lora[i] = adapters_->parts[static_cast<size_t>(it->second)].get();
+      mine.seq_lora[i] = adapters_->parts.at(it->second).get();
     }
   }
   group_.broadcast(encode_step(batch, kv, index), 0);
@@ -203,7 +230,7 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
   state.ctx.ws = &state.ws;
   ForwardBatch b;
   std::vector<std::vector<int32_t>> tables;
-  std::vector<std::unique_ptr<LoraAdapter>> adapters;  // this rank's parts, by rank 0's index
+  std::map<int32_t, std::unique_ptr<LoraAdapter>> adapters;  // this rank's parts, by rank 0's index
   std::vector<int32_t> adapter_of_seq;
   for (int64_t steps = 0;;) {
     const std::string message = group.broadcast("", 0);
@@ -212,9 +239,13 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
     if (kind == Kind::kStop) return steps;
     if (kind == Kind::kAdapter) {
       const int32_t index = r.get<int32_t>();
-      TESSERA_CHECK(index == static_cast<int32_t>(adapters.size()), kInternal, "tensor parallelism: adapter {} out of order",
-                    index);
-      adapters.push_back(std::make_unique<LoraAdapter>(lora_part(decode_adapter(r), group.rank(), group.size())));
+      std::unique_ptr<LoraAdapter>& part = adapters[index];
+      TESSERA_CHECK(part == nullptr, kInternal, "tensor parallelism: adapter {} sent twice", index);
+      part = std::make_unique<LoraAdapter>(lora_part(decode_adapter(r), group.rank(), group.size()));
+      continue;
+    }
+    if (kind == Kind::kDropAdapter) {
+      TESSERA_CHECK(adapters.erase(r.get<int32_t>()) == 1, kInternal, "tensor parallelism: dropping an unknown adapter");
       continue;
     }
     ++steps;
@@ -247,8 +278,10 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
       b.seq_lora.assign(adapter_of_seq.size(), nullptr);
       for (size_t i = 0; i < adapter_of_seq.size(); ++i) {
         const int32_t a = adapter_of_seq[i];
-        TESSERA_CHECK(a < static_cast<int32_t>(adapters.size()), kInternal, "tensor parallelism: unknown adapter {}", a);
-        if (a >= 0) b.seq_lora[i] = adapters[static_cast<size_t>(a)].get();
+        if (a < 0) continue;
+        const auto it = adapters.find(a);
+        TESSERA_CHECK(it != adapters.end(), kInternal, "tensor parallelism: unknown adapter {}", a);
+        b.seq_lora[i] = it->second.get();
       }
     }
     shard.forward(b, *kv, state);

@@ -11,7 +11,9 @@
 //
 // LoRA adapters travel once: the first step that uses an adapter (rank 0's,
 // whole) sends its weights; every rank keeps its part (adapters::lora_part)
-// under an index, and steps carry each sequence's index.
+// under an index, and steps carry each sequence's index. When the whole
+// adapter is freed (unloaded, evicted from serve's pool), the next step
+// first tells every rank to free its part.
 //
 // Per-step state that is not in the batch's numbers is refused with a clear
 // error rather than computed wrongly: soft prompts, bounded KV policies (key
@@ -40,13 +42,16 @@ class TensorParallelModel final : public Model {
   size_t bytes_per_token() const override { return shard_->bytes_per_token(); }
   MatmulWork matmul_work() const override { return shard_->matmul_work(); }
   int64_t long_rope_after() const override { return shard_->long_rope_after(); }
+  // Adapters whose parts the ranks hold now.
+  size_t adapter_parts() const;
   const std::vector<std::vector<float>>& key_mean() const override { return shard_->key_mean(); }
 
  private:
   std::unique_ptr<Model> shard_;
   dist::Group& group_;
-  struct Adapters;  // rank 0's parts of the adapters sent so far
+  struct Adapters;  // rank 0's parts of the adapters sent and not yet freed
   std::unique_ptr<Adapters> adapters_;
+  void drop_freed_adapters() const;  // under adapters_->mu
 };
 
 // Ranks 1..N-1: runs the steps rank 0 hands out on `shard` until rank 0 says
