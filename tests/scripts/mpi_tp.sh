@@ -14,7 +14,8 @@
 #  - what cannot be split or followed is refused on every rank, no hang:
 #    --tp without its ranks, heads that do not divide, a soft prompt;
 #  - LoRA adapters (generate, perplexity, serve's named adapters beside
-#    requests without one): one process's tokens and perplexity;
+#    requests without one, evicted from a one-adapter pool and loaded again,
+#    loaded and unloaded at run time): one process's tokens and perplexity;
 #  - W8A8 / W4A8 files and weights quantized at load, QuaRot's online
 #    rotation: one process's tokens; perplexity within 3e-4 relative.
 #
@@ -118,7 +119,10 @@ two=$("${MPI2[@]}" "$TESSERA" perplexity --tp 2 -m "$S260" --lora "$LORA" -f "$T
 [ -n "$one" ] && [ "$one" = "$two" ] || fail "perplexity --tp 2 --lora '$two' vs '$one'"
 
 # serve --tp 2: rank 0 serves HTTP, rank 1 follows its steps.
-setsid mpirun --oversubscribe -np 2 "$TESSERA" serve --tp 2 -m "$S260" --lora "shakespeare=$LORA" --port 0 2>"$TMP/serve.log" &
+# A pool that holds one adapter (0.18 MiB): two named adapters used in turn
+# evict each other, so their parts are freed on both ranks and sent again.
+setsid mpirun --oversubscribe -np 2 "$TESSERA" serve --tp 2 -m "$S260" --lora "shakespeare=$LORA" --lora-pool 300K \
+  --allow-runtime-lora --port 0 2>"$TMP/serve.log" &
 JOB=$!
 url=""
 for _ in $(seq 1 300); do
@@ -148,6 +152,22 @@ if [ -n "$url" ]; then
   for j in 0 1 2 3 4 5; do
     [ "$(cat "$TMP/served.$j")" = "$(cat "$TMP/want.$j")" ] || fail "serve --tp 2, prompt $j: '$(cat "$TMP/served.$j")' vs '$(cat "$TMP/want.$j")'"
   done
+  # An adapter loaded at run time, used in turn with the named one (each
+  # evicting the other from the pool), then unloaded.
+  complete() {  # MODEL: "Once upon a time" through it, 32 tokens
+    curl -s --max-time 60 "$url/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"model\": \"$1\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"temperature\": 0}" |
+      /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin); print(r["choices"][0]["text"] if "choices" in r else r["error"]["code"], end="")'
+  }
+  curl -s --max-time 60 "$url/v1/load_lora_adapter" -H 'Content-Type: application/json' \
+    -d "{\"lora_name\": \"again\", \"lora_path\": \"$LORA\"}" >/dev/null
+  for model in again shakespeare again shakespeare; do
+    got=$(complete "$model")
+    [ "$got" = "$(cat "$TMP/want.4")" ] || fail "serve --tp 2, adapter $model in turn: '$got' vs '$(cat "$TMP/want.4")'"
+  done
+  curl -s --max-time 60 "$url/v1/unload_lora_adapter" -H 'Content-Type: application/json' -d '{"lora_name": "again"}' >/dev/null
+  [ "$(complete again)" = model_not_found ] || fail "serve --tp 2: an unloaded adapter still answers"
+  [ "$(complete shakespeare)" = "$(cat "$TMP/want.4")" ] || fail "serve --tp 2: the named adapter after an unload"
   rank0=""
   for p in $(pgrep -f -- "serve --tp 2 -m $S260"); do
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tessera ] &&
