@@ -13,7 +13,7 @@
 #    fails with one line; a rank's peak RSS about half the weights;
 #  - what cannot be split or followed is refused on every rank, no hang:
 #    --tp without its ranks, heads that do not divide, a soft prompt;
-#  - LoRA adapters (generate, perplexity, serve's named adapters beside
+#  - LoRA adapters (generate, perplexity, batch, serve's named adapters beside
 #    requests without one, evicted from a one-adapter pool and loaded again,
 #    loaded and unloaded at run time): one process's tokens and perplexity;
 #  - W8A8 / W4A8 files and weights quantized at load, QuaRot's online
@@ -117,6 +117,25 @@ two=$("${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --lora "$LORA" -p "$PRO
 one=$("$TESSERA" perplexity -m "$S260" --lora "$LORA" -f "$TMP/text.txt" -c 128 -t 2 2>&1 | grep -o 'PPL = [0-9.]*')
 two=$("${MPI2[@]}" "$TESSERA" perplexity --tp 2 -m "$S260" --lora "$LORA" -f "$TMP/text.txt" -c 128 2>&1 | grep -o 'PPL = [0-9.]*')
 [ -n "$one" ] && [ "$one" = "$two" ] || fail "perplexity --tp 2 --lora '$two' vs '$one'"
+
+# batch --tp 2 (every request through the adapter): one process's lines
+# apart from the timings.
+for i in 0 1 2 3 4 5; do
+  echo "{\"id\": \"r$i\", \"prompt\": \"Once upon a time $i\", \"max_tokens\": 24, \"temperature\": 0}"
+done >"$TMP/batch.jsonl"
+untimed() {
+  /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); r.pop("time_to_first_token_s", None); r.pop("latency_s", None)
+    print(json.dumps(r, sort_keys=True))' "$1" 2>/dev/null || echo "unreadable $1"
+}
+"$TESSERA" batch -m "$S260" --lora "$LORA" --input "$TMP/batch.jsonl" -o "$TMP/batch1.jsonl" 2>/dev/null ||
+  fail "batch --lora failed"
+"${MPI2[@]}" "$TESSERA" batch --tp 2 -m "$S260" --lora "$LORA" --input "$TMP/batch.jsonl" -o "$TMP/batch2.jsonl" \
+  2>"$TMP/batch.log" || { fail "batch --tp 2 --lora failed"; tail -5 "$TMP/batch.log"; }
+[ "$(untimed "$TMP/batch1.jsonl")" = "$(untimed "$TMP/batch2.jsonl")" ] && [ -s "$TMP/batch1.jsonl" ] ||
+  fail "batch --tp 2 --lora differs from one process"
 
 # serve --tp 2: rank 0 serves HTTP, rank 1 follows its steps.
 # A pool that holds one adapter (0.18 MiB): two named adapters used in turn
