@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
+#include "model/ffn_sparsity.h"
 #include "model/tensor_parallel.h"
 #include "model/synthetic.h"
 #include "quant/prune.h"
@@ -170,6 +171,32 @@ TEST(TensorSplit, SparseMatricesSplitIntoSparseParts) {
       EXPECT_NE(std::string(e.what()).find("blocks of 64"), std::string::npos) << e.what();
     }
   }
+}
+
+// Contextual sparsity (model/ffn_sparsity.h): each neuron's keep decision
+// reads its own gate activation against the layer's threshold, so a rank
+// decides for its neurons as one process does; down's transposed part runs
+// on its kept ones. Thresholds made up (the split's result does not depend
+// on their calibration), a third of the neurons kept or so.
+TEST(TensorSplit, ContextualSparsityKeepsOneProcesssNeurons) {
+  TESSERA_REQUIRE_SHARED("models/stories1M/stories1M.gguf");
+  const LoadedModel src = load_model(testing::shared_path("models/stories1M/stories1M.gguf"));
+  const std::string out = testing::temp_path("split-stories1M-ffn-sparsity.gguf");
+  ThreadPool pool(2);
+  quant::QuantizeOptions o;
+  o.type = DType::kQ8_0;
+  o.metadata = [L = src.model->config().n_layer](gguf::Writer& w) {
+    w.set_f32s(kFfnThresholdKey, std::vector<float>(static_cast<size_t>(L), 0.02f));
+  };
+  quant::quantize_model(*src.file, out, o, nullptr, pool);
+  // The thresholds skip neurons: the logits are not the dense model's.
+  const tessera::Run sparse = run(*load_model(out).model, story_prompt(), 1);
+  setenv("TESSERA_FFN_SPARSITY", "0", 1);
+  const tessera::Run dense = run(*load_model(out).model, story_prompt(), 1);
+  unsetenv("TESSERA_FFN_SPARSITY");
+  EXPECT_NE(sparse.prompt_logits, dense.prompt_logits);
+  expect_split_matches_whole(out, 2, story_prompt());
+  expect_split_matches_whole(out, 4, story_prompt());
 }
 
 std::string family_file(const std::string& arch, DType type = DType::kF32, int64_t n_vocab = 320) {

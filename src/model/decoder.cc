@@ -155,8 +155,6 @@ void DecoderModel::split_config(const std::string& path) {
   const int n = split_.size;
   TESSERA_CHECK(split_.group != nullptr && split_.rank >= 0 && split_.rank < n, kInternal,
                 "shard {} of {} without a group", split_.rank, n);
-  TESSERA_CHECK(ffn_thresholds_.empty(), kInvalidArgument,
-                "{}: tensor parallelism of contextual sparsity is not supported yet", path);
   if (experts_by_rank_) {
     TESSERA_CHECK(cfg_.n_expert >= n, kInvalidArgument, "{}: {} experts cannot be shared by {} ranks", path,
                   cfg_.n_expert, n);
@@ -291,6 +289,8 @@ kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::st
         release_pages(whole.data, matrix_bytes(whole));
         if (p.w8) return p;
       }
+      // (Contextual sparsity transposes down's view: the copy stays.)
+      if (!ffn_thresholds_.empty()) return prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols));
       return without_copy(ld.file(), prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols)));
     case Share::kWhole: break;
   }
