@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "adapters/lora_gguf.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -400,18 +402,70 @@ TEST(TensorParallel, RefusesStepsTheOtherRanksCannotFollow) {
   b.positions = {0};
   b.slots = {16};
   const int32_t table[] = {1};
-  const float row[64] = {};
   b.seqs.push_back({0, 1, 1, table});
-  b.embd_rows = {row};
+  b.key_shifts.push_back({16, 1});
   try {
     rank0.forward(b, kv, st);
-    FAIL() << "a soft prompt's row went to a tensor-parallel step";
+    FAIL() << "a shifted key went to a tensor-parallel step";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not support soft prompts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not support bounded KV caches"), std::string::npos) << e.what();
   }
+}
+
+// Soft prompts' rows (virtual tokens' inputs) travel with the step: every
+// rank starts from them, and the logits are the whole model's.
+TEST(TensorParallel, SoftPromptRowsTravelWithTheStep) {
+  TESSERA_REQUIRE_SHARED("models/stories260K/stories260K.gguf");
+  const std::string path = testing::stories260k_path();
+  const LoadedModel whole = load_model(path);
+  const int64_t E = whole.model->config().n_embd;
+  std::vector<float> rows(static_cast<size_t>(2 * E));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n01(0.0f, 0.5f);
+  for (float& v : rows) v = n01(rng);
+  const int32_t table[] = {0};
+  ForwardBatch b;
+  b.tokens = {1, 1, 1, 403, 87};
+  b.positions = {0, 1, 2, 3, 4};
+  b.slots = {0, 1, 2, 3, 4};
+  b.seqs.push_back({0, 5, 5, table});
+  b.embd_rows = {nullptr, rows.data(), rows.data() + E, nullptr, nullptr};
+  b.logit_rows = {2, 4};
+  const auto step = [&](const Model& m) {
+    KvCache kv(m.config(), KvCacheShape{4, 16, DType::kF32});
+    ThreadPool pool(1);
+    ForwardState st;
+    st.ctx.pool = &pool;
+    st.ctx.isa = active_isa();
+    st.ctx.ws = &st.ws;
+    m.forward(b, kv, st);
+    const int64_t V = m.config().n_vocab;
+    return std::vector<float>(st.logits.data(), st.logits.data() + 2 * V);
+  };
+  const std::vector<float> want = step(*whole.model);
+  testing::ThreadGroup group(2);
+  std::vector<LoadedModel> shards;
+  for (int r = 0; r < 2; ++r) shards.push_back(load_model(path, {.rank = r, .size = 2, .group = group.rank(r)}));
+  std::thread follower([&] {
+    ThreadPool own(1);
+    EXPECT_EQ(follow_steps(*shards[1].model, *group.rank(1), own), 1);
+  });
+  std::vector<float> got;
+  {
+    TensorParallelModel rank0(std::move(shards[0].model), *group.rank(0));
+    got = step(rank0);
+  }
+  follower.join();
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 0.0f, worst = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  EXPECT_LT(worst, 2e-5f * scale);
+  // The rows matter: without them the logits differ.
   b.embd_rows.clear();
-  b.key_shifts.push_back({16, 1});
-  EXPECT_THROW(rank0.forward(b, kv, st), Error);
+  EXPECT_NE(step(*whole.model), want);
 }
 
 }  // namespace

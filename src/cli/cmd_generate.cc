@@ -37,7 +37,8 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
   sub.add_option("--modules", a->modules, "Modules of --prompt-schema to import, in schema order")->delimiter(',');
   return [a]() {
     const auto t0 = engine::Clock::now();
-    const kv::KvPolicy kv_policy = a->kv_policy.get();
+    const kv::KvPolicy kv_policy = a->kv_policy.get(a->run.tp);
+    check_prompt_cache_tp(a->prompt_schema, a->run.tp);
     a->run.resolve_model();
     const LoadedModel lm = a->run.load();
     const auto tok = load_tokenizer(lm);

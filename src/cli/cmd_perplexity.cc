@@ -90,7 +90,7 @@ TESSERA_COMMAND("perplexity", "Perplexity of a text file (llama-perplexity's met
     opt.long_rope = a->run.long_rope_mode();
     const std::shared_ptr<const LoraAdapter> lora = a->adapters.load(*lm.model);
     opt.lora = lora.get();
-    opt.kv_policy = a->kv_policy.get();
+    opt.kv_policy = a->kv_policy.get(a->run.tp);
     ProgressBar bar("perplexity");
     if (a->stream || opt.kv_policy.bounded()) {
       TESSERA_CHECK(a->kl.empty() && a->kl_base.empty(), kInvalidArgument, "--kl/--kl-base read chunks, not a stream");

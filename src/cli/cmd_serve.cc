@@ -68,6 +68,9 @@ int serve(ServeArgs& a) {
   if (a.http_threads > 0) {
     TESSERA_LOG_WARN("--http-threads is ignored: connections are served by one event-loop thread (docs/SERVER.md)");
   }
+  // What --tp refuses, on every rank before any loads.
+  const kv::KvPolicy kv_policy = a.kv_policy.get(a.run.tp);
+  check_prompt_cache_tp(a.prompt_schema, a.run.tp);
   // --tp: ranks other than 0 serve no HTTP; they follow rank 0's steps
   // (RunOptions::load does not return on them).
   if (a.run.tp > 1 && dist::World::current().rank() != 0) a.run.load();
@@ -101,7 +104,8 @@ int serve(ServeArgs& a) {
   served.ctx.tokenizer = tok.get();
   served.ctx.chat_template = chat ? &*chat : nullptr;
   served.ctx.max_model_len = eng.config().max_model_len;
-  served.ctx.kv_policy = a.kv_policy.get();
+  served.ctx.kv_policy = kv_policy;
+  served.ctx.bounded_kv = a.run.tp == 1;
   served.ctx.served_model_name = http_opt.served_model_name;
   served.ctx.prompt_cache = prompt_cache ? &*prompt_cache : nullptr;
   metrics.watch_prompt_cache(served.ctx.prompt_cache);

@@ -170,8 +170,6 @@ std::vector<std::pair<std::string, std::string>> AdapterOptions::named_soft_prom
 std::shared_ptr<const LoraAdapter> AdapterOptions::load(const Model& base) const {
   // Under --tp the adapters are read whole (the file's shapes); each rank
   // computes with its part (model/tensor_parallel.h).
-  TESSERA_CHECK(dynamic_cast<const TensorParallelModel*>(&base) == nullptr || soft_prompt.empty(), kInvalidArgument,
-                "--tp does not support soft prompts yet");
   const ModelConfig shape = base.whole_config();
   TESSERA_CHECK(scope == AdapterScope::kServer || scope == AdapterScope::kChat || named().empty(), kInvalidArgument,
                 "--lora NAME=FILE serves an adapter by name (tessera serve); here give --lora FILE");
@@ -239,7 +237,12 @@ void KvPolicyOptions::add_to(CLI::App& app) {
                  "Recent tokens always kept by --kv-policy h2o / spatten (default: budget / 2, spatten budget / 4)");
 }
 
-kv::KvPolicy KvPolicyOptions::get() const {
+void check_prompt_cache_tp(const std::string& prompt_schema, int tp) {
+  TESSERA_CHECK(tp == 1 || prompt_schema.empty(), kInvalidArgument,
+                "tensor parallelism (--tp) does not support Prompt Cache modules (--prompt-schema) yet");
+}
+
+kv::KvPolicy KvPolicyOptions::get(int tp) const {
   const std::optional<kv::KvPolicyKind> kind = kv::parse_kv_policy(policy);
   TESSERA_CHECK(kind.has_value(), kInvalidArgument,
                 "--kv-policy '{}' is not one of dense, window, recompute, sink, h2o, spatten", policy);
@@ -247,6 +250,8 @@ kv::KvPolicy KvPolicyOptions::get() const {
   p.recent = recent;
   const std::string bad = kv::check_kv_policy(p);
   TESSERA_CHECK(bad.empty(), kInvalidArgument, "{}", bad);
+  TESSERA_CHECK(tp == 1 || !p.bounded(), kInvalidArgument,
+                "tensor parallelism (--tp) does not support bounded KV caches (--kv-policy {}) yet", policy);
   return p;
 }
 

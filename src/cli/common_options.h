@@ -31,8 +31,14 @@ struct KvPolicyOptions {
   void add_to(CLI::App& app);
   // Throws Error (kInvalidArgument) for an unknown name or a budget that
   // does not fit the policy.
-  kv::KvPolicy get() const;
+  // tp: the run's --tp (bounded policies move keys outside the steps the
+  // other ranks follow: refused under tensor parallelism).
+  kv::KvPolicy get(int tp = 1) const;
 };
+
+// Prompt Cache modules are copied into a cache outside any step, which the
+// other ranks of --tp would not see: refused (every rank, before loading).
+void check_prompt_cache_tp(const std::string& prompt_schema, int tp);
 
 struct RunOptions {
   std::string model;

@@ -67,8 +67,7 @@ bool any_set(const std::vector<T*>& v) {
 
 // What a step carries beyond numbers, which the other ranks could not follow.
 void check_followable(const ForwardBatch& b) {
-  const char* what = any_set(b.embd_rows)      ? "soft prompts"
-                     : !b.key_shifts.empty()   ? "bounded KV caches (shifted keys)"
+  const char* what = !b.key_shifts.empty()     ? "bounded KV caches (shifted keys)"
                      : any_set(b.key_depth)    ? "SpAtten's cascade"
                                                : nullptr;
   for (const kernels::AttentionSeq& q : b.seqs) {
@@ -126,7 +125,10 @@ LoraAdapter decode_adapter(Reader& r) {
   return a;
 }
 
-std::string encode_step(const ForwardBatch& b, const KvCache& kv, const std::vector<int32_t>& adapter_of_seq) {
+// n_embd: the rows of soft prompts' virtual tokens travel by value (a
+// prompt's few, in the steps that hold them).
+std::string encode_step(const ForwardBatch& b, const KvCache& kv, const std::vector<int32_t>& adapter_of_seq,
+                        int64_t n_embd) {
   check_followable(b);
   Writer w;
   w.put(Kind::kStep);
@@ -146,6 +148,15 @@ std::string encode_step(const ForwardBatch& b, const KvCache& kv, const std::vec
     const int64_t n_blocks = (q.kv_len + shape.block_size - 1) / shape.block_size;
     w.put_vector(std::vector<int32_t>(q.block_table, q.block_table + n_blocks));
   }
+  std::vector<int32_t> rows_at;  // tokens whose input is a given row
+  std::vector<float> rows;
+  for (size_t i = 0; i < b.embd_rows.size(); ++i) {
+    if (b.embd_rows[i] == nullptr) continue;
+    rows_at.push_back(static_cast<int32_t>(i));
+    rows.insert(rows.end(), b.embd_rows[i], b.embd_rows[i] + n_embd);
+  }
+  w.put_vector(rows_at);
+  w.put_vector(rows);
   return w.take();
 }
 
@@ -193,7 +204,7 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Forwar
     drop_freed_adapters();
   }
   if (!any_set(batch.seq_lora)) {
-    group_.broadcast(encode_step(batch, kv, {}), 0);
+    group_.broadcast(encode_step(batch, kv, {}, shard_->config().n_embd), 0);
     shard_->forward(batch, kv, state);
     return;
   }
@@ -218,7 +229,7 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& kv, Forwar
       mine.seq_lora[i] = adapters_->parts.at(it->second).get();
     }
   }
-  group_.broadcast(encode_step(batch, kv, index), 0);
+  group_.broadcast(encode_step(batch, kv, index, shard_->config().n_embd), 0);
   shard_->forward(mine, kv, state);
 }
 
@@ -231,7 +242,9 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
   ForwardBatch b;
   std::vector<std::vector<int32_t>> tables;
   std::map<int32_t, std::unique_ptr<LoraAdapter>> adapters;  // this rank's parts, by rank 0's index
-  std::vector<int32_t> adapter_of_seq;
+  std::vector<int32_t> adapter_of_seq, rows_at;
+  std::vector<float> rows;
+  const int64_t E = shard.config().n_embd;
   for (int64_t steps = 0;;) {
     const std::string message = group.broadcast("", 0);
     Reader r(message);
@@ -273,6 +286,12 @@ int64_t follow_steps(const Model& shard, dist::Group& group, ThreadPool& pool) {
       r.get_vector(t);
       q.block_table = t.data();
       b.seqs.push_back(q);
+    }
+    r.get_vector(rows_at);
+    r.get_vector(rows);
+    if (!rows_at.empty()) {
+      b.embd_rows.assign(b.tokens.size(), nullptr);
+      for (size_t k = 0; k < rows_at.size(); ++k) b.embd_rows.at(static_cast<size_t>(rows_at[k])) = rows.data() + k * E;
     }
     if (!adapter_of_seq.empty()) {
       b.seq_lora.assign(adapter_of_seq.size(), nullptr);

@@ -15,10 +15,11 @@
 // adapter is freed (unloaded, evicted from serve's pool), the next step
 // first tells every rank to free its part.
 //
-// Per-step state that is not in the batch's numbers is refused with a clear
-// error rather than computed wrongly: soft prompts, bounded KV policies (key
-// positions, scores, shifts, SpAtten's depths), and writes into the cache
-// outside a step (Prompt Cache modules, the KV store).
+// Soft prompts' rows travel by value in the steps that hold them. Per-step
+// state that is not in the batch's numbers is refused with a clear error
+// rather than computed wrongly: bounded KV policies (key positions, scores,
+// shifts, SpAtten's depths), and writes into the cache outside a step
+// (Prompt Cache modules, the KV store).
 #pragma once
 
 #include <memory>

@@ -149,7 +149,12 @@ void refuse_unsupported(const json& body, std::initializer_list<const char*> nam
 
 engine::SamplingParams sampling(const json& body, int32_t default_max_tokens, const ModelContext& ctx) {
   try {
-    return parse_sampling(body, {.temperature = 1.0f, .max_tokens = default_max_tokens, .kv_policy = ctx.kv_policy});
+    engine::SamplingParams p =
+        parse_sampling(body, {.temperature = 1.0f, .max_tokens = default_max_tokens, .kv_policy = ctx.kv_policy});
+    if (p.kv_policy.bounded() && !ctx.bounded_kv) {
+      bad("kv_policy", "this server runs a tensor-parallel model (--tp), which does not support bounded KV caches yet");
+    }
+    return p;
   } catch (const FieldError& e) {
     bad(e.field(), e.what());
   }

@@ -49,6 +49,7 @@ struct ModelContext {
   const engine::PromptCache* prompt_cache = nullptr;  // null: started without --prompt-schema
   AdapterRegistry* adapters = nullptr;  // LoRA adapters served by name; null: none
   kv::KvPolicy kv_policy{};  // --kv-policy: requests without a "kv_policy" field run with it
+  bool bounded_kv = true;    // false: a bounded "kv_policy" is refused (--tp)
   // --soft-prompt FILE: the engine's soft prompt for requests naming none
   // (EngineConfig::soft_prompt); its virtual tokens take context.
   std::shared_ptr<const SoftPrompt> soft_prompt;

@@ -12,7 +12,9 @@
 #    process's model exceeds, --tp 2 runs (same tokens) and one process
 #    fails with one line; a rank's peak RSS about half the weights;
 #  - what cannot be split or followed is refused on every rank, no hang:
-#    --tp without its ranks, heads that do not divide, a soft prompt;
+#    --tp without its ranks, heads that do not divide, a bounded KV policy,
+#    Prompt Cache modules;
+#  - a soft prompt: one process's text;
 #  - LoRA adapters (generate, perplexity, batch, serve's named adapters beside
 #    requests without one, evicted from a one-adapter pool and loaded again,
 #    loaded and unloaded at run time): one process's tokens and perplexity;
@@ -200,6 +202,10 @@ if [ -n "$url" ]; then
   curl -s --max-time 60 "$url/v1/unload_lora_adapter" -H 'Content-Type: application/json' -d '{"lora_name": "again"}' >/dev/null
   [ "$(complete again)" = model_not_found ] || fail "serve --tp 2: an unloaded adapter still answers"
   [ "$(complete shakespeare)" = "$(cat "$TMP/want.4")" ] || fail "serve --tp 2: the named adapter after an unload"
+  # A bounded KV policy is refused at the request (400), not in a step.
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 60 "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once", "max_tokens": 4, "kv_policy": {"type": "h2o", "budget": 16}}')
+  [ "$code" = 400 ] || fail "serve --tp 2: a bounded kv_policy got $code, not 400"
   rank0=""
   for p in $(pgrep -f -- "serve --tp 2 -m $S260"); do
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = tessera ] &&
@@ -255,9 +261,20 @@ expect_error "--tp 2 alone" "error: --tp 2 needs 2 ranks (mpirun -np 2); this jo
   timeout 60 "$TESSERA" generate --tp 2 -m "$S260" -p hi -n 4
 expect_error "4 KV heads over 3 ranks" "cannot be split evenly over 3 ranks" \
   timeout 60 mpirun --oversubscribe -np 3 "$TESSERA" generate --tp 3 -m "$S260" -p hi -n 4
-/usr/bin/python3 -c 'import numpy, sys; numpy.save(sys.argv[1], numpy.ones((2, 64), numpy.float32))' "$TMP/soft.npy"
-expect_error "a soft prompt" "error: --tp does not support soft prompts yet" \
-  "${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --soft-prompt "$TMP/soft.npy" -p hi -n 4
+expect_error "Prompt Cache modules" "does not support Prompt Cache modules" \
+  "${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --prompt-schema bench/data/prompt_schema.json --modules lily \
+  -p " One day" -n 8
+expect_error "a bounded KV policy" "does not support bounded KV caches" \
+  "${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --kv-policy h2o --kv-budget 16 -p "$PROMPT" -n 32
+
+# A soft prompt's rows travel with the steps that hold them: one process's text.
+# (Rows large enough to change stories260K's greedy text.)
+/usr/bin/python3 -c 'import numpy, sys; numpy.save(sys.argv[1], numpy.random.default_rng(5).normal(0, 20, (4, 64)).astype(numpy.float32))' "$TMP/soft.npy"
+one=$("$TESSERA" generate -m "$S260" --soft-prompt "$TMP/soft.npy" -p Once -n 24 --temp 0 --ignore-eos -t 2 2>/dev/null)
+two=$("${MPI2[@]}" "$TESSERA" generate --tp 2 -m "$S260" --soft-prompt "$TMP/soft.npy" -p Once -n 24 --temp 0 --ignore-eos 2>/dev/null)
+base=$("$TESSERA" generate -m "$S260" -p Once -n 24 --temp 0 --ignore-eos -t 2 2>/dev/null)
+[ -n "$one" ] && [ "$one" = "$two" ] && [ "$one" != "$base" ] ||
+  fail "--soft-prompt under --tp 2: '$two' vs '$one' (without it: '$base')"
 
 [ "$failures" = 0 ] && echo "mpi_tp: all checks passed"
 exit $((failures > 0))
