@@ -57,6 +57,19 @@ Run run(const Model& m, const std::vector<int32_t>& prompt, int n, dist::Group* 
   return out;
 }
 
+// The split changes only the order of each residual update's sums: the
+// logits agree to float rounding of the model's own scale (2e-5 of the
+// largest logit).
+void expect_logits_near(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float scale = 0.0f, worst = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  EXPECT_LT(worst, 2e-5f * scale) << what << ": max |diff| " << worst << " of logits up to " << scale;
+}
+
 // Loads `path` as `n` shards, runs them side by side, and checks rank 0's
 // results (its logits gathered from every rank's vocabulary slice) against
 // the whole model's.
@@ -78,15 +91,7 @@ void expect_split_matches_whole(const std::string& path, int n, const std::vecto
     });
   }
   for (std::thread& t : threads) t.join();
-  // The split changes only the order of each residual update's sums: the
-  // logits agree to float rounding of the model's own scale.
-  float scale = 0.0f, worst = 0.0f;
-  ASSERT_EQ(got[0].prompt_logits.size(), want.prompt_logits.size());
-  for (size_t i = 0; i < want.prompt_logits.size(); ++i) {
-    scale = std::max(scale, std::abs(want.prompt_logits[i]));
-    worst = std::max(worst, std::abs(got[0].prompt_logits[i] - want.prompt_logits[i]));
-  }
-  EXPECT_LT(worst, 2e-5f * scale) << path << " split " << n << ": max |diff| " << worst << " of logits up to " << scale;
+  expect_logits_near(got[0].prompt_logits, want.prompt_logits, fmt::format("{} split {}", path, n));
   EXPECT_EQ(got[0].greedy, want.greedy) << path << " split " << n;
 }
 
@@ -358,15 +363,6 @@ TEST(TensorParallel, AFreedAdaptersPartsGoOnEveryRank) {
     const std::span<const float> l = seq.append(story_prompt());
     return std::vector<float>(l.begin(), l.end());
   };
-  const auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want) {
-    ASSERT_EQ(got.size(), want.size());
-    float scale = 0.0f, worst = 0.0f;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, std::abs(want[i]));
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-    }
-    EXPECT_LT(worst, 2e-5f * scale);
-  };
   std::shared_ptr<const LoraAdapter> adapter = adapters::load_lora(lora, whole.model->config());
   const std::vector<float> want = logits(*whole.model, adapter.get());
   testing::ThreadGroup group(2);
@@ -378,13 +374,13 @@ TEST(TensorParallel, AFreedAdaptersPartsGoOnEveryRank) {
   });
   {
     TensorParallelModel rank0(std::move(shards[0].model), *group.rank(0));
-    expect_near(logits(rank0, adapter.get()), want);
+    expect_logits_near(logits(rank0, adapter.get()), want, "with the adapter");
     EXPECT_EQ(rank0.adapter_parts(), 1u);
     adapter.reset();
     logits(rank0, nullptr);
     EXPECT_EQ(rank0.adapter_parts(), 0u);
     adapter = adapters::load_lora(lora, whole.model->config());
-    expect_near(logits(rank0, adapter.get()), want);
+    expect_logits_near(logits(rank0, adapter.get()), want, "with the adapter");
     EXPECT_EQ(rank0.adapter_parts(), 1u);
   }
   follower.join();
@@ -456,13 +452,7 @@ TEST(TensorParallel, SoftPromptRowsTravelWithTheStep) {
     got = step(rank0);
   }
   follower.join();
-  ASSERT_EQ(got.size(), want.size());
-  float scale = 0.0f, worst = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::abs(want[i]));
-    worst = std::max(worst, std::abs(got[i] - want[i]));
-  }
-  EXPECT_LT(worst, 2e-5f * scale);
+  expect_logits_near(got, want, "a soft prompt's step");
   // The rows matter: without them the logits differ.
   b.embd_rows.clear();
   EXPECT_NE(step(*whole.model), want);
