@@ -62,7 +62,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
     p.kv_policy = kv_policy;  // a bounded one is not capped by the context: -n as long as wanted
     int64_t n_out = 0, n_prompt = 0;  // n_prompt: with a soft prompt's virtual tokens
     double ttft = 0;
-    std::string finish;
+    std::string finish, error;
     auto on_output = [&](const engine::RequestOutput& o) {
       if (!o.text.empty()) {
         std::fwrite(o.text.data(), 1, o.text.size(), stdout);
@@ -72,6 +72,7 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
       n_prompt = o.num_prompt_tokens;
       ttft = o.time_to_first_token;
       if (o.finished) finish = engine::finish_reason_name(o.finish_reason);
+      if (o.finished && o.finish_reason == engine::FinishReason::kError) error = o.error;
     };
     if (layout) {
       eng.add_request(std::move(*layout), p, on_output);
@@ -97,6 +98,9 @@ TESSERA_COMMAND("generate", "Generate a continuation of a prompt", [](CLI::App& 
                        100.0 * st.spec_accepted_tokens_total / std::max<int64_t>(st.spec_drafted_tokens_total, 1),
                        static_cast<double>(st.generation_tokens_total - 1) / std::max<int64_t>(st.steps_total - 1, 1));
     }
+    // The request failed (a step the engine could not run): the error, and
+    // a failing exit status, after whatever text came before it.
+    TESSERA_CHECK(error.empty() && finish != "error", kInternal, "{}", error.empty() ? "the request failed" : error);
     return 0;
   };
 });
