@@ -289,9 +289,12 @@ kernels::PreparedWeight DecoderModel::load_linear(ModelLoader& ld, const std::st
         release_pages(whole.data, matrix_bytes(whole));
         if (p.w8) return p;
       }
+    {
+      kernels::PreparedWeight p = prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols));
       // (Contextual sparsity transposes down's view: the copy stays.)
-      if (!ffn_thresholds_.empty()) return prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols));
-      return without_copy(ld.file(), prepare_linear(ld.matrix_cols(name, cols * n, rows, r * cols, cols)));
+      if (!ffn_thresholds_.empty()) return p;
+      return without_copy(ld.file(), std::move(p));
+    }
     case Share::kWhole: break;
   }
   return prepare_linear(ld.matrix(name, cols, rows));
