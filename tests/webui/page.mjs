@@ -67,6 +67,11 @@ try {
     }
   });
   await page.goto(url + "/", { waitUntil: "networkidle0" });
+  // stories260K writes 1500 tokens in a quarter of a second: too fast for a
+  // busy machine's browser to see the reply streaming (the selector below
+  // missed it about one run in five) or to stop it mid-way. Read the
+  // stream at 64 KB/s (~4 s a reply), as over a slow link.
+  await page.emulateNetworkConditions({ download: 64 * 1024, upload: 1 << 20, latency: 0 });
   await page.$eval("#temperature", (e) => { e.value = "0"; });
   await page.$eval("#max-tokens", (e) => { e.value = "1500"; });
 
