@@ -3,7 +3,7 @@
 //       --benchmark_report_aggregates_only=true
 // Names: read_bw/<threads>, gemv/<type>[_packed]/<isa>/<rows>x<cols>/t<threads> (counter GB/s = weight bytes
 // per second), gemm/<type>/<isa>/<rows>x<cols>/n<tokens>/t<threads> (counter GFLOP/s), and
-// op/<name>/<isa>, lora/<isa>/<in>x<out>/r<rank>/n<tokens> (a LoRA delta's shrink + expand: GFLOP/s,
+// op/<name>/<isa>, lora/<isa>/<type>/<in>x<out>/r<rank>/n<tokens> (a LoRA delta's shrink + expand: GFLOP/s,
 // and GB/s of adapter weights), qmoe/<isa>/<rows>x<cols>/n<tokens>/t<threads> (QMoE ternary experts of
 // Gaussian weights rounded to {min, 0, max}: Gweights/s, ns per codeword, GB/s of codes). GEMV cycles through enough copies of the matrix to exceed the last-level cache,
 // so it measures streaming from memory as a decode step does.
@@ -263,31 +263,42 @@ void ops_bench(benchmark::State& st, const std::string& op, Isa isa) {
 // last-level cache (BGMV: each decode token of a batch has its own adapter,
 // whose weights come from memory); n > 1 reuses one pair (SGMV: a prefill
 // segment, weights from cache).
-void lora_bench(benchmark::State& st, Isa isa, int64_t in, int64_t out, int64_t rank, int64_t n) {
+void lora_bench(benchmark::State& st, Isa isa, int64_t in, int64_t out, int64_t rank, int64_t n,
+                kernels::LoraWeightType type) {
   if (!isa_supported(isa)) {
     st.SkipWithError("ISA not supported by this CPU");
     return;
   }
-  const size_t pair_floats = static_cast<size_t>(rank * (in + out));
-  const size_t copies = n == 1 ? (kStreamBytes + 4 * pair_floats - 1) / (4 * pair_floats) : 1;
-  AlignedBuffer<float> w(pair_floats * copies), x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+  const int64_t a_bytes = rank * kernels::lora_row_bytes(type, in), b_bytes = rank * kernels::lora_row_bytes(type, out);
+  const size_t pair_bytes = static_cast<size_t>(a_bytes + b_bytes);
+  const size_t copies = n == 1 ? (kStreamBytes + pair_bytes - 1) / pair_bytes : 1;
+  AlignedBuffer<uint8_t> w(pair_bytes * copies);
+  AlignedBuffer<float> x(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
   AlignedBuffer<float> ax(static_cast<size_t>(n * rank));
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = u(rng);
+  std::vector<float> row(static_cast<size_t>(std::max(in, out)));
+  for (size_t c = 0; c < copies; ++c) {  // [rank][in], then B [rank][out], rows in `type`
+    uint8_t* p = w.data() + c * pair_bytes;
+    for (int64_t k = 0; k < 2 * rank; ++k) {
+      const int64_t len = k < rank ? in : out;
+      for (int64_t j = 0; j < len; ++j) row[static_cast<size_t>(j)] = u(rng);
+      kernels::lora_pack_row(type, row.data(), len, p);
+      p += kernels::lora_row_bytes(type, len);
+    }
+  }
   for (size_t i = 0; i < x.size(); ++i) x[i] = u(rng);
   size_t c = 0;
   for (auto _ : st) {
-    const float* a = w.data() + c * pair_floats;  // [rank][in], then B [rank][out]
-    lora_shrink(a, rank, in, 1.0f, x.data(), in, nullptr, n, ax.data(), isa);
-    lora_expand(a + rank * in, rank, out, ax.data(), y.data(), out, nullptr, n, isa);
+    const uint8_t* a = w.data() + c * pair_bytes;
+    lora_shrink(a, rank, in, 1.0f, x.data(), in, nullptr, n, ax.data(), isa, type);
+    lora_expand(a + a_bytes, rank, out, ax.data(), y.data(), out, nullptr, n, isa, type);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % copies;
   }
   const double iters = static_cast<double>(st.iterations());
-  st.counters["GB/s"] =
-      benchmark::Counter(iters * 4.0 * static_cast<double>(pair_floats) / 1e9, benchmark::Counter::kIsRate);
-  st.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * static_cast<double>(pair_floats * n) / 1e9,
+  st.counters["GB/s"] = benchmark::Counter(iters * static_cast<double>(pair_bytes) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(iters * 2.0 * static_cast<double>(rank * (in + out) * n) / 1e9,
                                               benchmark::Counter::kIsRate);
 }
 
@@ -467,15 +478,18 @@ void register_all() {
       }
     }
   }
-  // 110m-like linears (768 -> 768, 768 -> 2048) with a rank-16 adapter.
+  // 110m-like linears (768 -> 768, 768 -> 2048) with a rank-16 adapter,
+  // kept in each --lora-type.
   for (Isa isa : isas) {
-    for (int64_t out : {int64_t{768}, int64_t{2048}}) {
-      for (int64_t n : {int64_t{1}, int64_t{64}}) {
-        const std::string name = "lora/" + std::string(isa_name(isa)) + "/768x" + std::to_string(out) + "/r16/n" +
-                                 std::to_string(n);
-        benchmark::RegisterBenchmark(name.c_str(), lora_bench, isa, int64_t{768}, out, int64_t{16}, n)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+    for (auto type : {kernels::LoraWeightType::kF32, kernels::LoraWeightType::kF16, kernels::LoraWeightType::kQ8_0}) {
+      for (int64_t out : {int64_t{768}, int64_t{2048}}) {
+        for (int64_t n : {int64_t{1}, int64_t{64}}) {
+          const std::string name = "lora/" + std::string(isa_name(isa)) + "/" + kernels::lora_weight_type_name(type) +
+                                   "/768x" + std::to_string(out) + "/r16/n" + std::to_string(n);
+          benchmark::RegisterBenchmark(name.c_str(), lora_bench, isa, int64_t{768}, out, int64_t{16}, n, type)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
   }

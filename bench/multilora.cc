@@ -7,11 +7,15 @@
 // configurations; the ratio to no-adapter throughput is taken per round,
 // and the median and spread of the ratios are reported. Prints JSON.
 //
+// --lora-types runs each adapter count with the adapters kept in each
+// type (adapters::store_lora: what a decode step reads per token).
+//
 //   tessera_multilora_bench --model F [--clients 64] [--adapters 1,8,64]
-//       [--rank 16] [--targets all|q,v,...] [--prompt-tokens 64]
-//       [--tokens 128] [--threads 2] [--rounds 3]
+//       [--lora-types f32[,f16,q8_0]] [--rank 16] [--targets all|q,v,...]
+//       [--prompt-tokens 64] [--tokens 128] [--threads 2] [--rounds 3]
 #include <sstream>
 
+#include "adapters/lora_gguf.h"
 #include "adapters/random_lora.h"
 #include "bench/bench_util.h"
 #include "model/model.h"
@@ -43,8 +47,23 @@ int main(int argc, char** argv) {
     }
     int most = 0;
     for (int n : counts) most = std::max(most, n);
-    std::vector<std::shared_ptr<const LoraAdapter>> pool;
-    for (int i = 0; i < most; ++i) pool.push_back(adapters::random_lora(cfg, rank, mask, 1000 + i));
+    std::vector<kernels::LoraWeightType> types;
+    {
+      std::stringstream ss(args.str("lora-types", "f32"));
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        if (item == "f32") types.push_back(kernels::LoraWeightType::kF32);
+        else if (item == "f16") types.push_back(kernels::LoraWeightType::kF16);
+        else if (item == "q8_0") types.push_back(kernels::LoraWeightType::kQ8_0);
+        else throw std::runtime_error("--lora-types: f32, f16 or q8_0, not " + item);
+      }
+    }
+    // pools[type][i]: adapter i kept in types[type].
+    std::vector<std::vector<std::shared_ptr<const LoraAdapter>>> pools(types.size());
+    for (int i = 0; i < most; ++i) {
+      const auto a = adapters::random_lora(cfg, rank, mask, 1000 + i);
+      for (size_t t = 0; t < types.size(); ++t) pools[t].push_back(adapters::stored_as(a, types[t]));
+    }
     std::mt19937 rng(1);
     std::vector<bench::Job> jobs;
     for (int c = 0; c < clients; ++c) {
@@ -59,36 +78,44 @@ int main(int argc, char** argv) {
     ec.enable_prefix_caching = false;
     ec.seed = 1;
     engine::Engine eng(*lm.model, tok.get(), ec);
-    // Configuration 0: no adapter; then each adapter count.
-    auto run = [&](int n_adapters) {
+    // Configuration 0: no adapter; then each adapter count in each type.
+    struct Config {
+      int adapters;
+      size_t type;
+    };
+    std::vector<Config> configs = {{0, 0}};
+    for (int n : counts) {
+      for (size_t t = 0; t < types.size(); ++t) configs.push_back({n, t});
+    }
+    auto run = [&](const Config& cf) {
       std::vector<engine::RequestAdapters> with(static_cast<size_t>(clients));
-      for (int c = 0; c < clients && n_adapters > 0; ++c) with[c].lora = pool[c % n_adapters];
+      for (int c = 0; c < clients && cf.adapters > 0; ++c) with[c].lora = pools[cf.type][c % cf.adapters];
       const bench::RunStats st =
           bench::run_closed_loop(eng, jobs, clients, [](int c, int k) { return k == 0 ? c : -1; }, &with);
       return static_cast<double>(st.output_tokens) / st.seconds;
     };
-    run(0);  // warm-up: page in the weights, size the buffers
-    std::vector<int> configs = {0};
-    configs.insert(configs.end(), counts.begin(), counts.end());
-    std::map<int, std::vector<double>> tps, ratio;
+    run(configs[0]);  // warm-up: page in the weights, size the buffers
+    std::vector<std::vector<double>> tps(configs.size()), ratio(configs.size());
     for (int r = 0; r < rounds; ++r) {
-      std::map<int, double> this_round;
+      std::vector<double> this_round(configs.size());
       // Alternate the order each round so drift does not favour one config.
-      std::vector<int> order = configs;
+      std::vector<size_t> order(configs.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       if (r % 2 == 1) std::reverse(order.begin(), order.end());
-      for (int n : order) this_round[n] = run(n);
-      for (int n : configs) {
-        tps[n].push_back(this_round[n]);
-        ratio[n].push_back(this_round[n] / this_round[0]);
+      for (size_t i : order) this_round[i] = run(configs[i]);
+      for (size_t i = 0; i < configs.size(); ++i) {
+        tps[i].push_back(this_round[i]);
+        ratio[i].push_back(this_round[i] / this_round[0]);
       }
     }
-    size_t adapter_bytes = pool.empty() ? 0 : pool[0]->bytes();
+    size_t adapter_bytes = 0;  // one adapter in F32
+    if (most > 0) adapter_bytes = adapters::random_lora(cfg, rank, mask, 1000)->bytes();
     nlohmann::json out = {{"benchmark", "multilora"},
                           {"model", path},
                           {"clients", clients},
                           {"rank", rank},
                           {"targets", targets},
-                          {"adapter_mib", static_cast<double>(adapter_bytes) / (1 << 20)},
+                          {"adapter_mib_f32", static_cast<double>(adapter_bytes) / (1 << 20)},
                           {"prompt_tokens", args.num("prompt-tokens", 64)},
                           {"output_tokens", args.num("tokens", 128)},
                           {"threads", ec.threads},
@@ -96,11 +123,14 @@ int main(int argc, char** argv) {
                           {"isa", std::string(isa_name(active_isa()))},
                           {"workload", "all clients submitted at once, random prompts, greedy, ignore_eos; client c "
                                        "uses adapter c mod N"}};
-    for (int n : configs) {
-      const std::vector<double>& rs = ratio[n];
-      out["results"].push_back({{"adapters", n},
-                                {"output_tps_median", bench::percentile(tps[n], 0.5)},
-                                {"output_tps", tps[n]},
+    for (size_t i = 0; i < configs.size(); ++i) {
+      const std::vector<double>& rs = ratio[i];
+      const Config& cf = configs[i];
+      out["results"].push_back({{"adapters", cf.adapters},
+                                {"lora_type", cf.adapters == 0 ? "" : kernels::lora_weight_type_name(types[cf.type])},
+                                {"adapter_mib", cf.adapters == 0 ? 0.0 : static_cast<double>(pools[cf.type][0]->bytes()) / (1 << 20)},
+                                {"output_tps_median", bench::percentile(tps[i], 0.5)},
+                                {"output_tps", tps[i]},
                                 {"vs_no_adapter_median", bench::percentile(rs, 0.5)},
                                 {"vs_no_adapter_min", *std::min_element(rs.begin(), rs.end())},
                                 {"vs_no_adapter_max", *std::max_element(rs.begin(), rs.end())}});

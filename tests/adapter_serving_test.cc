@@ -107,6 +107,44 @@ TEST(AdapterPool, IdleAdaptersAreEvictedLeastRecentlyUsedFirstAndReloaded) {
   EXPECT_EQ(status_of([&] { tiny.load("z", path, "base"); }), 400);
 }
 
+// A pool that keeps adapters in Q8_0 (serve --lora-type q8_0): its bytes
+// are the compact ones, so a budget holds about twice as many as in F16;
+// an evicted adapter comes back in the same type, with the same weights.
+TEST(AdapterPool, KeepsAdaptersInTheTypeItWasGiven) {
+  TESSERA_REQUIRE_SHARED(kAdapter);
+  const ModelConfig& cfg = testing::stories260k().lm.model->config();
+  const std::string path = testing::shared_path(kAdapter);
+  const auto f32 = adapters::load_lora(path, cfg);
+  const auto f16 = adapters::stored_as(f32, kernels::LoraWeightType::kF16);
+  const auto q8 = adapters::stored_as(f32, kernels::LoraWeightType::kQ8_0);
+  EXPECT_EQ(adapters::stored_as(f32, kernels::LoraWeightType::kF32), f32);
+  EXPECT_NE(q8->uid, f32->uid);
+  EXPECT_NE(q8->content_hash, f32->content_hash) << "other weights, other prompt-cache keys";
+  EXPECT_EQ(f16->bytes() * 2, f32->bytes());
+  // Rank 8 on every linear of 5 layers: attention's rows (64 and 32 wide)
+  // in Q8_0 (34 bytes per 32 values), the FFN's (172 wide) stay F16.
+  const size_t attention = 8 * (64 + 64) * 2 + 8 * (64 + 32) * 2, ffn = 3 * 8 * (64 + 172);
+  EXPECT_EQ(q8->bytes(), 5 * (attention / 32 * 34 + ffn * 2));
+  AdapterRegistry r(cfg, 2 * q8->bytes() + q8->bytes() / 2, kernels::LoraWeightType::kQ8_0);
+  r.load("a", path, "base");
+  r.load("b", path, "base");
+  r.load("c", path, "base");  // evicts a
+  EXPECT_EQ(r.pool_stats().resident_bytes, 2 * q8->bytes());
+  const std::shared_ptr<const LoraAdapter> a = r.find("a");  // reloaded
+  ASSERT_TRUE(a);
+  EXPECT_EQ(r.pool_stats().loads_total, 4);
+  EXPECT_EQ(a->content_hash, q8->content_hash);
+  for (size_t il = 0; il < a->layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& got = a->layers[il][static_cast<size_t>(t)];
+      const LoraPair& want = q8->layers[il][static_cast<size_t>(t)];
+      EXPECT_EQ(got.type, want.type);
+      EXPECT_EQ(got.a_packed, want.a_packed);
+      EXPECT_EQ(got.b_packed, want.b_packed);
+    }
+  }
+}
+
 class AdapterServing : public ::testing::Test {
  protected:
   const LoadedModel& lm() const { return testing::stories260k().lm; }

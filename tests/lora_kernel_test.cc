@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,61 @@ TEST_P(LoraKernelTest, TokensDoNotDependOnTheirCall) {
   }
 }
 
+// Weights kept in F16 or Q8_0 (--lora-type): a kernel reads them as the
+// floats they stand for, so on every ISA it gives the bits of the same
+// kernel over their F32 values (unpacked), for every tile, tail and packed
+// panel of B. Q8_0 rows are whole blocks of 32.
+TEST_P(LoraKernelTest, CompactWeightsGiveTheBitsOfTheirFloatValues) {
+  using kernels::LoraWeightType;
+  std::mt19937 rng(14);
+  const LoraShape any[] = {{1, 1}, {7, 3}, {17, 4}, {33, 16}, {100, 31}, {768, 16}, {773, 9}, {1024, 16}};
+  const LoraShape blocks[] = {{32, 1}, {64, 7}, {96, 16}, {160, 600}, {512, 3}, {768, 16}, {1024, 16}, {2048, 9}};
+  for (LoraWeightType type : {LoraWeightType::kF16, LoraWeightType::kQ8_0}) {
+    for (const LoraShape& s : type == LoraWeightType::kF16 ? std::span<const LoraShape>(any) : std::span<const LoraShape>(blocks)) {
+      const int64_t w = s.width, rank = s.rank, row_bytes = kernels::lora_row_bytes(type, w);
+      const std::vector<float> src = random_floats(static_cast<size_t>(rank * w), rng);
+      std::vector<uint8_t> packed(static_cast<size_t>(rank * row_bytes));
+      std::vector<float> values(src.size());
+      for (int64_t k = 0; k < rank; ++k) {
+        kernels::lora_pack_row(type, src.data() + k * w, w, packed.data() + k * row_bytes);
+        kernels::lora_unpack_row(type, packed.data() + k * row_bytes, w, values.data() + k * w);
+        // The stored values are the row's, rounded: F16 to 2^-11 relative,
+        // Q8_0 to half a step of its block's scale (amax / 127) and that
+        // scale's own rounding.
+        for (int64_t j = 0; j < w; ++j) {
+          const float x = src[k * w + j], v = values[k * w + j];
+          float bound = std::max(std::fabs(x) * 0x1p-11f, 0x1p-25f);  // half an ulp; subnormal below 2^-14
+          if (type == LoraWeightType::kQ8_0) {
+            float amax = 0;
+            for (int64_t i = j / 32 * 32; i < j / 32 * 32 + 32; ++i) amax = std::max(amax, std::fabs(src[k * w + i]));
+            // Rounded by d = amax / 127, then d itself to fp16: |q| <= 127 times 2^-11 d more.
+            bound = amax / 127 * 0.5f + amax * 0x1p-11f * 1.001f;
+          }
+          ASSERT_LE(std::fabs(v - x), bound) << kernels::lora_weight_type_name(type) << " width " << w << " k " << k;
+        }
+      }
+      for (int64_t n : {1, 2, 3, 4, 5, 9, 16, 19}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(n * w), rng);
+        const std::vector<float> y0 = random_floats(static_cast<size_t>(n * w), rng);
+        for (Isa isa : {GetParam(), Isa::kScalar}) {
+          std::vector<float> ax(static_cast<size_t>(n * rank)), ax_f(ax.size());
+          lora_shrink(packed.data(), rank, w, 0.5f, x.data(), w, nullptr, n, ax.data(), isa, type);
+          lora_shrink(values.data(), rank, w, 0.5f, x.data(), w, nullptr, n, ax_f.data(), isa);
+          ASSERT_EQ(std::memcmp(ax.data(), ax_f.data(), ax.size() * 4), 0)
+              << "shrink " << kernels::lora_weight_type_name(type) << " " << isa_name(isa) << " width " << w << " rank "
+              << rank << " n " << n;
+          std::vector<float> y = y0, y_f = y0;
+          lora_expand(packed.data(), rank, w, ax.data(), y.data(), w, nullptr, n, isa, type);
+          lora_expand(values.data(), rank, w, ax.data(), y_f.data(), w, nullptr, n, isa);
+          ASSERT_EQ(std::memcmp(y.data(), y_f.data(), y.size() * 4), 0)
+              << "expand " << kernels::lora_weight_type_name(type) << " " << isa_name(isa) << " width " << w << " rank "
+              << rank << " n " << n;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, LoraKernelTest, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
@@ -181,6 +237,9 @@ TEST(LoraKernel, BadShapesAreRefused) {
   EXPECT_ANY_THROW(lora_shrink(v, 1, 3, 1.0f, v, 2, nullptr, 2, v, Isa::kScalar));  // rows overlap
   EXPECT_ANY_THROW(lora_expand(v, 1, 0, v, v, 2, nullptr, 1, Isa::kScalar));
   EXPECT_ANY_THROW(lora_expand(v, 1, 3, v, v, 2, nullptr, 2, Isa::kScalar));
+  // Q8_0 rows are whole blocks of 32.
+  EXPECT_ANY_THROW(lora_shrink(v, 1, 48, 1.0f, v, 48, nullptr, 1, v, Isa::kScalar, kernels::LoraWeightType::kQ8_0));
+  EXPECT_ANY_THROW(lora_expand(v, 1, 40, v, v, 40, nullptr, 1, Isa::kScalar, kernels::LoraWeightType::kQ8_0));
 }
 
 // ---- apply_lora on a batch ---------------------------------------------------
@@ -286,6 +345,74 @@ TEST(LoraKernel, ApplyLoraOnABatchOfMixedAdapters) {
       const size_t begin = static_cast<size_t>(batch.seqs[s].q_begin * y_stride);
       const size_t len = static_cast<size_t>(batch.seqs[s].q_len * y_stride);
       ASSERT_EQ(std::memcmp(y1.data() + begin, y.data() + begin, len * 4), 0) << "sequence " << s;
+    }
+  }
+}
+
+// An adapter kept in F16 or Q8_0 (store_lora) applies, on a batch, the
+// bits of the same adapter unpacked to F32; a pair whose rows are not whole
+// blocks of 32 falls back to F16; parts for --tp cut the stored rows as
+// packing the F32 part would.
+TEST(LoraKernel, StoredAdaptersApplyTheirFloatValues) {
+  using kernels::LoraWeightType;
+  for (LoraWeightType type : {LoraWeightType::kF16, LoraWeightType::kQ8_0}) {
+    auto make = [](uint32_t seed) {
+      auto ad = lora_test_adapter(4, seed);
+      // A pair of whole blocks too: kUp, in 64 and out 96.
+      std::mt19937 rng(seed + 100);
+      LoraPair& p = ad->layers[0][static_cast<size_t>(LoraTarget::kUp)];
+      p.rank = 6;
+      p.in = 64;
+      p.out = 96;
+      p.scale = 0.5f;
+      p.a = random_floats(6 * 64, rng);
+      p.b = random_floats(6 * 96, rng);
+      return ad;
+    };
+    const auto f32 = make(31);
+    LoraAdapter stored = *f32;
+    store_lora(stored, type);
+    const LoraAdapter values = unpacked_lora(stored);
+    const LoraPair& up = stored.layers[0][static_cast<size_t>(LoraTarget::kUp)];
+    const LoraPair& q = stored.layers[0][static_cast<size_t>(LoraTarget::kQ)];
+    EXPECT_EQ(up.type, type);
+    EXPECT_EQ(q.type, LoraWeightType::kF16) << "in 24 is not whole blocks of 32";
+    EXPECT_TRUE(up.a.empty() && up.b.empty());
+    EXPECT_LT(stored.bytes(), f32->bytes() * (type == LoraWeightType::kQ8_0 ? 0.42 : 0.51));
+    ForwardBatch batch;
+    batch.seqs = {{0, 3, 3, nullptr}, {3, 1, 1, nullptr}, {4, 17, 17, nullptr}};
+    batch.seq_lora = {&stored, &stored, &stored};
+    ForwardBatch ref = batch;
+    ref.seq_lora = {&values, &values, &values};
+    const int64_t T = 21, stride = 97;
+    std::mt19937 rng(32);
+    const std::vector<float> x = random_floats(static_cast<size_t>(T * stride), rng);
+    const std::vector<float> y0 = random_floats(static_cast<size_t>(T * stride), rng);
+    kernels::KernelContext ctx;
+    ctx.isa = active_isa();
+    for (LoraTarget target : {LoraTarget::kQ, LoraTarget::kDown, LoraTarget::kUp}) {
+      std::vector<float> y = y0, want = y0;
+      apply_lora(batch, 0, target, x.data(), stride, y.data(), stride, ctx);
+      apply_lora(ref, 0, target, x.data(), stride, want.data(), stride, ctx);
+      ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << kernels::lora_weight_type_name(type);
+      EXPECT_NE(std::memcmp(y.data(), y0.data(), y.size() * 4), 0);
+    }
+    // Parts: kUp is split by output rows (B's columns, 96 / 3 = 32 each).
+    auto up_only = [](LoraAdapter a) {
+      a.layers[0][static_cast<size_t>(LoraTarget::kQ)] = LoraPair{};     // 23 rows do not split in 3
+      a.layers[0][static_cast<size_t>(LoraTarget::kDown)] = LoraPair{};  // nor 41 columns
+      return a;
+    };
+    for (int r = 0; r < 3; ++r) {
+      LoraAdapter want = lora_part(up_only(*f32), r, 3);
+      store_lora(want, type);
+      const LoraAdapter got = lora_part(up_only(stored), r, 3);
+      const LoraPair& g = got.layers[0][static_cast<size_t>(LoraTarget::kUp)];
+      const LoraPair& w = want.layers[0][static_cast<size_t>(LoraTarget::kUp)];
+      EXPECT_EQ(g.type, type);
+      EXPECT_EQ(g.out, 32);
+      EXPECT_EQ(g.a_packed, w.a_packed);
+      EXPECT_EQ(g.b_packed, w.b_packed) << "rank " << r;
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/blocks.h"
 #include "kernels/kernel_context.h"
 #include "kernels/lora_delta.h"
 
@@ -19,6 +20,11 @@ void stamp_content_hash(LoraAdapter& a) {
     for (const LoraPair& p : layer) {
       h.update_value(p.rank);
       h.update_value(p.scale);
+      if (p.type != kernels::LoraWeightType::kF32) {  // an F32 adapter's hash as before
+        h.update_value(p.type);
+        h.update(p.a_packed.data(), p.a_packed.size());
+        h.update(p.b_packed.data(), p.b_packed.size());
+      }
       h.update(p.a.data(), p.a.size() * sizeof(float));
       h.update(p.b.data(), p.b.size() * sizeof(float));
     }
@@ -75,6 +81,81 @@ std::pair<int64_t, int64_t> lora_target_shape(const ModelConfig& c, LoraTarget t
   return {0, 0};
 }
 
+namespace {
+
+using kernels::LoraWeightType;
+
+// rows x n values in `type`, packed row after row.
+std::vector<uint8_t> pack_rows(LoraWeightType type, const std::vector<float>& v, int64_t rows, int64_t n) {
+  const int64_t row_bytes = kernels::lora_row_bytes(type, n);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  for (int64_t r = 0; r < rows; ++r) kernels::lora_pack_row(type, v.data() + r * n, n, out.data() + r * row_bytes);
+  return out;
+}
+
+std::vector<float> unpack_rows(LoraWeightType type, const std::vector<uint8_t>& v, int64_t rows, int64_t n) {
+  const int64_t row_bytes = kernels::lora_row_bytes(type, n);
+  std::vector<float> out(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) kernels::lora_unpack_row(type, v.data() + r * row_bytes, n, out.data() + r * n);
+  return out;
+}
+
+// Columns [first, first + n) of each of `rows` rows of `whole_n` values in
+// `type` (Q8_0: whole blocks).
+std::vector<uint8_t> cut_rows(LoraWeightType type, const std::vector<uint8_t>& v, int64_t rows, int64_t whole_n,
+                              int64_t first, int64_t n) {
+  const int64_t unit = type == LoraWeightType::kQ8_0 ? kernels::kQK : 1;  // values per indivisible piece
+  TESSERA_CHECK(first % unit == 0 && n % unit == 0, kInvalidArgument,
+                "a LoRA matrix in {} cannot be split at column {} (blocks of {})", kernels::lora_weight_type_name(type),
+                first, unit);
+  const int64_t whole_bytes = kernels::lora_row_bytes(type, whole_n), part_bytes = kernels::lora_row_bytes(type, n);
+  const int64_t skip = first == 0 ? 0 : kernels::lora_row_bytes(type, first);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * part_bytes));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(v.begin() + r * whole_bytes + skip, part_bytes, out.begin() + r * part_bytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+void store_lora(LoraAdapter& a, LoraWeightType type) {
+  if (type == LoraWeightType::kF32) return;
+  for (auto& layer : a.layers) {
+    for (LoraPair& p : layer) {
+      if (p.rank == 0) continue;
+      TESSERA_CHECK(p.type == LoraWeightType::kF32, kInvalidArgument, "LoRA adapter '{}' is already stored in {}",
+                    a.name, kernels::lora_weight_type_name(p.type));
+      const bool fits = kernels::lora_row_fits(type, p.in) && kernels::lora_row_fits(type, p.out);
+      p.type = fits ? type : LoraWeightType::kF16;
+      p.a_packed = pack_rows(p.type, p.a, p.rank, p.in);
+      p.b_packed = pack_rows(p.type, p.b, p.rank, p.out);
+      p.a = {};
+      p.b = {};
+    }
+  }
+  if (!a.content_hash.empty()) stamp_content_hash(a);
+}
+
+LoraAdapter unpacked_lora(const LoraAdapter& a) {
+  LoraAdapter out;
+  out.name = a.name;
+  out.alpha = a.alpha;
+  out.layers = a.layers;
+  for (auto& layer : out.layers) {
+    for (LoraPair& p : layer) {
+      if (p.rank == 0 || p.type == LoraWeightType::kF32) continue;
+      p.a = unpack_rows(p.type, p.a_packed, p.rank, p.in);
+      p.b = unpack_rows(p.type, p.b_packed, p.rank, p.out);
+      p.a_packed = {};
+      p.b_packed = {};
+      p.type = LoraWeightType::kF32;
+    }
+  }
+  if (!a.content_hash.empty()) stamp_content_hash(out);
+  return out;
+}
+
 LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size) {
   LoraAdapter part;
   part.name = whole.name;
@@ -91,11 +172,15 @@ LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size) {
                     whole.name, whole_n, size);
       const int64_t n = whole_n / size, first = rank * n;
       p = w;
-      std::vector<float>& v = by_input ? p.a : p.b;  // [rank][whole_n]
-      const std::vector<float>& src = by_input ? w.a : w.b;
-      v.assign(static_cast<size_t>(w.rank * n), 0.0f);
-      for (int64_t r = 0; r < w.rank; ++r) {
-        std::copy_n(src.begin() + r * whole_n + first, n, v.begin() + r * n);
+      if (w.type != LoraWeightType::kF32) {
+        (by_input ? p.a_packed : p.b_packed) = cut_rows(w.type, by_input ? w.a_packed : w.b_packed, w.rank, whole_n, first, n);
+      } else {
+        std::vector<float>& v = by_input ? p.a : p.b;  // [rank][whole_n]
+        const std::vector<float>& src = by_input ? w.a : w.b;
+        v.assign(static_cast<size_t>(w.rank * n), 0.0f);
+        for (int64_t r = 0; r < w.rank; ++r) {
+          std::copy_n(src.begin() + r * whole_n + first, n, v.begin() + r * n);
+        }
       }
       (by_input ? p.in : p.out) = n;
     }
@@ -106,7 +191,7 @@ LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size) {
 size_t LoraAdapter::bytes() const {
   size_t n = 0;
   for (const auto& layer : layers) {
-    for (const LoraPair& p : layer) n += (p.a.size() + p.b.size()) * sizeof(float);
+    for (const LoraPair& p : layer) n += (p.a.size() + p.b.size()) * sizeof(float) + p.a_packed.size() + p.b_packed.size();
   }
   return n;
 }
@@ -183,8 +268,8 @@ void apply_lora(const ForwardBatch& batch, int64_t layer, LoraTarget target, con
       const LoraPair* p = c.pair;
       if (ax.size() < static_cast<size_t>(c.n * p->rank)) ax.resize(static_cast<size_t>(c.n * p->rank));
       const int32_t* r = rows.data() + c.row0;
-      kernels::lora_shrink(p->a.data(), p->rank, p->in, p->scale, x, x_stride, r, c.n, ax.data(), isa);
-      kernels::lora_expand(p->b.data(), p->rank, p->out, ax.data(), y, y_stride, r, c.n, isa);
+      kernels::lora_shrink(p->a_data(), p->rank, p->in, p->scale, x, x_stride, r, c.n, ax.data(), isa, p->type);
+      kernels::lora_expand(p->b_data(), p->rank, p->out, ax.data(), y, y_stride, r, c.n, isa, p->type);
     }
   };
   ThreadPool* pool = calls.size() > 1 ? kernels::parallel_pool(ctx, work, kernels::kMinParallelFloatMatmulMacs) : nullptr;

@@ -24,6 +24,7 @@
 
 #include "format/model_config.h"
 #include "kernels/kernel_context.h"
+#include "kernels/lora_delta.h"
 #include "kv/forward_batch.h"
 
 namespace tessera {
@@ -37,6 +38,14 @@ struct LoraPair {
   float scale = 0.0f;                 // user scale * alpha / rank
   std::vector<float> a;               // [rank][in]
   std::vector<float> b;               // [rank][out]: B transposed, so expanding is an axpy along out per rank
+  // How A and B are kept (store_lora): kF32 in a and b; otherwise the same
+  // rows in that type (kernels/lora_delta.h) in a_packed and b_packed, and
+  // a and b empty.
+  kernels::LoraWeightType type = kernels::LoraWeightType::kF32;
+  std::vector<uint8_t> a_packed, b_packed;
+
+  const void* a_data() const { return type == kernels::LoraWeightType::kF32 ? static_cast<const void*>(a.data()) : a_packed.data(); }
+  const void* b_data() const { return type == kernels::LoraWeightType::kF32 ? static_cast<const void*>(b.data()) : b_packed.data(); }
 };
 
 // (in, out) of the base matrix a target adapts, for a model of config `c`.
@@ -99,11 +108,21 @@ struct LoraAdapter {
   size_t bytes() const;
 };
 
+// Keeps every pair of `a` (F32) in `type` from now on: F16, or Q8_0 where
+// both of a pair's matrices have rows of a multiple of 32 values (F16 for a
+// pair that has not). Restamps its content hash when it had one: another
+// type is other weights. Decode with many adapters reads each token's
+// adapter whole, so this is its cost per step (docs/ADAPTERS.md).
+void store_lora(LoraAdapter& a, kernels::LoraWeightType type);
+// `a` with every pair back in F32 (the values its compact rows stand for).
+LoraAdapter unpacked_lora(const LoraAdapter& a);
+
 // Rank `rank` of `size`'s part of an adapter for a tensor-parallel shard
 // (model/tensor_split.h): the output rows of Q, K, V, gate and up (B's), the
 // input columns of O and down (A's; each rank's partial delta is summed with
 // its partial base product by the all-reduce after them). Contiguous equal
-// parts, as the base matrices are split.
+// parts, as the base matrices are split; a part keeps the pair's type (a
+// Q8_0 pair's parts must be whole blocks of 32).
 LoraAdapter lora_part(const LoraAdapter& whole, int rank, int size);
 
 // y[t, :] += s * B (A x[t, :]) for the tokens of every sequence of `batch`

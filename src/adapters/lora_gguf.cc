@@ -128,4 +128,12 @@ std::shared_ptr<const LoraAdapter> sum_loras(const std::vector<std::shared_ptr<c
   return sum;
 }
 
+std::shared_ptr<const LoraAdapter> stored_as(std::shared_ptr<const LoraAdapter> a, kernels::LoraWeightType type) {
+  if (type == kernels::LoraWeightType::kF32) return a;
+  auto out = std::make_shared<LoraAdapter>(*a);
+  out->uid = next_lora_uid();
+  store_lora(*out, type);
+  return out;
+}
+
 }  // namespace tessera::adapters

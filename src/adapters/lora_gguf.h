@@ -23,6 +23,10 @@ namespace tessera::adapters {
 // is not adapted here, shapes that do not fit the base, a missing half.
 std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const ModelConfig& base, float scale = 1.0f);
 
+// `a` kept in `type` (store_lora): `a` itself for F32, else a copy (a new
+// adapter: its own uid).
+std::shared_ptr<const LoraAdapter> stored_as(std::shared_ptr<const LoraAdapter> a, kernels::LoraWeightType type);
+
 // Several adapters applied together (their deltas summed): one adapter
 // whose pairs stack the ranks (A rows one after the other, B columns side
 // by side).

@@ -12,9 +12,9 @@ namespace tessera {
 namespace {
 
 std::shared_ptr<const LoraAdapter> read_adapter(const std::string& name, const std::string& path,
-                                                const ModelConfig& base) {
+                                                const ModelConfig& base, kernels::LoraWeightType type) {
   try {
-    return adapters::load_lora(path, base);
+    return adapters::stored_as(adapters::load_lora(path, base), type);
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("cannot load LoRA adapter '{}': {}", name, e.what()), "lora_path");
   }
@@ -65,7 +65,7 @@ void AdapterRegistry::load(const std::string& name, const std::string& path, con
       throw ApiError(400, fmt::format("The lora adapter '{}' has already been loaded.", name), "lora_name");
     }
   }
-  std::shared_ptr<const LoraAdapter> a = read_adapter(name, path, base_);  // outside the lock: lookups go on
+  std::shared_ptr<const LoraAdapter> a = read_adapter(name, path, base_, type_);  // outside the lock: lookups go on
   const size_t bytes = a->bytes();
   if (p.budget != 0 && bytes > p.budget) {
     throw ApiError(400, fmt::format("LoRA adapter '{}' needs {:.2f} MiB, more than the adapter pool's budget of "
@@ -108,7 +108,7 @@ std::shared_ptr<const LoraAdapter> AdapterRegistry::find(const std::string& name
   // Evicted: reload outside the lock (other lookups go on meanwhile).
   std::shared_ptr<const LoraAdapter> a;
   try {
-    a = adapters::load_lora(path, base_);
+    a = adapters::stored_as(adapters::load_lora(path, base_), type_);
   } catch (const Error& e) {
     throw ApiError(500, fmt::format("LoRA adapter '{}' was evicted from the adapter pool and cannot be reloaded: {}",
                                     name, e.what()));

@@ -28,7 +28,10 @@ namespace tessera {
 class AdapterRegistry {
  public:
   // budget_bytes: the pool's budget for resident LoRA weights; 0: unbounded.
-  explicit AdapterRegistry(const ModelConfig& base, size_t budget_bytes = 0) : base_(base) {
+  // type: how loaded adapters are kept (store_lora).
+  explicit AdapterRegistry(const ModelConfig& base, size_t budget_bytes = 0,
+                           kernels::LoraWeightType type = kernels::LoraWeightType::kF32)
+      : base_(base), type_(type) {
     pool_->budget = budget_bytes;
   }
 
@@ -90,6 +93,7 @@ class AdapterRegistry {
                                                   std::shared_ptr<const LoraAdapter> adapter);
 
   const ModelConfig base_;
+  const kernels::LoraWeightType type_;
   std::shared_ptr<Pool> pool_ = std::make_shared<Pool>();
   std::map<std::string, std::pair<std::string, std::shared_ptr<const SoftPrompt>>> soft_prompts_;  // under pool_->mu
 };

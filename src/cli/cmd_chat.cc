@@ -195,7 +195,8 @@ int run_chat(ChatArgs& a) {
   a.adapters.apply(ec, *lm.model);
   std::map<std::string, std::shared_ptr<const LoraAdapter>> named;
   for (const auto& [name, path] : a.adapters.named()) {
-    named[name] = adapters::load_lora(path, lm.model->config(), a.adapters.lora_scale);
+    named[name] = adapters::stored_as(adapters::load_lora(path, lm.model->config(), a.adapters.lora_scale),
+                                      a.adapters.weight_type());
   }
   engine::Engine eng(*lm.model, tok.get(), ec);
   chat::ChatSession session(eng, *tok, *tmpl, a.sampling.params(-1));

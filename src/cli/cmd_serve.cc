@@ -117,7 +117,8 @@ int serve(ServeArgs& a) {
   } unwatch{metrics};
   served.ctx.soft_prompt = eng.config().soft_prompt;
   AdapterRegistry adapters(lm.model->whole_config(),  // under --tp: the file's shapes; ranks split adapters themselves
-                                   a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool));
+                                   a.adapters.lora_pool.empty() ? 0 : parse_bytes(a.adapters.lora_pool),
+                                   a.adapters.weight_type());
   for (const auto& [name, path] : a.adapters.named()) {
     try {
       adapters.load(name, path, http_opt.served_model_name);

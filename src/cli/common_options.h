@@ -133,12 +133,16 @@ enum class AdapterScope { kSequence, kEngine, kServer, kChat };
 // FILE. With `serve`, --lora NAME=FILE serves an adapter by name (a
 // request's "model") and --soft-prompt NAME=FILE a soft prompt (a request's
 // "soft_prompt"); --lora-pool caps the resident adapters' memory.
+// --lora-type keeps adapters in F16 or Q8_0 (adapters::store_lora).
 struct AdapterOptions {
   std::vector<std::string> lora;
   float lora_scale = 1.0f;
   std::vector<std::string> soft_prompt;
   std::string lora_pool;  // bytes ("512M"); empty: unbounded
+  std::string lora_type = "f32";  // how adapters are kept: f32, f16, q8_0
   AdapterScope scope = AdapterScope::kSequence;
+
+  kernels::LoraWeightType weight_type() const;
 
   void add_to(CLI::App& app, AdapterScope where);
   // The NAME=FILE entries of --lora / --soft-prompt (serve only; elsewhere

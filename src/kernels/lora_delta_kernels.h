@@ -14,16 +14,25 @@
 //    every vector width), then y = y + acc. The reference: separate multiply
 //    and add.
 // So vector and reference results agree within float rounding only.
+//
+// Weights stored in F16 or Q8_0 (LoraWeightType) are read as the floats
+// they stand for (F16 converted exactly; Q8_0 as d * q, one multiply of an
+// 11-bit by an 8-bit mantissa: exact), then the arithmetic above: a kernel
+// over compact weights gives the bits of the same kernel over their F32
+// values.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/lora_delta.h"
 
 namespace tessera::kernels {
 
 // Token i of a call reads (writes) row rows[i] of x (y), or row i when
 // rows is null.
 struct LoraShrinkArgs {
-  const float* a = nullptr;  // [rank][in]
+  const void* a = nullptr;  // [rank][in] in `type`
+  LoraWeightType type = LoraWeightType::kF32;
   int64_t rank = 0, in = 0;
   float scale = 1.0f;
   const float* x = nullptr;  // [*, x_stride]
@@ -34,7 +43,8 @@ struct LoraShrinkArgs {
 };
 
 struct LoraExpandArgs {
-  const float* b = nullptr;  // [rank][out]
+  const void* b = nullptr;  // [rank][out] in `type`
+  LoraWeightType type = LoraWeightType::kF32;
   int64_t rank = 0, out = 0;
   const float* ax = nullptr;  // [n][rank]
   float* y = nullptr;         // [*, y_stride]: y[row(i), o] += sum_k ax[i][k] * B[k, o]

@@ -101,8 +101,11 @@ std::string encode_adapter(const LoraAdapter& a, int32_t index) {
       w.put(p.in);
       w.put(p.out);
       w.put(p.scale);
+      w.put(p.type);
       w.put_vector(p.a);
       w.put_vector(p.b);
+      w.put_vector(p.a_packed);
+      w.put_vector(p.b_packed);
     }
   }
   return w.take();
@@ -118,8 +121,11 @@ LoraAdapter decode_adapter(Reader& r) {
       p.in = r.get<int64_t>();
       p.out = r.get<int64_t>();
       p.scale = r.get<float>();
+      p.type = r.get<kernels::LoraWeightType>();
       r.get_vector(p.a);
       r.get_vector(p.b);
+      r.get_vector(p.a_packed);
+      r.get_vector(p.b_packed);
     }
   }
   return a;

@@ -31,6 +31,26 @@ for opts in "--kv-type q8_0" "--kv-type q4_0 --kv-hadamard" "--w8a8"; do
     *) echo "FAIL: generate $opts printed: $same"; fail=1;;
   esac
 done
+# A LoRA adapter kept in F16 or Q8_0 (--lora-type) still applies: the text
+# is not the base model's (tests/lora_test.cc checks the logits).
+ADAPTER=${TESSERA_SHARED:-../shared}/models/stories260K/lora-shakespeare.gguf
+base=$("$TESSERA" generate -m "$MODEL" -p "Once upon a time" -n 24 --temp 0 2>/dev/null)
+for t in f32 f16 q8_0; do
+  if ! with=$("$TESSERA" generate -m "$MODEL" -p "Once upon a time" -n 24 --temp 0 --lora "$ADAPTER" --lora-type $t 2>"$TMP/err"); then
+    echo "FAIL: --lora-type $t: $(cat "$TMP/err")"; fail=1
+  elif [ -z "$with" ] || [ "$with" = "$base" ]; then
+    echo "FAIL: --lora-type $t printed the base model's text: $with"; fail=1
+  else
+    echo "ok: --lora-type $t applies the adapter: ${with:0:40}"
+  fi
+done
+if "$TESSERA" generate -m "$MODEL" -p "x" -n 1 --lora "$ADAPTER" --lora-type q4_0 >"$TMP/out" 2>"$TMP/err"; then
+  echo "FAIL: --lora-type q4_0 accepted"; fail=1
+elif grep -q "not in {f32,f16,q8_0}" "$TMP/err"; then
+  echo "ok: --lora-type q4_0 refused"
+else
+  echo "FAIL: --lora-type q4_0 error: $(cat "$TMP/err")"; fail=1
+fi
 if "$TESSERA" generate -m "$MODEL" -p "x" -n 1 --kv-type q5_1 >"$TMP/out" 2>"$TMP/err"; then
   echo "FAIL: --kv-type q5_1 accepted"; fail=1
 elif grep -q "q8_0 or q4_0" "$TMP/err"; then
