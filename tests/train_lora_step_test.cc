@@ -14,6 +14,7 @@
 
 #include "adapters/lora_gguf.h"
 #include "engine/sequence_runner.h"
+#include "quant/quantize_model.h"
 #include "util/test_util.h"
 #include "train/lora_step.h"
 
@@ -44,13 +45,11 @@ TEST(TrainLoraStep, ForwardGivesTheEnginesLogits) {
   }
 }
 
-TEST(TrainLoraStep, LossAndGradientsEqualPyTorchs) {
-  TESSERA_REQUIRE_SHARED(kAdapter);
-  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
-    GTEST_FAIL() << "no python3-torch under /usr/bin/python3 (scripts/setup installs it)";
-  }
+// The loss and gradients of a step over the base model in `path` equal
+// PyTorch's on the same file (dequantized exactly by gguf_ref.py).
+void expect_step_equals_pytorch(const std::string& path, const gguf::File& file, const std::string& label) {
   const auto& base = testing::stories260k();
-  const train::LoraTrainModel m(*base.lm.file);
+  const train::LoraTrainModel m(file);
   const std::string adapter_path = testing::shared_path(kAdapter);
   const auto adapter = adapters::load_lora(adapter_path, base.lm.model->config());
   const std::vector<int32_t> tokens = sample_tokens();
@@ -61,13 +60,13 @@ TEST(TrainLoraStep, LossAndGradientsEqualPyTorchs) {
   for (int32_t t : tokens) list += (list.empty() ? "" : ",") + std::to_string(t);
   const std::string out = testing::temp_path("torch_lora_step.bin");
   const std::string cmd = std::string("/usr/bin/python3 ") + TESSERA_SOURCE_DIR + "/tests/reference/torch_lora_step.py " +
-                          testing::stories260k_path() + " " + adapter_path + " " + list + " " + out;
+                          path + " " + adapter_path + " " + list + " " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const std::string bytes = testing::read_file(out);
   std::vector<double> ref(bytes.size() / 8);
   std::memcpy(ref.data(), bytes.data(), ref.size() * 8);
   ASSERT_GE(ref.size(), 1u);
-  EXPECT_NEAR(loss, ref[0], 1e-4 * ref[0]);
+  EXPECT_NEAR(loss, ref[0], 1e-4 * ref[0]) << label;
   // The loader folds alpha / rank into A (A' = s A): dL/dA' = dL/dA / s.
   const double s = adapter->alpha / 8.0;
   size_t at = 1, tensors = 0;
@@ -86,14 +85,40 @@ TEST(TrainLoraStep, LossAndGradientsEqualPyTorchs) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       if (adapter->layers[il][static_cast<size_t>(t)].rank == 0) continue;
       const LoraPair& g = grads.layers[il][static_cast<size_t>(t)];
-      const std::string what = "layer " + std::to_string(il) + " target " + std::to_string(t);
+      const std::string what = label + " layer " + std::to_string(il) + " target " + std::to_string(t);
       compare(g.a, s, what + " A");
       compare(g.b, 1.0, what + " B");
     }
   }
   EXPECT_EQ(at, ref.size());
   EXPECT_EQ(tensors, 2u * 5 * 7);
-  std::printf("loss %.6f (PyTorch %.6f), %zu gradient tensors compared\n", loss, ref[0], tensors);
+  std::printf("%s: loss %.6f (PyTorch %.6f), %zu gradient tensors compared\n", label.c_str(), loss, ref[0], tensors);
+}
+
+bool have_torch() { return std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") == 0; }
+
+TEST(TrainLoraStep, LossAndGradientsEqualPyTorchs) {
+  TESSERA_REQUIRE_SHARED(kAdapter);
+  ASSERT_TRUE(have_torch()) << "no python3-torch under /usr/bin/python3 (scripts/setup installs it)";
+  expect_step_equals_pytorch(testing::stories260k_path(), *testing::stories260k().lm.file, "F32 base");
+}
+
+// QLoRA: the same over a Q4_0 base (ffn_down, 172 wide, kept F32 as
+// llama.cpp's quantizer would): PyTorch trains on the dequantized weights.
+TEST(TrainLoraStep, QLoraOverAQ4_0BaseEqualsPyTorchs) {
+  TESSERA_REQUIRE_SHARED(kAdapter);
+  ASSERT_TRUE(have_torch()) << "no python3-torch under /usr/bin/python3 (scripts/setup installs it)";
+  const auto& base = testing::stories260k();
+  quant::QuantizeOptions q;
+  q.type = DType::kQ4_0;
+  for (int64_t l = 0; l < base.lm.model->config().n_layer; ++l) {
+    q.keep.emplace_back("blk." + std::to_string(l) + ".ffn_down.weight", DType::kF32);
+  }
+  const std::string path = testing::temp_path("qlora-base-q4_0.gguf");
+  ThreadPool pool(1);
+  quant::quantize_model(*base.lm.file, path, q, nullptr, pool);
+  const LoadedModel qm = load_model(path);
+  expect_step_equals_pytorch(path, *qm.file, "Q4_0 base");
 }
 
 }  // namespace

@@ -17,6 +17,8 @@ std::vector<float> read_f32(const gguf::File& f, const std::string& name) {
   const gguf::TensorInfo& t = f.tensor(name);
   TESSERA_CHECK(kernels::can_dequantize(t.type), kInvalidArgument, "training: tensor '{}' has a type it cannot read",
                 name);
+  TESSERA_CHECK(!f.has("tessera.padded_cols." + name), kInvalidArgument,
+                "training: tensor '{}' is stored with padded rows (not supported yet)", name);
   int64_t n = 1;
   for (int64_t d : t.ne) n *= d;
   std::vector<float> out(static_cast<size_t>(n));
