@@ -77,6 +77,14 @@ expect_error "missing" "$TESSERA" generate -m "$VOCAB" -p "hi" -n 1
 expect_error "bad token id 'x'" "$TESSERA" logits -m "$MODEL" --tokens 1,x
 expect_error "token id 512 out of range (vocabulary 512)" "$TESSERA" logits -m "$MODEL" --tokens 1,512
 
+# Fine-tuning's bad data: an empty file, a missing one, QLoRA over an
+# unquantized base.
+: >"$TMP/empty.txt"
+expect_error "fewer than one window" "$TESSERA" finetune -m "$MODEL" --data "$TMP/empty.txt" -o "$TMP/a.gguf"
+expect_error "cannot open" "$TESSERA" finetune -m "$MODEL" --data "$TMP/none.txt" -o "$TMP/a.gguf"
+printf 'Once upon a time there was a ball. %.0s' $(seq 40) >"$TMP/short.txt"
+expect_error "is not quantized" "$TESSERA" finetune -m "$MODEL" --data "$TMP/short.txt" -o "$TMP/a.gguf" --method qlora -c 16
+
 # And the good model works, so none of the above passed by accident.
 "$TESSERA" info -m "$MODEL" >/dev/null || { echo "FAIL: info on the real model"; failures=$((failures + 1)); }
 "$TESSERA" logits -m "$MODEL" --tokens 1,2,3 >/dev/null || { echo "FAIL: logits on the real model"; failures=$((failures + 1)); }

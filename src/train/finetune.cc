@@ -1,0 +1,198 @@
+#include "train/finetune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "format/gguf_writer.h"
+
+namespace tessera::train {
+
+namespace {
+
+const char* const kLinearNames[kNumLoraTargets] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                                   "ffn_gate", "ffn_up", "ffn_down"};
+
+// Zeroed gradients of a's shapes.
+LoraAdapter zero_like(const LoraAdapter& a) {
+  LoraAdapter g;
+  g.layers.resize(a.layers.size());
+  for (size_t il = 0; il < a.layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& p = a.layers[il][static_cast<size_t>(t)];
+      LoraPair& q = g.layers[il][static_cast<size_t>(t)];
+      if (p.rank == 0) continue;
+      q.rank = p.rank;
+      q.in = p.in;
+      q.out = p.out;
+      q.a.assign(p.a.size(), 0.0f);
+      q.b.assign(p.b.size(), 0.0f);
+    }
+  }
+  return g;
+}
+
+// Every (parameter, gradient) vector pair of an adapter, in a fixed order.
+template <class Fn>
+void for_each_tensor(LoraAdapter& a, LoraAdapter& g, Fn fn) {
+  for (size_t il = 0; il < a.layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      LoraPair& p = a.layers[il][static_cast<size_t>(t)];
+      if (p.rank == 0) continue;
+      LoraPair& q = g.layers[il][static_cast<size_t>(t)];
+      fn(p.a, q.a);
+      fn(p.b, q.b);
+    }
+  }
+}
+
+}  // namespace
+
+LoraAdapter init_lora(const ModelConfig& base, int64_t rank, float alpha, uint32_t targets, uint64_t seed) {
+  TESSERA_CHECK(rank >= 1 && targets != 0, kInvalidArgument, "LoRA: rank {} and no target", rank);
+  LoraAdapter a;
+  a.alpha = alpha;
+  a.layers.resize(static_cast<size_t>(base.n_layer));
+  std::mt19937_64 rng(seed);
+  for (auto& layer : a.layers) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if ((targets >> t & 1u) == 0) continue;
+      LoraPair& p = layer[static_cast<size_t>(t)];
+      const auto [in, out] = lora_target_shape(base, static_cast<LoraTarget>(t));
+      p.rank = rank;
+      p.in = in;
+      p.out = out;
+      p.scale = alpha / static_cast<float>(rank);
+      const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+      std::uniform_real_distribution<float> u(-bound, bound);
+      p.a.resize(static_cast<size_t>(rank * in));
+      for (float& v : p.a) v = u(rng);
+      p.b.assign(static_cast<size_t>(rank * out), 0.0f);
+    }
+  }
+  return a;
+}
+
+std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& tokens, int64_t ctx) {
+  TESSERA_CHECK(ctx >= 1, kInvalidArgument, "--ctx must be at least 1");
+  std::vector<std::vector<int32_t>> out;
+  const size_t w = static_cast<size_t>(ctx + 1);
+  for (size_t i = 0; i + w <= tokens.size(); i += w) out.emplace_back(tokens.begin() + i, tokens.begin() + i + w);
+  TESSERA_CHECK(!out.empty(), kInvalidArgument, "the text has {} tokens: fewer than one window of {} (--ctx + 1)",
+                tokens.size(), w);
+  return out;
+}
+
+void train_lora(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, LoraAdapter& a,
+                const LoraTrainOptions& o, ThreadPool& pool, const std::function<void(const TrainReport&)>& on_step) {
+  TESSERA_CHECK(o.batch >= 1 && o.epochs >= 1, kInvalidArgument, "--batch and --epochs must be at least 1");
+  const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(windows.size()) / o.batch);
+  const int64_t steps = o.steps > 0 ? o.steps : per_epoch * o.epochs;
+  LoraAdapter m1 = zero_like(a), m2 = zero_like(a);
+  std::mt19937_64 rng(o.seed ^ 0x5eedULL);
+  std::vector<size_t> order(windows.size());
+  size_t next = order.size();  // reshuffle on first use
+  const auto start = std::chrono::steady_clock::now();
+  TrainReport r;
+  r.steps = steps;
+  for (int64_t step = 1; step <= steps; ++step) {
+    std::vector<size_t> picked;
+    for (int64_t i = 0; i < o.batch; ++i) {
+      if (next == order.size()) {  // a new epoch: a new order
+        for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+        std::shuffle(order.begin(), order.end(), rng);
+        next = 0;
+      }
+      picked.push_back(order[next++]);
+    }
+    std::vector<LoraAdapter> grads(picked.size());
+    std::vector<double> losses(picked.size());
+    pool.parallel_for(static_cast<int64_t>(picked.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        grads[static_cast<size_t>(i)] = zero_like(a);
+        losses[static_cast<size_t>(i)] = m.loss_and_grads(windows[picked[static_cast<size_t>(i)]], a, &grads[static_cast<size_t>(i)]);
+      }
+    });
+    LoraAdapter g = zero_like(a);
+    double loss = 0.0;
+    for (size_t i = 0; i < grads.size(); ++i) {  // in window order: any thread count, the same sums
+      loss += losses[i];
+      for_each_tensor(g, grads[i], [](std::vector<float>& sum, std::vector<float>& gi) {
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] += gi[k];
+      });
+    }
+    const float inv = 1.0f / static_cast<float>(grads.size());
+    // AdamW on each tensor with its moments (the same traversal for a, g, m1, m2).
+    std::vector<std::vector<float>*> ps, gs, ms, vs;
+    for_each_tensor(a, g, [&](std::vector<float>& p, std::vector<float>& gv) {
+      for (float& x : gv) x *= inv;
+      ps.push_back(&p);
+      gs.push_back(&gv);
+    });
+    for_each_tensor(m1, m2, [&](std::vector<float>& mv, std::vector<float>& vv) {
+      ms.push_back(&mv);
+      vs.push_back(&vv);
+    });
+    for (size_t i = 0; i < ps.size(); ++i) {
+      adamw_step(ps[i]->data(), gs[i]->data(), ms[i]->data(), vs[i]->data(), static_cast<int64_t>(ps[i]->size()),
+                 o.adamw, step);
+    }
+    r.step = step;
+    r.loss = loss / static_cast<double>(grads.size());
+    r.tokens += static_cast<int64_t>(picked.size()) * o.ctx;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (on_step) on_step(r);
+  }
+}
+
+double mean_loss(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, const LoraAdapter* a,
+                 ThreadPool& pool) {
+  std::vector<double> losses(windows.size());
+  const int64_t V = m.config().n_vocab;
+  pool.parallel_for(static_cast<int64_t>(windows.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const std::vector<int32_t>& w = windows[static_cast<size_t>(i)];
+      const std::vector<float> logits = m.logits(w, a);
+      std::vector<int32_t> targets(w.size(), -1);
+      for (size_t t = 0; t + 1 < w.size(); ++t) targets[t] = w[t + 1];
+      losses[static_cast<size_t>(i)] = cross_entropy(logits.data(), static_cast<int64_t>(w.size()), V, targets.data(),
+                                                     static_cast<float*>(nullptr));
+    }
+  });
+  double sum = 0.0;
+  for (double l : losses) sum += l;
+  return sum / static_cast<double>(losses.size());
+}
+
+void write_lora_gguf(const LoraAdapter& a, const ModelConfig& base, const std::string& path) {
+  gguf::Writer w;
+  w.set_string("general.type", "adapter");
+  w.set_string("adapter.type", "lora");
+  w.set_string("general.architecture", base.arch);
+  w.set_f32("adapter.lora.alpha", a.alpha);
+  for (size_t il = 0; il < a.layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& p = a.layers[il][static_cast<size_t>(t)];
+      if (p.rank == 0) continue;
+      TESSERA_CHECK(p.type == kernels::LoraWeightType::kF32, kInvalidArgument, "writing a LoRA adapter: F32 pairs only");
+      const std::string stem = "blk." + std::to_string(il) + "." + kLinearNames[t] + ".weight";
+      const LoraPair* pp = &p;
+      w.add_tensor(stem + ".lora_a", DType::kF32, {p.in, p.rank}, [pp](uint8_t* out, size_t n) {
+        std::memcpy(out, pp->a.data(), n);
+      });
+      // B is kept [rank][out]; the file holds [out][rank].
+      w.add_tensor(stem + ".lora_b", DType::kF32, {p.rank, p.out}, [pp](uint8_t* out, size_t) {
+        float* o = reinterpret_cast<float*>(out);
+        for (int64_t r = 0; r < pp->rank; ++r) {
+          for (int64_t j = 0; j < pp->out; ++j) o[j * pp->rank + r] = pp->b[static_cast<size_t>(r * pp->out + j)];
+        }
+      });
+    }
+  }
+  w.write(path);
+}
+
+}  // namespace tessera::train
