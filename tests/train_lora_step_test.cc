@@ -16,6 +16,7 @@
 #include "engine/sequence_runner.h"
 #include "quant/quantize_model.h"
 #include "util/test_util.h"
+#include "train/finetune.h"
 #include "train/lora_step.h"
 
 namespace tessera {
@@ -119,6 +120,37 @@ TEST(TrainLoraStep, QLoraOverAQ4_0BaseEqualsPyTorchs) {
   quant::quantize_model(*base.lm.file, path, q, nullptr, pool);
   const LoadedModel qm = load_model(path);
   expect_step_equals_pytorch(path, *qm.file, "Q4_0 base");
+}
+
+// Prompt tuning's gradient: the loss after 4 soft-prompt rows and its
+// gradient with respect to those rows equal PyTorch's (the rows written by
+// train::write_soft_prompt_npy, read back by numpy).
+TEST(TrainLoraStep, SoftPromptGradientEqualsPyTorchs) {
+  ASSERT_TRUE(have_torch()) << "no python3-torch under /usr/bin/python3 (scripts/setup installs it)";
+  const auto& base = testing::stories260k();
+  const train::LoraTrainModel m(*base.lm.file);
+  std::vector<float> prompt = train::init_prompt(m, 4, 3);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] += 0.01f * static_cast<float>(i % 7) - 0.03f;
+  const std::string npy = testing::temp_path("prompt.npy");
+  train::write_soft_prompt_npy(prompt, m.config().n_embd, npy);
+  const std::vector<int32_t> tokens = sample_tokens();
+  std::vector<float> grad;
+  const double loss = m.prompt_loss_and_grads(tokens, prompt, &grad);
+  std::string list;
+  for (int32_t t : tokens) list += (list.empty() ? "" : ",") + std::to_string(t);
+  const std::string out = testing::temp_path("torch_prompt_step.bin");
+  const std::string cmd = std::string("/usr/bin/python3 ") + TESSERA_SOURCE_DIR + "/tests/reference/torch_lora_step.py " +
+                          testing::stories260k_path() + " - " + list + " " + out + " " + npy;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string bytes = testing::read_file(out);
+  std::vector<double> ref(bytes.size() / 8);
+  std::memcpy(ref.data(), bytes.data(), ref.size() * 8);
+  ASSERT_EQ(ref.size(), 1 + prompt.size());
+  EXPECT_NEAR(loss, ref[0], 1e-4 * ref[0]);
+  double big = 0;
+  for (size_t i = 1; i < ref.size(); ++i) big = std::max(big, std::fabs(ref[i]));
+  ASSERT_GT(big, 0.0);
+  for (size_t i = 0; i < grad.size(); ++i) ASSERT_NEAR(grad[i], ref[1 + i], 1e-4 * big) << "element " << i;
 }
 
 }  // namespace

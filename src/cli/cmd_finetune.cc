@@ -1,7 +1,8 @@
 // tessera finetune: a LoRA adapter trained on a text file over a frozen
 // base (--method qlora: the same over a quantized base file), written as
 // llama.cpp's adapter GGUF that generate, perplexity and serve load with
-// --lora (train/finetune.h).
+// --lora; or a soft prompt (--method prompt), written as the .npy that
+// generate and serve load with --soft-prompt (train/finetune.h).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -21,21 +22,22 @@ namespace {
 
 struct FinetuneArgs {
   std::string model, data, out, val, method = "lora", targets = "all";
-  train::LoraTrainOptions o;
+  train::TrainOptions o;
   int threads = 0;
   int64_t log_every = 10;
 };
 
-TESSERA_COMMAND("finetune", "Train a LoRA adapter on a text file (llama.cpp's adapter GGUF)", [](CLI::App& sub) {
+TESSERA_COMMAND("finetune", "Train a LoRA adapter (llama.cpp's adapter GGUF) or a soft prompt (.npy) on a text file", [](CLI::App& sub) {
   auto a = std::make_shared<FinetuneArgs>();
   sub.add_option("-m,--model", a->model, "Base model GGUF (llama); quantized for QLoRA")->required();
   sub.add_option("--data", a->data, "Training text")->required();
-  sub.add_option("-o,--out", a->out, "Output adapter GGUF")->required();
-  sub.add_option("--method", a->method, "lora (any base) or qlora (a quantized base)")
-      ->check(CLI::IsMember({"lora", "qlora"}))
+  sub.add_option("-o,--out", a->out, "Output: the adapter GGUF (lora, qlora) or the soft prompt .npy (prompt)")->required();
+  sub.add_option("--method", a->method, "lora (any base), qlora (a quantized base) or prompt (prompt tuning)")
+      ->check(CLI::IsMember({"lora", "qlora", "prompt"}))
       ->capture_default_str();
   sub.add_option("--val", a->val, "Validation text: its loss and perplexity before and after");
   sub.add_option("--rank", a->o.rank, "LoRA rank")->capture_default_str();
+  sub.add_option("--virtual-tokens", a->o.n_virtual, "Prompt tuning: rows of the soft prompt")->capture_default_str();
   sub.add_option("--alpha", a->o.alpha, "LoRA alpha (the delta is scaled by alpha / rank)")->capture_default_str();
   sub.add_option("--targets", a->targets, "Linears adapted: all, or a list of q,k,v,o,gate,up,down")->capture_default_str();
   sub.add_option("--lr", a->o.adamw.lr, "AdamW learning rate")->capture_default_str();
@@ -65,25 +67,41 @@ TESSERA_COMMAND("finetune", "Train a LoRA adapter on a text file (llama.cpp's ad
     ThreadPool pool(a->threads);
     std::vector<std::vector<int32_t>> val;
     if (!a->val.empty()) val = train::text_windows(tok->encode(read_text_file(a->val), true), a->o.ctx);
-    LoraAdapter lora = train::init_lora(m.config(), a->o.rank, a->o.alpha, a->o.targets, a->o.seed);
+    const bool prompt_tuning = a->method == "prompt";
+    LoraAdapter lora;
+    std::vector<float> prompt;
+    if (prompt_tuning) {
+      prompt = train::init_prompt(m, a->o.n_virtual, a->o.seed);
+    } else {
+      lora = train::init_lora(m.config(), a->o.rank, a->o.alpha, a->o.targets, a->o.seed);
+    }
     if (!val.empty()) {
       const double l = train::mean_loss(m, val, nullptr, pool);
       std::printf("validation before: loss %.4f, perplexity %.3f (%zu windows of %lld)\n", l, std::exp(l), val.size(),
                   static_cast<long long>(a->o.ctx));
     }
-    std::fprintf(stderr, "training: %zu windows of %lld tokens, batch %lld, rank %lld\n", windows.size(),
-                 static_cast<long long>(a->o.ctx), static_cast<long long>(a->o.batch), static_cast<long long>(a->o.rank));
-    train::train_lora(m, windows, lora, a->o, pool, [&](const train::TrainReport& r) {
+    std::fprintf(stderr, "training %s: %zu windows of %lld tokens, batch %lld\n", a->method.c_str(), windows.size(),
+                 static_cast<long long>(a->o.ctx), static_cast<long long>(a->o.batch));
+    const train::StepCallback log = [&](const train::TrainReport& r) {
       if (r.step % a->log_every == 0 || r.step == r.steps) {
         std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.0f tokens/s\n", static_cast<long long>(r.step),
                      static_cast<long long>(r.steps), r.loss, static_cast<double>(r.tokens) / r.seconds);
       }
-    });
+    };
+    if (prompt_tuning) {
+      train::train_prompt(m, windows, prompt, a->o, pool, log);
+    } else {
+      train::train_lora(m, windows, lora, a->o, pool, log);
+    }
     if (!val.empty()) {
-      const double l = train::mean_loss(m, val, &lora, pool);
+      const double l = prompt_tuning ? train::mean_loss(m, val, nullptr, pool, &prompt) : train::mean_loss(m, val, &lora, pool);
       std::printf("validation after: loss %.4f, perplexity %.3f\n", l, std::exp(l));
     }
-    train::write_lora_gguf(lora, m.config(), a->out);
+    if (prompt_tuning) {
+      train::write_soft_prompt_npy(prompt, m.config().n_embd, a->out);
+    } else {
+      train::write_lora_gguf(lora, m.config(), a->out);
+    }
     std::printf("wrote %s\n", a->out.c_str());
     return 0;
   };

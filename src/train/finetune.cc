@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -86,12 +87,17 @@ std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& token
   return out;
 }
 
-void train_lora(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, LoraAdapter& a,
-                const LoraTrainOptions& o, ThreadPool& pool, const std::function<void(const TrainReport&)>& on_step) {
+void train(const std::vector<std::vector<int32_t>>& windows, const Trainable& t, const TrainOptions& o,
+           ThreadPool& pool, const StepCallback& on_step) {
   TESSERA_CHECK(o.batch >= 1 && o.epochs >= 1, kInvalidArgument, "--batch and --epochs must be at least 1");
   const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(windows.size()) / o.batch);
   const int64_t steps = o.steps > 0 ? o.steps : per_epoch * o.epochs;
-  LoraAdapter m1 = zero_like(a), m2 = zero_like(a);
+  auto zeros = [&t] {
+    std::vector<std::vector<float>> z;
+    for (const std::vector<float>* p : t.params) z.emplace_back(p->size(), 0.0f);
+    return z;
+  };
+  std::vector<std::vector<float>> m1 = zeros(), m2 = zeros();
   std::mt19937_64 rng(o.seed ^ 0x5eedULL);
   std::vector<size_t> order(windows.size());
   size_t next = order.size();  // reshuffle on first use
@@ -108,36 +114,28 @@ void train_lora(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>
       }
       picked.push_back(order[next++]);
     }
-    std::vector<LoraAdapter> grads(picked.size());
+    std::vector<std::vector<std::vector<float>>> grads(picked.size());
     std::vector<double> losses(picked.size());
     pool.parallel_for(static_cast<int64_t>(picked.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        grads[static_cast<size_t>(i)] = zero_like(a);
-        losses[static_cast<size_t>(i)] = m.loss_and_grads(windows[picked[static_cast<size_t>(i)]], a, &grads[static_cast<size_t>(i)]);
+        const size_t at = static_cast<size_t>(i);
+        grads[at] = zeros();
+        losses[at] = t.window_grad(windows[picked[at]], grads[at]);
       }
     });
-    LoraAdapter g = zero_like(a);
+    // In window order: the same sums for any thread count.
+    std::vector<std::vector<float>> g = zeros();
     double loss = 0.0;
-    for (size_t i = 0; i < grads.size(); ++i) {  // in window order: any thread count, the same sums
+    for (size_t i = 0; i < grads.size(); ++i) {
       loss += losses[i];
-      for_each_tensor(g, grads[i], [](std::vector<float>& sum, std::vector<float>& gi) {
-        for (size_t k = 0; k < sum.size(); ++k) sum[k] += gi[k];
-      });
+      for (size_t p = 0; p < g.size(); ++p) {
+        for (size_t k = 0; k < g[p].size(); ++k) g[p][k] += grads[i][p][k];
+      }
     }
     const float inv = 1.0f / static_cast<float>(grads.size());
-    // AdamW on each tensor with its moments (the same traversal for a, g, m1, m2).
-    std::vector<std::vector<float>*> ps, gs, ms, vs;
-    for_each_tensor(a, g, [&](std::vector<float>& p, std::vector<float>& gv) {
-      for (float& x : gv) x *= inv;
-      ps.push_back(&p);
-      gs.push_back(&gv);
-    });
-    for_each_tensor(m1, m2, [&](std::vector<float>& mv, std::vector<float>& vv) {
-      ms.push_back(&mv);
-      vs.push_back(&vv);
-    });
-    for (size_t i = 0; i < ps.size(); ++i) {
-      adamw_step(ps[i]->data(), gs[i]->data(), ms[i]->data(), vs[i]->data(), static_cast<int64_t>(ps[i]->size()),
+    for (size_t p = 0; p < g.size(); ++p) {
+      for (float& x : g[p]) x *= inv;
+      adamw_step(t.params[p]->data(), g[p].data(), m1[p].data(), m2[p].data(), static_cast<int64_t>(g[p].size()),
                  o.adamw, step);
     }
     r.step = step;
@@ -148,18 +146,56 @@ void train_lora(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>
   }
 }
 
+void train_lora(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, LoraAdapter& a,
+                const TrainOptions& o, ThreadPool& pool, const StepCallback& on_step) {
+  Trainable t;
+  LoraAdapter shapes = zero_like(a);
+  for_each_tensor(a, shapes, [&t](std::vector<float>& p, std::vector<float>&) { t.params.push_back(&p); });
+  t.window_grad = [&m, &a](const std::vector<int32_t>& w, std::vector<std::vector<float>>& grads) {
+    LoraAdapter g = zero_like(a);
+    const double loss = m.loss_and_grads(w, a, &g);
+    size_t i = 0;  // the pairs in the order of t.params
+    for_each_tensor(g, g, [&](std::vector<float>&, std::vector<float>& gv) { grads[i++] = std::move(gv); });
+    return loss;
+  };
+  train(windows, t, o, pool, on_step);
+}
+
+std::vector<float> init_prompt(const LoraTrainModel& m, int64_t n_virtual, uint64_t seed) {
+  const int64_t E = m.config().n_embd, V = m.config().n_vocab;
+  TESSERA_CHECK(n_virtual >= 1, kInvalidArgument, "--virtual-tokens must be at least 1");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, V - 1);
+  std::vector<float> out(static_cast<size_t>(n_virtual * E));
+  for (int64_t r = 0; r < n_virtual; ++r) {
+    std::copy_n(m.token_embeddings().begin() + pick(rng) * E, E, out.begin() + r * E);
+  }
+  return out;
+}
+
+void train_prompt(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, std::vector<float>& prompt,
+                  const TrainOptions& o, ThreadPool& pool, const StepCallback& on_step) {
+  Trainable t;
+  t.params = {&prompt};
+  t.window_grad = [&m, &prompt](const std::vector<int32_t>& w, std::vector<std::vector<float>>& grads) {
+    return m.prompt_loss_and_grads(w, prompt, &grads[0]);
+  };
+  train(windows, t, o, pool, on_step);
+}
+
 double mean_loss(const LoraTrainModel& m, const std::vector<std::vector<int32_t>>& windows, const LoraAdapter* a,
-                 ThreadPool& pool) {
+                 ThreadPool& pool, const std::vector<float>* prompt) {
   std::vector<double> losses(windows.size());
   const int64_t V = m.config().n_vocab;
+  const size_t nv = prompt != nullptr ? prompt->size() / static_cast<size_t>(m.config().n_embd) : 0;
   pool.parallel_for(static_cast<int64_t>(windows.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const std::vector<int32_t>& w = windows[static_cast<size_t>(i)];
-      const std::vector<float> logits = m.logits(w, a);
-      std::vector<int32_t> targets(w.size(), -1);
-      for (size_t t = 0; t + 1 < w.size(); ++t) targets[t] = w[t + 1];
-      losses[static_cast<size_t>(i)] = cross_entropy(logits.data(), static_cast<int64_t>(w.size()), V, targets.data(),
-                                                     static_cast<float*>(nullptr));
+      const std::vector<float> logits = m.logits(w, a, prompt);
+      std::vector<int32_t> targets(nv + w.size(), -1);  // the virtual rows predict nothing
+      for (size_t t = 0; t + 1 < w.size(); ++t) targets[nv + t] = w[t + 1];
+      losses[static_cast<size_t>(i)] = cross_entropy(logits.data(), static_cast<int64_t>(targets.size()), V,
+                                                     targets.data(), static_cast<float*>(nullptr));
     }
   });
   double sum = 0.0;
@@ -193,6 +229,30 @@ void write_lora_gguf(const LoraAdapter& a, const ModelConfig& base, const std::s
     }
   }
   w.write(path);
+}
+
+void write_soft_prompt_npy(const std::vector<float>& prompt, int64_t n_embd, const std::string& path) {
+  TESSERA_CHECK(n_embd >= 1 && !prompt.empty() && prompt.size() % static_cast<size_t>(n_embd) == 0, kInvalidArgument,
+                "a soft prompt of {} values is not rows of {}", prompt.size(), n_embd);
+  // NumPy's format 1.0: magic, version, a header dict padded with spaces to
+  // a multiple of 64 bytes (newline last), then the values.
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(prompt.size() / static_cast<size_t>(n_embd)) + ", " + std::to_string(n_embd) +
+                       "), }";
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(prompt.data()), prompt.size() * sizeof(float));
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  TESSERA_CHECK(f != nullptr, kIo, "cannot write '{}'", path);
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  TESSERA_CHECK(std::fclose(f) == 0 && ok, kIo, "cannot write '{}'", path);
 }
 
 }  // namespace tessera::train

@@ -95,9 +95,16 @@ struct LoraTrainModel::Tape {
   std::vector<float> ax[kNumLoraTargets];
 };
 
-double LoraTrainModel::run(std::span<const int32_t> tokens, const LoraAdapter* lora, LoraAdapter* grads,
-                           std::vector<float>* logits_out) const {
-  const int64_t n = static_cast<int64_t>(tokens.size()), E = cfg_.n_embd, H = cfg_.n_head, KH = cfg_.n_head_kv;
+double LoraTrainModel::run(const Pass& pass) const {
+  const std::span<const int32_t> tokens = pass.tokens;
+  const LoraAdapter* lora = pass.lora;
+  LoraAdapter* grads = pass.lora_grads;
+  const int64_t E = cfg_.n_embd, H = cfg_.n_head, KH = cfg_.n_head_kv;
+  const int64_t nv = pass.prompt != nullptr ? static_cast<int64_t>(pass.prompt->size()) / E : 0;
+  TESSERA_CHECK(pass.prompt == nullptr || (nv >= 1 && nv * E == static_cast<int64_t>(pass.prompt->size())),
+                kInvalidArgument, "training: a soft prompt of {} values is not rows of {}",
+                pass.prompt ? pass.prompt->size() : 0, E);
+  const int64_t n = nv + static_cast<int64_t>(tokens.size());
   const int64_t hd = cfg_.head_dim, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.n_ff, V = cfg_.n_vocab;
   TESSERA_CHECK(n >= 1, kInvalidArgument, "training: an empty sequence");
   TESSERA_CHECK(lora == nullptr || static_cast<int64_t>(lora->layers.size()) == cfg_.n_layer, kInvalidArgument,
@@ -120,8 +127,9 @@ double LoraTrainModel::run(std::span<const int32_t> tokens, const LoraAdapter* l
   const float scale = cfg_.attn_scale > 0.0f ? cfg_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
 
   std::vector<float> x(static_cast<size_t>(n * E));
-  for (int64_t t = 0; t < n; ++t) {
-    const int32_t id = tokens[static_cast<size_t>(t)];
+  if (nv > 0) std::copy(pass.prompt->begin(), pass.prompt->end(), x.begin());
+  for (int64_t t = nv; t < n; ++t) {
+    const int32_t id = tokens[static_cast<size_t>(t - nv)];
     TESSERA_CHECK(id >= 0 && id < V, kInvalidArgument, "training: token {} is outside the vocabulary", id);
     std::copy_n(embd_.begin() + id * E, E, x.begin() + t * E);
   }
@@ -164,19 +172,19 @@ double LoraTrainModel::run(std::span<const int32_t> tokens, const LoraAdapter* l
   rmsnorm(x.data(), out_norm_.data(), n, E, cfg_.rms_eps, hf.data(), inv_out.data());
   const std::vector<float>& w_out = output_.empty() ? embd_ : output_;
   linear(hf.data(), w_out.data(), n, E, V, logits.data());
-  if (logits_out != nullptr) *logits_out = logits;
-  if (grads == nullptr) return 0.0;
+  if (pass.logits != nullptr) *pass.logits = logits;
+  if (grads == nullptr && pass.prompt_grad == nullptr) return 0.0;
 
-  // Loss and backward.
+  // Loss and backward: each token predicts the next (the virtual rows predict nothing).
   std::vector<int32_t> targets(static_cast<size_t>(n), -1);
-  for (int64_t t = 0; t + 1 < n; ++t) targets[static_cast<size_t>(t)] = tokens[static_cast<size_t>(t + 1)];
+  for (int64_t t = nv; t + 1 < n; ++t) targets[static_cast<size_t>(t)] = tokens[static_cast<size_t>(t - nv + 1)];
   std::vector<float> dlogits(logits.size());
   const double loss = cross_entropy(logits.data(), n, V, targets.data(), dlogits.data());
   std::vector<float> dhf(hf.size(), 0.0f), dx(x.size(), 0.0f);
   linear_backward(hf.data(), w_out.data(), dlogits.data(), n, E, V, dhf.data(), static_cast<float*>(nullptr));
   rmsnorm_backward(x.data(), out_norm_.data(), inv_out.data(), dhf.data(), n, E, dx.data(), static_cast<float*>(nullptr));
   auto grad_pair = [&](int64_t il, int t) -> LoraPair* {
-    if (pair(il, t) == nullptr) return nullptr;
+    if (pair(il, t) == nullptr || grads == nullptr) return nullptr;
     LoraPair& g = grads->layers[static_cast<size_t>(il)][static_cast<size_t>(t)];
     const LoraPair& p = *pair(il, t);
     if (g.a.size() != p.a.size()) g.a.assign(p.a.size(), 0.0f);
@@ -210,6 +218,11 @@ double LoraTrainModel::run(std::span<const int32_t> tokens, const LoraAdapter* l
     rmsnorm_backward(T.x_in.data(), L.attn_norm.data(), T.inv1.data(), dh1.data(), n, E, dx.data(),
                      static_cast<float*>(nullptr));
   }
+  if (pass.prompt_grad != nullptr) {  // dx is now the gradient of the input rows
+    std::vector<float>& g = *pass.prompt_grad;
+    if (g.size() != pass.prompt->size()) g.assign(pass.prompt->size(), 0.0f);
+    for (size_t i = 0; i < g.size(); ++i) g[i] += dx[i];
+  }
   return loss;
 }
 
@@ -217,12 +230,19 @@ double LoraTrainModel::loss_and_grads(std::span<const int32_t> tokens, const Lor
                                       LoraAdapter* grads) const {
   TESSERA_CHECK(grads != nullptr, kInvalidArgument, "training: no adapter for the gradients");
   if (grads->layers.size() != lora.layers.size()) grads->layers.resize(lora.layers.size());
-  return run(tokens, &lora, grads, nullptr);
+  return run({.tokens = tokens, .lora = &lora, .lora_grads = grads});
 }
 
-std::vector<float> LoraTrainModel::logits(std::span<const int32_t> tokens, const LoraAdapter* lora) const {
+double LoraTrainModel::prompt_loss_and_grads(std::span<const int32_t> tokens, const std::vector<float>& prompt,
+                                             std::vector<float>* grad) const {
+  TESSERA_CHECK(grad != nullptr, kInvalidArgument, "training: no buffer for the soft prompt's gradient");
+  return run({.tokens = tokens, .prompt = &prompt, .prompt_grad = grad});
+}
+
+std::vector<float> LoraTrainModel::logits(std::span<const int32_t> tokens, const LoraAdapter* lora,
+                                          const std::vector<float>* prompt) const {
   std::vector<float> out;
-  run(tokens, lora, nullptr, &out);
+  run({.tokens = tokens, .lora = lora, .prompt = prompt, .logits = &out});
   return out;
 }
 

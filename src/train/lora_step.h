@@ -28,6 +28,7 @@ class LoraTrainModel {
   explicit LoraTrainModel(const gguf::File& file);
 
   const ModelConfig& config() const { return cfg_; }
+  const std::vector<float>& token_embeddings() const { return embd_; }  // [n_vocab][n_embd]
 
   // The mean cross-entropy of predicting tokens[1..] from the tokens before
   // them, the base model with `lora` applied; adds the gradient of that loss
@@ -35,8 +36,16 @@ class LoraTrainModel {
   // shapes, F32; its scales are ignored). `lora` must be F32.
   double loss_and_grads(std::span<const int32_t> tokens, const LoraAdapter& lora, LoraAdapter* grads) const;
 
-  // The logits [tokens][vocab] of the same forward (no gradients).
-  std::vector<float> logits(std::span<const int32_t> tokens, const LoraAdapter* lora) const;
+  // Prompt tuning: the same loss after n_virtual learned input rows
+  // `prompt` ([n_virtual][n_embd], at positions 0..n_virtual-1, read as the
+  // engine reads a soft prompt); adds its gradient into `grad` (same shape).
+  double prompt_loss_and_grads(std::span<const int32_t> tokens, const std::vector<float>& prompt,
+                               std::vector<float>* grad) const;
+
+  // The logits [positions][vocab] of the same forward (no gradients); with
+  // a prompt, its virtual positions come first.
+  std::vector<float> logits(std::span<const int32_t> tokens, const LoraAdapter* lora,
+                            const std::vector<float>* prompt = nullptr) const;
 
  private:
   struct Layer {
@@ -44,8 +53,17 @@ class LoraTrainModel {
     std::vector<float> w[kNumLoraTargets];  // [out][in] per LoraTarget
   };
   struct Tape;
-  double run(std::span<const int32_t> tokens, const LoraAdapter* lora, LoraAdapter* grads,
-             std::vector<float>* logits_out) const;
+  // One forward (and, with lora_grads or prompt_grad, backward) of the
+  // prompt's rows (optional) then the tokens.
+  struct Pass {
+    std::span<const int32_t> tokens;
+    const LoraAdapter* lora = nullptr;
+    const std::vector<float>* prompt = nullptr;
+    LoraAdapter* lora_grads = nullptr;
+    std::vector<float>* prompt_grad = nullptr;
+    std::vector<float>* logits = nullptr;
+  };
+  double run(const Pass& pass) const;
 
   ModelConfig cfg_;
   std::vector<float> embd_, out_norm_, output_;  // output_ empty: tied to embd_

@@ -65,7 +65,11 @@ class TorchLlama:
 
     def logits(self, tokens):
         """tokens: LongTensor [batch][n] -> logits [batch][n][vocab]."""
-        bsz, n = tokens.shape
+        return self.logits_from(self.w["token_embd.weight"][tokens])
+
+    def logits_from(self, x):
+        """Input rows x [batch][n][n_embd] (token embeddings, or a soft prompt's rows first) -> logits."""
+        bsz, n = x.shape[0], x.shape[1]
         H, KH, hd, half = self.n_head, self.n_head_kv, self.head_dim, self.n_rot // 2
         inv_freq = self.base ** (-2.0 * torch.arange(half, dtype=torch.float64) / self.n_rot)
         ang = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)
@@ -80,7 +84,6 @@ class TorchLlama:
             y[..., im_idx] = re * sin + im * cos
             return y
 
-        x = self.w["token_embd.weight"][tokens]
         mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
         for il in range(self.n_layer):
             h = self._rmsnorm(x, self.w[f"blk.{il}.attn_norm.weight"])
