@@ -248,18 +248,7 @@ TEST(SoftPrompt, SampledGroupsForkWithTheirSoftPrompt) {
 
 std::string npy(const std::string& descr, const std::string& shape, const void* data, size_t bytes,
                 bool fortran = false) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
-                       ", 'shape': " + shape + ", }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += static_cast<char>(header.size() & 0xff);
-  out += static_cast<char>(header.size() >> 8);
-  out += header;
-  out.append(static_cast<const char*>(data), bytes);
-  return out;
+  return adapters::npy_bytes(descr, shape, data, bytes, fortran);
 }
 
 TEST(SoftPromptFile, NpyAndGgufLoadTheSameRows) {

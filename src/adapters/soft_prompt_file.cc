@@ -153,4 +153,20 @@ std::shared_ptr<const SoftPrompt> load_soft_prompt(const std::string& path, cons
   return sp;
 }
 
+std::string npy_bytes(const std::string& descr, const std::string& shape, const void* data, size_t bytes,
+                      bool fortran_order) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran_order ? "True" : "False") +
+                       ", 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(static_cast<const char*>(data), bytes);
+  return out;
+}
+
 }  // namespace tessera::adapters

@@ -21,4 +21,11 @@ namespace tessera::adapters {
 // that are not finite.
 std::shared_ptr<const SoftPrompt> load_soft_prompt(const std::string& path, const ModelConfig& base);
 
+// A NumPy format 1.0 file's bytes: the header dict ('descr' as given, e.g.
+// "<f4"; 'shape' as Python writes a tuple, e.g. "(16, 64)"), padded with
+// spaces to a multiple of 64 bytes, then `bytes` of data. What
+// tessera finetune --method prompt writes, and the tests' files.
+std::string npy_bytes(const std::string& descr, const std::string& shape, const void* data, size_t bytes,
+                      bool fortran_order = false);
+
 }  // namespace tessera::adapters

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <random>
 
+#include <fmt/format.h>
+
+#include "adapters/soft_prompt_file.h"
 #include "core/error.h"
 #include "format/gguf_writer.h"
 
@@ -234,21 +237,8 @@ void write_lora_gguf(const LoraAdapter& a, const ModelConfig& base, const std::s
 void write_soft_prompt_npy(const std::vector<float>& prompt, int64_t n_embd, const std::string& path) {
   TESSERA_CHECK(n_embd >= 1 && !prompt.empty() && prompt.size() % static_cast<size_t>(n_embd) == 0, kInvalidArgument,
                 "a soft prompt of {} values is not rows of {}", prompt.size(), n_embd);
-  // NumPy's format 1.0: magic, version, a header dict padded with spaces to
-  // a multiple of 64 bytes (newline last), then the values.
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
-                       std::to_string(prompt.size() / static_cast<size_t>(n_embd)) + ", " + std::to_string(n_embd) +
-                       "), }";
-  const size_t unpadded = 10 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
-  header += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += static_cast<char>(header.size() & 0xff);
-  out += static_cast<char>(header.size() >> 8);
-  out += header;
-  out.append(reinterpret_cast<const char*>(prompt.data()), prompt.size() * sizeof(float));
+  const std::string shape = fmt::format("({}, {})", prompt.size() / static_cast<size_t>(n_embd), n_embd);
+  const std::string out = adapters::npy_bytes("<f4", shape, prompt.data(), prompt.size() * sizeof(float));
   std::FILE* f = std::fopen(path.c_str(), "wb");
   TESSERA_CHECK(f != nullptr, kIo, "cannot write '{}'", path);
   const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
