@@ -97,7 +97,7 @@ TEST(TrainFinetune, TheWrittenAdapterLoadsAndGivesTheTrainedLogits) {
   ThreadPool pool(2);
   train::train_lora(m, d.train, a, o, pool, nullptr);
   const std::string path = testing::temp_path("trained-lora.gguf");
-  train::write_lora_gguf(a, m.config(), path);
+  adapters::write_lora_gguf(a, m.config().arch, path);
   const auto loaded = adapters::load_lora(path, base.lm.model->config());
   EXPECT_EQ(loaded->alpha, 8.0f);
   EXPECT_EQ(loaded->get(0, LoraTarget::kK), nullptr);

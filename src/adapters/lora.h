@@ -33,6 +33,11 @@ namespace tessera {
 enum class LoraTarget : int { kQ, kK, kV, kO, kGate, kUp, kDown };
 constexpr int kNumLoraTargets = 7;
 
+// The GGUF name of a target's linear, in LoraTarget order ("attn_q" ...
+// "ffn_down"): blk.N.<name>.weight.
+inline constexpr const char* kLoraTargetNames[kNumLoraTargets] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                                  "ffn_gate", "ffn_up", "ffn_down"};
+
 struct LoraPair {
   int64_t rank = 0, in = 0, out = 0;  // rank 0: the linear has no delta
   float scale = 0.0f;                 // user scale * alpha / rank

@@ -2,16 +2,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/quant.h"
 #include "format/gguf.h"
+#include "format/gguf_writer.h"
 
 namespace tessera::adapters {
 namespace {
-
-constexpr const char* kTargetNames[kNumLoraTargets] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                                       "ffn_gate", "ffn_up", "ffn_down"};
 
 // [rows, cols] of F32 out of a 2-D tensor of any type dequantize_row handles.
 std::vector<float> read_matrix(const gguf::TensorInfo& t, const std::string& path) {
@@ -56,11 +55,11 @@ std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const Mode
                   "{}: tensor '{}' adapts no layer of this model ({} layers; only blk.N linears are adapted)", path,
                   name, base.n_layer);
     const std::string target = end + 1;
-    const auto it = std::find(std::begin(kTargetNames), std::end(kTargetNames), target);
-    TESSERA_CHECK(it != std::end(kTargetNames), kInvalidArgument,
+    const auto it = std::find(std::begin(kLoraTargetNames), std::end(kLoraTargetNames), target);
+    TESSERA_CHECK(it != std::end(kLoraTargetNames), kInvalidArgument,
                   "{}: tensor '{}' adapts '{}', which has no LoRA support here (attn_q/k/v/output, ffn_gate/up/down)",
                   path, name, target);
-    const auto tgt = static_cast<LoraTarget>(it - std::begin(kTargetNames));
+    const auto tgt = static_cast<LoraTarget>(it - std::begin(kLoraTargetNames));
     TESSERA_CHECK(!base.moe() || tgt < LoraTarget::kGate, kInvalidArgument,
                   "{}: tensor '{}' adapts '{}', which this mixture of experts does not have (its experts take no "
                   "LoRA here; its attention linears do)", path, name, target);
@@ -134,6 +133,34 @@ std::shared_ptr<const LoraAdapter> stored_as(std::shared_ptr<const LoraAdapter> 
   out->uid = next_lora_uid();
   store_lora(*out, type);
   return out;
+}
+
+void write_lora_gguf(const LoraAdapter& a, const std::string& arch, const std::string& path) {
+  gguf::Writer w;
+  w.set_string("general.type", "adapter");
+  w.set_string("adapter.type", "lora");
+  w.set_string("general.architecture", arch);
+  w.set_f32("adapter.lora.alpha", a.alpha);
+  for (size_t il = 0; il < a.layers.size(); ++il) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const LoraPair& p = a.layers[il][static_cast<size_t>(t)];
+      if (p.rank == 0) continue;
+      TESSERA_CHECK(p.type == kernels::LoraWeightType::kF32, kInvalidArgument, "writing a LoRA adapter: F32 pairs only");
+      const std::string stem = "blk." + std::to_string(il) + "." + kLoraTargetNames[t] + ".weight";
+      const LoraPair* pp = &p;
+      w.add_tensor(stem + ".lora_a", DType::kF32, {p.in, p.rank}, [pp](uint8_t* out, size_t n) {
+        std::memcpy(out, pp->a.data(), n);
+      });
+      // B is kept [rank][out]; the file holds [out][rank].
+      w.add_tensor(stem + ".lora_b", DType::kF32, {p.rank, p.out}, [pp](uint8_t* out, size_t) {
+        float* o = reinterpret_cast<float*>(out);
+        for (int64_t r = 0; r < pp->rank; ++r) {
+          for (int64_t j = 0; j < pp->out; ++j) o[j * pp->rank + r] = pp->b[static_cast<size_t>(r * pp->out + j)];
+        }
+      });
+    }
+  }
+  w.write(path);
 }
 
 }  // namespace tessera::adapters

@@ -23,6 +23,12 @@ namespace tessera::adapters {
 // is not adapted here, shapes that do not fit the base, a missing half.
 std::shared_ptr<const LoraAdapter> load_lora(const std::string& path, const ModelConfig& base, float scale = 1.0f);
 
+// Writes `a` (F32 pairs, scale alpha / rank not folded into A) as
+// llama.cpp's adapter GGUF for a base of architecture `arch`: general.type
+// "adapter", adapter.type "lora", adapter.lora.alpha; blk.N.<linear>.weight
+// .lora_a [rank][in] and .lora_b [out][rank], F32 (tessera finetune).
+void write_lora_gguf(const LoraAdapter& a, const std::string& arch, const std::string& path);
+
 // `a` kept in `type` (store_lora): `a` itself for F32, else a copy (a new
 // adapter: its own uid).
 std::shared_ptr<const LoraAdapter> stored_as(std::shared_ptr<const LoraAdapter> a, kernels::LoraWeightType type);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "adapters/lora_gguf.h"
 #include "adapters/random_lora.h"
 #include "cli/command.h"
 #include "cli/text_file.h"
@@ -100,7 +101,7 @@ TESSERA_COMMAND("finetune", "Train a LoRA adapter (llama.cpp's adapter GGUF) or 
     if (prompt_tuning) {
       train::write_soft_prompt_npy(prompt, m.config().n_embd, a->out);
     } else {
-      train::write_lora_gguf(lora, m.config(), a->out);
+      adapters::write_lora_gguf(lora, m.config().arch, a->out);
     }
     std::printf("wrote %s\n", a->out.c_str());
     return 0;

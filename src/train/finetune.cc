@@ -4,21 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "adapters/soft_prompt_file.h"
 #include "core/error.h"
-#include "format/gguf_writer.h"
 
 namespace tessera::train {
 
 namespace {
-
-const char* const kLinearNames[kNumLoraTargets] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                                   "ffn_gate", "ffn_up", "ffn_down"};
 
 // Zeroed gradients of a's shapes.
 LoraAdapter zero_like(const LoraAdapter& a) {
@@ -204,34 +199,6 @@ double mean_loss(const LoraTrainModel& m, const std::vector<std::vector<int32_t>
   double sum = 0.0;
   for (double l : losses) sum += l;
   return sum / static_cast<double>(losses.size());
-}
-
-void write_lora_gguf(const LoraAdapter& a, const ModelConfig& base, const std::string& path) {
-  gguf::Writer w;
-  w.set_string("general.type", "adapter");
-  w.set_string("adapter.type", "lora");
-  w.set_string("general.architecture", base.arch);
-  w.set_f32("adapter.lora.alpha", a.alpha);
-  for (size_t il = 0; il < a.layers.size(); ++il) {
-    for (int t = 0; t < kNumLoraTargets; ++t) {
-      const LoraPair& p = a.layers[il][static_cast<size_t>(t)];
-      if (p.rank == 0) continue;
-      TESSERA_CHECK(p.type == kernels::LoraWeightType::kF32, kInvalidArgument, "writing a LoRA adapter: F32 pairs only");
-      const std::string stem = "blk." + std::to_string(il) + "." + kLinearNames[t] + ".weight";
-      const LoraPair* pp = &p;
-      w.add_tensor(stem + ".lora_a", DType::kF32, {p.in, p.rank}, [pp](uint8_t* out, size_t n) {
-        std::memcpy(out, pp->a.data(), n);
-      });
-      // B is kept [rank][out]; the file holds [out][rank].
-      w.add_tensor(stem + ".lora_b", DType::kF32, {p.rank, p.out}, [pp](uint8_t* out, size_t) {
-        float* o = reinterpret_cast<float*>(out);
-        for (int64_t r = 0; r < pp->rank; ++r) {
-          for (int64_t j = 0; j < pp->out; ++j) o[j * pp->rank + r] = pp->b[static_cast<size_t>(r * pp->out + j)];
-        }
-      });
-    }
-  }
-  w.write(path);
 }
 
 void write_soft_prompt_npy(const std::vector<float>& prompt, int64_t n_embd, const std::string& path) {

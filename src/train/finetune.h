@@ -85,6 +85,10 @@ double mean_loss(const LoraTrainModel& m, const std::vector<std::vector<int32_t>
 // `generate --soft-prompt` read (float32 [n_virtual][n_embd]).
 void write_soft_prompt_npy(const std::vector<float>& prompt, int64_t n_embd, const std::string& path);
 
+// Writes a soft prompt as the .npy file `serve --soft-prompt` and
+// `generate --soft-prompt` read (float32 [n_virtual][n_embd]).
+void write_soft_prompt_npy(const std::vector<float>& prompt, int64_t n_embd, const std::string& path);
+
 // Writes `a` (F32, scale alpha / rank unfolded) as llama.cpp's adapter
 // GGUF: general.type "adapter", adapter.type "lora", adapter.lora.alpha;
 // blk.N.<linear>.weight.lora_a [rank][in] and .lora_b [out][rank], F32.

@@ -26,9 +26,6 @@ std::vector<float> read_f32(const gguf::File& f, const std::string& name) {
   return out;
 }
 
-const char* const kTargetNames[kNumLoraTargets] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                                   "ffn_gate", "ffn_up", "ffn_down"};
-
 // y = x Wᵀ + scale (x Aᵀ) B for one linear of n tokens; ax ([n][rank]) kept
 // for the backward when there is a pair.
 void lora_linear(const float* x, const std::vector<float>& w, const LoraPair* p, int64_t n, int64_t in, int64_t out,
@@ -85,7 +82,7 @@ LoraTrainModel::LoraTrainModel(const gguf::File& file) : cfg_(read_config(file))
     const std::string blk = "blk." + std::to_string(il) + ".";
     L.attn_norm = read_f32(file, blk + "attn_norm.weight");
     L.ffn_norm = read_f32(file, blk + "ffn_norm.weight");
-    for (int t = 0; t < kNumLoraTargets; ++t) L.w[t] = read_f32(file, blk + kTargetNames[t] + ".weight");
+    for (int t = 0; t < kNumLoraTargets; ++t) L.w[t] = read_f32(file, blk + kLoraTargetNames[t] + ".weight");
   }
 }
 
